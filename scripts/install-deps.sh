@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages fabkv needs to build, test and run its demo.
+# Idempotent and quiet when everything is present; uses sudo when not root.
+set -euo pipefail
+
+PACKAGES=(
+  g++ clang libclang-rt-14-dev cmake ninja-build pkg-config make
+  libfabric-dev libfabric-bin
+  libgtest-dev libbenchmark-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
+  libxxhash-dev libisal-dev
+  memcached redis-server
+  iproute2 python3 python3-matplotlib
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "fabkv: installing Debian packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
