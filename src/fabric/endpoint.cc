@@ -1,0 +1,226 @@
+// Endpoint set-up, address vectors and msg connection management. The data path is in
+// endpoint_datapath.cc.
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+
+#include "common/log.h"
+#include "fabric/endpoint.h"
+#include "fabric/error.h"
+
+namespace fabkv::fabric {
+
+static_assert(sizeof(OpContext::provider_scratch) == sizeof(fi_context2));
+static_assert(offsetof(OpContext, provider_scratch) == 0, "fi_context2 must come first");
+
+Endpoint::Endpoint(Fabric& fabric, const EndpointOptions& options)
+    : fabric_(fabric), options_(options) {
+  if (fabric.type() == EndpointType::kMsg)
+    throw FabricError("fi_endpoint", "msg endpoints are made by Endpoint::connect or Listener");
+  open_common(fabric.info());
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_UNSPEC;
+  av_attr.count = options.av_size;
+  check(fi_av_open(fabric.domain(), &av_attr, &av_, nullptr), "fi_av_open");
+  check(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
+  if (options.min_multi_recv > 0) {
+    size_t min = options.min_multi_recv;
+    check(fi_setopt(&ep_->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)),
+          "fi_setopt(FI_OPT_MIN_MULTI_RECV)");
+  }
+  check(fi_enable(ep_), "fi_enable");
+}
+
+Endpoint::Endpoint(Fabric& fabric, const EndpointOptions& options, fi_info* conn_info)
+    : fabric_(fabric), options_(options) {
+  open_common(conn_info);
+  fi_eq_attr eq_attr{};
+  eq_attr.wait_obj = FI_WAIT_UNSPEC;
+  check(fi_eq_open(fabric.fabric(), &eq_attr, &eq_, nullptr), "fi_eq_open");
+  check(fi_ep_bind(ep_, &eq_->fid, 0), "fi_ep_bind(eq)");
+  check(fi_enable(ep_), "fi_enable");
+}
+
+void Endpoint::open_common(fi_info* base) {
+  fi_info* info = fi_dupinfo(base);
+  info->tx_attr->size = options_.tx_depth;
+  info->rx_attr->size = options_.rx_depth;
+  int ret = fi_endpoint(fabric_.domain(), info, &ep_, nullptr);
+  inject_size_ = info->tx_attr->inject_size;
+  fi_freeinfo(info);
+  check(ret, "fi_endpoint");
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_DATA;
+  cq_attr.size = options_.cq_depth;
+  cq_attr.wait_obj = FI_WAIT_NONE;  // fabkv busy-polls: a sleep->wake costs ~15-20 us here
+  check(fi_cq_open(fabric_.domain(), &cq_attr, &cq_, nullptr), "fi_cq_open");
+  uint64_t tx_flags = FI_TRANSMIT | (options_.selective_completion ? FI_SELECTIVE_COMPLETION : 0);
+  check(fi_ep_bind(ep_, &cq_->fid, tx_flags | FI_RECV), "fi_ep_bind(cq)");
+  scratch_ring_.resize(std::max<size_t>(options_.tx_depth, 1));
+}
+
+Endpoint::~Endpoint() {
+  if (ep_ != nullptr) fi_close(&ep_->fid);
+  if (av_ != nullptr) fi_close(&av_->fid);
+  if (cq_ != nullptr) fi_close(&cq_->fid);
+  if (eq_ != nullptr) fi_close(&eq_->fid);
+}
+
+std::vector<uint8_t> Endpoint::name() const {
+  std::vector<uint8_t> out(256);
+  size_t len = out.size();
+  int ret = fi_getname(&ep_->fid, out.data(), &len);
+  if (ret == -FI_ETOOSMALL) {
+    out.resize(len);
+    ret = fi_getname(&ep_->fid, out.data(), &len);
+  }
+  check(ret, "fi_getname");
+  out.resize(len);
+  return out;
+}
+
+PeerAddr Endpoint::insert_peer(std::span<const uint8_t> name) {
+  if (av_ == nullptr) return kNoPeer;
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  int n = fi_av_insert(av_, name.data(), 1, &addr, 0, nullptr);
+  if (n != 1) throw FabricError("fi_av_insert", n < 0 ? n : -FI_EINVAL);
+  return addr;
+}
+
+void Endpoint::remove_peer(PeerAddr peer) {
+  if (av_ != nullptr && peer != kNoPeer) {
+    fi_addr_t a = peer;
+    fi_av_remove(av_, &a, 1, 0);
+  }
+}
+
+namespace {
+
+// Waits for `want` on an event queue before the deadline; throws FabricError with the
+// provider's text for an error event, returns false on timeout.
+bool wait_event(fid_eq* eq, uint32_t want, Deadline deadline, fi_eq_cm_entry* entry,
+                const char* op) {
+  while (!deadline.expired()) {
+    uint32_t event = 0;
+    ssize_t n = fi_eq_read(eq, &event, entry, sizeof(*entry), 0);
+    if (n == -FI_EAGAIN) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_eq_err_entry err{};
+      fi_eq_readerr(eq, &err, 0);
+      char buf[256] = {};
+      const char* text = fi_eq_strerror(eq, err.prov_errno, err.err_data, buf, sizeof(buf));
+      throw FabricError(op, fmt::format("{} ({})", error_text(err.err), text ? text : ""));
+    }
+    if (n < 0) throw FabricError(op, n);
+    if (event == want) return true;
+    if (event == FI_SHUTDOWN) throw FabricError(op, "peer shut the connection down");
+  }
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<Endpoint> Endpoint::connect(Fabric& fabric, std::span<const uint8_t> listener_name,
+                                            const EndpointOptions& options, Deadline deadline) {
+  if (fabric.type() != EndpointType::kMsg)
+    throw FabricError("fi_connect", "connect() is for msg fabrics");
+  fi_info* info = fi_dupinfo(fabric.info());
+  free(info->dest_addr);
+  info->dest_addr = malloc(listener_name.size());
+  memcpy(info->dest_addr, listener_name.data(), listener_name.size());
+  info->dest_addrlen = listener_name.size();
+  std::unique_ptr<Endpoint> ep;
+  try {
+    ep.reset(new Endpoint(fabric, options, info));
+  } catch (...) {
+    fi_freeinfo(info);
+    throw;
+  }
+  fi_freeinfo(info);
+  check(fi_connect(ep->ep_, listener_name.data(), nullptr, 0), "fi_connect");
+  fi_eq_cm_entry entry{};
+  if (!wait_event(ep->eq_, FI_CONNECTED, deadline, &entry, "fi_connect"))
+    throw FabricError("fi_connect", "timed out waiting for the peer to accept");
+  return ep;
+}
+
+bool Endpoint::peer_shutdown() {
+  if (eq_ == nullptr || shutdown_) return shutdown_;
+  uint32_t event = 0;
+  fi_eq_cm_entry entry{};
+  ssize_t n = fi_eq_read(eq_, &event, &entry, sizeof(entry), 0);
+  if (n == -FI_EAVAIL) {
+    fi_eq_err_entry err{};
+    fi_eq_readerr(eq_, &err, 0);
+    shutdown_ = true;
+  } else if (n >= 0 && event == FI_SHUTDOWN) {
+    shutdown_ = true;
+  }
+  return shutdown_;
+}
+
+Listener::Listener(Fabric& fabric) : fabric_(fabric) {
+  if (fabric.type() != EndpointType::kMsg)
+    throw FabricError("fi_passive_ep", "listeners are for msg fabrics");
+  check(fi_passive_ep(fabric.fabric(), fabric.info(), &pep_, nullptr), "fi_passive_ep");
+  fi_eq_attr eq_attr{};
+  eq_attr.wait_obj = FI_WAIT_UNSPEC;
+  check(fi_eq_open(fabric.fabric(), &eq_attr, &eq_, nullptr), "fi_eq_open");
+  check(fi_pep_bind(pep_, &eq_->fid, 0), "fi_pep_bind");
+  check(fi_listen(pep_), "fi_listen");
+}
+
+Listener::~Listener() {
+  if (pep_ != nullptr) fi_close(&pep_->fid);
+  if (eq_ != nullptr) fi_close(&eq_->fid);
+}
+
+std::vector<uint8_t> Listener::name() const {
+  std::vector<uint8_t> out(256);
+  size_t len = out.size();
+  check(fi_getname(&pep_->fid, out.data(), &len), "fi_getname(pep)");
+  out.resize(len);
+  return out;
+}
+
+std::unique_ptr<Endpoint> Listener::accept(const EndpointOptions& options, Deadline deadline) {
+  fi_eq_cm_entry entry{};
+  if (!wait_event(eq_, FI_CONNREQ, deadline, &entry, "fi_listen")) return nullptr;
+  std::unique_ptr<Endpoint> ep;
+  try {
+    ep.reset(new Endpoint(fabric_, options, entry.info));
+  } catch (...) {
+    fi_reject(pep_, entry.info->handle, nullptr, 0);
+    fi_freeinfo(entry.info);
+    throw;
+  }
+  fi_freeinfo(entry.info);
+  check(fi_accept(ep->ep_, nullptr, 0), "fi_accept");
+  fi_eq_cm_entry done{};
+  if (!wait_event(ep->eq_, FI_CONNECTED, deadline, &done, "fi_accept")) return nullptr;
+  return ep;
+}
+
+std::string address_to_string(Fabric& fabric, std::span<const uint8_t> name) {
+  char buf[256] = {};
+  size_t len = sizeof(buf);
+  // fi_av_straddr needs an AV; open a throwaway one (set-up path only).
+  fid_av* av = nullptr;
+  fi_av_attr attr{};
+  if (fabric.type() == EndpointType::kMsg || fi_av_open(fabric.domain(), &attr, &av, nullptr) != 0)
+    return fmt::format("<{} bytes>", name.size());
+  fi_av_straddr(av, name.data(), buf, &len);
+  fi_close(&av->fid);
+  return buf;
+}
+
+}  // namespace fabkv::fabric

@@ -1,0 +1,177 @@
+// Endpoint: one libfabric endpoint with its completion queue and (for rdm/dgram) its address
+// vector, and every operation the papers' protocols are built from. The hot path lives in
+// endpoint_datapath.cc; set-up and connection management in endpoint.cc.
+//
+// Threading: an Endpoint belongs to one thread (FI_THREAD_DOMAIN unless the Fabric was opened
+// thread-safe); only counters().snapshot() may be called from others.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "fabric/counters.h"
+#include "fabric/fabric.h"
+#include "fabric/memory_region.h"
+
+struct fid_ep;
+struct fid_cq;
+struct fid_av;
+struct fid_eq;
+struct fid_pep;
+struct fi_info;
+
+namespace fabkv::fabric {
+
+using PeerAddr = uint64_t;                       // an fi_addr_t
+inline constexpr PeerAddr kNoPeer = ~uint64_t{0};  // FI_ADDR_UNSPEC: connected (msg) endpoints
+
+// The context of every posted operation. libfabric providers with FI_CONTEXT/FI_CONTEXT2 mode
+// use the first 64 bytes as scratch until the operation completes, so it must stay alive (and
+// unmoved) until then. Embed it in your own per-request state and get it back in Completion.
+struct OpContext {
+  void* provider_scratch[8] = {};  // layout of struct fi_context2
+  void* user = nullptr;
+  uint64_t tag = 0;
+  Verb verb = Verb::kSend;  // set by the endpoint when the operation is posted
+};
+
+// Per-operation knobs the papers vary (Guidelines sec. 3; HERD sec. 3.2).
+struct PostOptions {
+  bool signaled = true;   // ask for a completion (matters with selective_completion)
+  bool inlined = false;   // payload copied at post time (fi_inject*, FI_INJECT); <= inject_size
+  bool more = false;      // FI_MORE: more posts follow, ring the doorbell later (doorbell batching)
+  bool delivery_complete = false;  // FI_DELIVERY_COMPLETE: complete when visible at the target
+};
+
+struct Completion {
+  OpContext* context = nullptr;
+  Verb verb = Verb::kSend;
+  bool inbound = false;     // an arrival (RECV, remote WRITE with immediate), not a local op
+  bool has_data = false;    // immediate data present
+  bool multi_recv_done = false;  // FI_MULTI_RECV: the provider released this multi-recv buffer
+  uint64_t data = 0;
+  size_t len = 0;
+  void* buf = nullptr;      // for multi-recv: where this message landed
+  uint64_t flags = 0;       // raw libfabric completion flags
+  int error = 0;            // 0, or a positive libfabric errno
+  std::string error_text;   // provider's text when error != 0
+};
+
+struct EndpointOptions {
+  size_t tx_depth = 256;  // transmit queue entries; a full queue returns -FI_EAGAIN
+  size_t rx_depth = 256;
+  size_t cq_depth = 1024;
+  size_t av_size = 256;
+  // FI_SELECTIVE_COMPLETION: only ops posted with signaled=true produce completions
+  // (Guidelines sec. 3.1 "unsignaled" verbs; signal every k-th op).
+  bool selective_completion = false;
+  // Bytes that must remain free in a multi-recv buffer before the provider releases it.
+  size_t min_multi_recv = 0;
+};
+
+class Endpoint {
+ public:
+  // A connectionless endpoint (rdm or dgram fabrics). Throws FabricError.
+  Endpoint(Fabric& fabric, const EndpointOptions& options = {});
+  // A connected (msg) endpoint: connects to a Listener's name before the deadline.
+  static std::unique_ptr<Endpoint> connect(Fabric& fabric, std::span<const uint8_t> listener_name,
+                                           const EndpointOptions& options, Deadline deadline);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  Fabric& fabric() const { return fabric_; }
+  EndpointType type() const { return fabric_.type(); }
+  std::vector<uint8_t> name() const;  // fi_getname: what a peer inserts into its AV
+  VerbCounters& counters() { return counters_; }
+  const VerbCounters& counters() const { return counters_; }
+  size_t inject_size() const { return inject_size_; }
+
+  // Address vector (rdm/dgram). Throws FabricError on a malformed name.
+  PeerAddr insert_peer(std::span<const uint8_t> name);
+  void remove_peer(PeerAddr peer);
+
+  // ---- data path: 0 on success, -FI_EAGAIN when the queue is full (poll, then retry), or a
+  // negative libfabric error. Never throws. `peer` is ignored on msg endpoints. A null ctx is
+  // allowed for unsignaled operations.
+  long read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rkey, OpContext* ctx,
+            PostOptions o = {});
+  long write(LocalBuffer src, PeerAddr peer, uint64_t raddr, uint64_t rkey, OpContext* ctx,
+             PostOptions o = {});
+  // WRITE with immediate data: the target gets an inbound completion carrying `imm`.
+  long write_imm(LocalBuffer src, uint64_t imm, PeerAddr peer, uint64_t raddr, uint64_t rkey,
+                 OpContext* ctx, PostOptions o = {});
+  long send(LocalBuffer src, PeerAddr peer, OpContext* ctx, PostOptions o = {});
+  // SEND with immediate data; with src.len == 0 this is the Guidelines' header-only SEND.
+  long send_imm(LocalBuffer src, uint64_t imm, PeerAddr peer, OpContext* ctx, PostOptions o = {});
+  long recv(LocalBuffer dst, OpContext* ctx);
+  // One buffer that receives many messages (FI_MULTI_RECV, rdm only).
+  long recv_multi(LocalBuffer dst, OpContext* ctx);
+  // 64-bit fetch-and-add / compare-and-swap on remote memory; operand/compare/result are
+  // 8-byte local buffers (registered when the provider needs FI_MR_LOCAL).
+  long fetch_add(LocalBuffer operand, LocalBuffer result, PeerAddr peer, uint64_t raddr,
+                 uint64_t rkey, OpContext* ctx);
+  long compare_swap(LocalBuffer swap, LocalBuffer compare, LocalBuffer result, PeerAddr peer,
+                    uint64_t raddr, uint64_t rkey, OpContext* ctx);
+
+  // Reaps up to out.size() completions (this also drives progress on manual-progress
+  // providers). Returns how many were written; error completions are returned with `error`.
+  size_t poll(std::span<Completion> out);
+  // Polls until `n` completions are collected into `out` or the deadline passes; returns how
+  // many were collected (fewer than n means the deadline passed).
+  size_t wait(size_t n, Deadline deadline, std::vector<Completion>* out);
+  // Polls for `duration` and discards nothing: completions are appended to `out` if given.
+  void progress_for(std::chrono::milliseconds duration, std::vector<Completion>* out = nullptr);
+
+  // msg endpoints: true once the peer has shut the connection down.
+  bool peer_shutdown();
+
+ private:
+  friend class Listener;
+  Endpoint(Fabric& fabric, const EndpointOptions& options, fi_info* conn_info);  // msg
+  void open_common(fi_info* info);
+  OpContext* scratch(OpContext* ctx, Verb verb);
+  uint64_t flags_for(const PostOptions& o, bool imm) const;
+  void count_post(Verb v, size_t bytes, const PostOptions& o, bool imm);
+  void to_completion(const void* entry, Completion* c);
+
+  Fabric& fabric_;
+  EndpointOptions options_;
+  fid_ep* ep_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_av* av_ = nullptr;
+  fid_eq* eq_ = nullptr;  // msg only: connection events
+  size_t inject_size_ = 0;
+  bool shutdown_ = false;
+  VerbCounters counters_;
+  std::vector<OpContext> scratch_ring_;
+  size_t scratch_next_ = 0;
+};
+
+// A passive endpoint that accepts msg connections (the RC QP stand-in's server side).
+class Listener {
+ public:
+  explicit Listener(Fabric& fabric);
+  ~Listener();
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  std::vector<uint8_t> name() const;
+  // Waits for one connection request and accepts it; nullptr when the deadline passes.
+  std::unique_ptr<Endpoint> accept(const EndpointOptions& options, Deadline deadline);
+
+ private:
+  Fabric& fabric_;
+  fid_pep* pep_ = nullptr;
+  fid_eq* eq_ = nullptr;
+};
+
+// Textual form of an endpoint name for logs ("fi_av_straddr").
+std::string address_to_string(Fabric& fabric, std::span<const uint8_t> name);
+
+}  // namespace fabkv::fabric

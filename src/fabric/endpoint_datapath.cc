@@ -1,0 +1,301 @@
+// The endpoint's hot path: posting operations, reaping completions, counting verbs.
+// Nothing here throws; errors are libfabric codes (negative) or error completions.
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_rma.h>
+
+#include "fabric/endpoint.h"
+#include "fabric/error.h"
+
+namespace fabkv::fabric {
+
+OpContext* Endpoint::scratch(OpContext* ctx, Verb verb) {
+  if (ctx == nullptr) {
+    // Unsignaled operations still lend their context to the provider until they finish
+    // (FI_CONTEXT mode); a ring as deep as the tx queue outlives every one of them.
+    ctx = &scratch_ring_[scratch_next_];
+    scratch_next_ = (scratch_next_ + 1) % scratch_ring_.size();
+    ctx->user = nullptr;
+  }
+  ctx->verb = verb;
+  return ctx;
+}
+
+uint64_t Endpoint::flags_for(const PostOptions& o, bool imm) const {
+  uint64_t f = 0;
+  if (o.signaled || !options_.selective_completion) f |= FI_COMPLETION;
+  if (o.inlined) f |= FI_INJECT;
+  if (o.more) f |= FI_MORE;
+  if (o.delivery_complete) f |= FI_DELIVERY_COMPLETE;
+  if (imm) f |= FI_REMOTE_CQ_DATA;
+  return f;
+}
+
+void Endpoint::count_post(Verb v, size_t bytes, const PostOptions& o, bool imm) {
+  counters_.on_post(v, bytes, o.signaled || !options_.selective_completion, o.inlined, imm);
+}
+
+namespace {
+
+// The fi_inject* calls never produce a completion; use them for inlined unsignaled posts,
+// the cheapest form (HERD sec. 3.2: inlined, unsignaled WRITEs).
+bool use_inject_call(const PostOptions& o) { return o.inlined && !o.signaled && !o.more; }
+
+}  // namespace
+
+long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rkey,
+                    OpContext* ctx, PostOptions o) {
+  o.inlined = false;  // nothing to inline in a READ
+  iovec iov{dst.addr, dst.len};
+  fi_rma_iov rma{raddr, dst.len, rkey};
+  void* desc = dst.desc;
+  fi_msg_rma msg{};
+  msg.msg_iov = &iov;
+  msg.desc = &desc;
+  msg.iov_count = 1;
+  msg.addr = peer;
+  msg.rma_iov = &rma;
+  msg.rma_iov_count = 1;
+  msg.context = scratch(ctx, Verb::kRead);
+  long ret = fi_readmsg(ep_, &msg, flags_for(o, false));
+  if (ret == 0) count_post(Verb::kRead, dst.len, o, false);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kRead);
+  return ret;
+}
+
+long Endpoint::write(LocalBuffer src, PeerAddr peer, uint64_t raddr, uint64_t rkey,
+                     OpContext* ctx, PostOptions o) {
+  long ret;
+  if (use_inject_call(o) && src.len <= inject_size_) {
+    ret = fi_inject_write(ep_, src.addr, src.len, peer, raddr, rkey);
+  } else {
+    iovec iov{src.addr, src.len};
+    fi_rma_iov rma{raddr, src.len, rkey};
+    void* desc = src.desc;
+    fi_msg_rma msg{};
+    msg.msg_iov = &iov;
+    msg.desc = &desc;
+    msg.iov_count = 1;
+    msg.addr = peer;
+    msg.rma_iov = &rma;
+    msg.rma_iov_count = 1;
+    msg.context = scratch(ctx, Verb::kWrite);
+    ret = fi_writemsg(ep_, &msg, flags_for(o, false));
+  }
+  if (ret == 0) count_post(Verb::kWrite, src.len, o, false);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kWrite);
+  return ret;
+}
+
+long Endpoint::write_imm(LocalBuffer src, uint64_t imm, PeerAddr peer, uint64_t raddr,
+                         uint64_t rkey, OpContext* ctx, PostOptions o) {
+  long ret;
+  if (use_inject_call(o) && src.len <= inject_size_) {
+    ret = fi_inject_writedata(ep_, src.addr, src.len, imm, peer, raddr, rkey);
+  } else {
+    iovec iov{src.addr, src.len};
+    fi_rma_iov rma{raddr, src.len, rkey};
+    void* desc = src.desc;
+    fi_msg_rma msg{};
+    msg.msg_iov = &iov;
+    msg.desc = &desc;
+    msg.iov_count = 1;
+    msg.addr = peer;
+    msg.rma_iov = &rma;
+    msg.rma_iov_count = 1;
+    msg.context = scratch(ctx, Verb::kWrite);
+    msg.data = imm;
+    ret = fi_writemsg(ep_, &msg, flags_for(o, true));
+  }
+  if (ret == 0) count_post(Verb::kWrite, src.len, o, true);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kWrite);
+  return ret;
+}
+
+long Endpoint::send(LocalBuffer src, PeerAddr peer, OpContext* ctx, PostOptions o) {
+  long ret;
+  if (use_inject_call(o) && src.len <= inject_size_) {
+    ret = fi_inject(ep_, src.addr, src.len, peer);
+  } else {
+    iovec iov{src.addr, src.len};
+    void* desc = src.desc;
+    fi_msg msg{};
+    msg.msg_iov = &iov;
+    msg.desc = &desc;
+    msg.iov_count = 1;
+    msg.addr = peer;
+    msg.context = scratch(ctx, Verb::kSend);
+    ret = fi_sendmsg(ep_, &msg, flags_for(o, false));
+  }
+  if (ret == 0) count_post(Verb::kSend, src.len, o, false);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kSend);
+  return ret;
+}
+
+long Endpoint::send_imm(LocalBuffer src, uint64_t imm, PeerAddr peer, OpContext* ctx,
+                        PostOptions o) {
+  long ret;
+  if (use_inject_call(o) && src.len <= inject_size_) {
+    ret = fi_injectdata(ep_, src.addr, src.len, imm, peer);
+  } else {
+    iovec iov{src.addr, src.len};
+    void* desc = src.desc;
+    fi_msg msg{};
+    msg.msg_iov = src.len > 0 ? &iov : nullptr;
+    msg.desc = src.len > 0 ? &desc : nullptr;
+    msg.iov_count = src.len > 0 ? 1 : 0;
+    msg.addr = peer;
+    msg.context = scratch(ctx, Verb::kSend);
+    msg.data = imm;
+    ret = fi_sendmsg(ep_, &msg, flags_for(o, true));
+  }
+  if (ret == 0) count_post(Verb::kSend, src.len, o, true);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kSend);
+  return ret;
+}
+
+long Endpoint::recv(LocalBuffer dst, OpContext* ctx) {
+  long ret = fi_recv(ep_, dst.addr, dst.len, dst.desc, FI_ADDR_UNSPEC, scratch(ctx, Verb::kRecv));
+  if (ret == 0) counters_.on_post(Verb::kRecv, dst.len, true, false, false);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kRecv);
+  return ret;
+}
+
+long Endpoint::recv_multi(LocalBuffer dst, OpContext* ctx) {
+  iovec iov{dst.addr, dst.len};
+  void* desc = dst.desc;
+  fi_msg msg{};
+  msg.msg_iov = &iov;
+  msg.desc = &desc;
+  msg.iov_count = 1;
+  msg.addr = FI_ADDR_UNSPEC;
+  msg.context = scratch(ctx, Verb::kRecv);
+  long ret = fi_recvmsg(ep_, &msg, FI_MULTI_RECV | FI_COMPLETION);
+  if (ret == 0) counters_.on_post(Verb::kRecv, dst.len, true, false, false);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kRecv);
+  return ret;
+}
+
+long Endpoint::fetch_add(LocalBuffer operand, LocalBuffer result, PeerAddr peer, uint64_t raddr,
+                         uint64_t rkey, OpContext* ctx) {
+  long ret = fi_fetch_atomic(ep_, operand.addr, 1, operand.desc, result.addr, result.desc, peer,
+                             raddr, rkey, FI_UINT64, FI_SUM, scratch(ctx, Verb::kAtomic));
+  if (ret == 0) counters_.on_post(Verb::kAtomic, sizeof(uint64_t), true, false, false);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kAtomic);
+  return ret;
+}
+
+long Endpoint::compare_swap(LocalBuffer swap, LocalBuffer compare, LocalBuffer result,
+                            PeerAddr peer, uint64_t raddr, uint64_t rkey, OpContext* ctx) {
+  long ret = fi_compare_atomic(ep_, swap.addr, 1, swap.desc, compare.addr, compare.desc,
+                               result.addr, result.desc, peer, raddr, rkey, FI_UINT64, FI_CSWAP,
+                               scratch(ctx, Verb::kAtomic));
+  if (ret == 0) counters_.on_post(Verb::kAtomic, sizeof(uint64_t), true, false, false);
+  else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kAtomic);
+  return ret;
+}
+
+namespace {
+
+Verb verb_from_flags(uint64_t flags, Verb fallback) {
+  if (flags & FI_ATOMIC) return Verb::kAtomic;
+  if (flags & FI_RECV) return Verb::kRecv;
+  if (flags & FI_REMOTE_WRITE) return Verb::kWrite;
+  if (flags & FI_READ) return Verb::kRead;
+  if (flags & FI_WRITE) return Verb::kWrite;
+  if (flags & FI_SEND) return Verb::kSend;
+  return fallback;
+}
+
+}  // namespace
+
+void Endpoint::to_completion(const void* raw, Completion* c) {
+  const auto* e = static_cast<const fi_cq_data_entry*>(raw);
+  c->context = static_cast<OpContext*>(e->op_context);
+  c->flags = e->flags;
+  c->len = e->len;
+  c->buf = e->buf;
+  c->has_data = (e->flags & FI_REMOTE_CQ_DATA) != 0;
+  c->data = c->has_data ? e->data : 0;
+  c->multi_recv_done = (e->flags & FI_MULTI_RECV) != 0;
+  c->error = 0;
+  c->error_text.clear();
+  c->verb = verb_from_flags(e->flags, c->context ? c->context->verb : Verb::kSend);
+  // Remote-write-with-immediate completions carry no local context.
+  c->inbound = (e->flags & (FI_RECV | FI_REMOTE_WRITE | FI_REMOTE_READ)) != 0;
+  if (c->inbound) {
+    if (c->verb == Verb::kRecv && (e->flags & FI_MSG) == 0 && (e->flags & FI_REMOTE_CQ_DATA) &&
+        (e->flags & FI_REMOTE_WRITE)) {
+      c->verb = Verb::kWrite;
+    }
+    // A multi-recv release notice with no message carries no arrival.
+    if (!(c->multi_recv_done && e->len == 0 && !(e->flags & FI_MSG)))
+      counters_.on_inbound(c->verb == Verb::kRecv ? Verb::kRecv : c->verb, e->len);
+    if (c->verb == Verb::kRecv) counters_.on_complete(Verb::kRecv);
+  } else {
+    counters_.on_complete(c->verb);
+  }
+}
+
+size_t Endpoint::poll(std::span<Completion> out) {
+  constexpr size_t kBatch = 16;
+  fi_cq_data_entry entries[kBatch];
+  size_t got = 0;
+  while (got < out.size()) {
+    size_t want = std::min(kBatch, out.size() - got);
+    ssize_t n = fi_cq_read(cq_, entries, want);
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) to_completion(&entries[i], &out[got++]);
+      if (static_cast<size_t>(n) < want) break;
+      continue;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(cq_, &err, 0) > 0) {
+        Completion& c = out[got++];
+        c = Completion{};
+        c.context = static_cast<OpContext*>(err.op_context);
+        c.flags = err.flags;
+        c.verb = verb_from_flags(err.flags, c.context ? c.context->verb : Verb::kSend);
+        c.inbound = (err.flags & FI_RECV) != 0 && c.context == nullptr;
+        c.error = err.err != 0 ? err.err : FI_EOTHER;
+        char buf[256] = {};
+        const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
+        c.error_text = error_text(c.error) + (text && *text ? std::string(": ") + text : "");
+        counters_.on_error(c.verb);
+      }
+      continue;
+    }
+    break;  // -FI_EAGAIN: nothing more now
+  }
+  return got;
+}
+
+size_t Endpoint::wait(size_t n, Deadline deadline, std::vector<Completion>* out) {
+  size_t collected = 0;
+  Completion buf[16];
+  uint32_t spins = 0;
+  while (collected < n) {
+    size_t got = poll(std::span<Completion>(buf, std::min<size_t>(16, n - collected)));
+    for (size_t i = 0; i < got; ++i) {
+      if (out != nullptr) out->push_back(std::move(buf[i]));
+    }
+    collected += got;
+    if (got == 0 && (++spins & 0x3ff) == 0 && deadline.expired()) break;
+  }
+  return collected;
+}
+
+void Endpoint::progress_for(std::chrono::milliseconds duration, std::vector<Completion>* out) {
+  Deadline d(duration);
+  Completion buf[16];
+  while (!d.expired()) {
+    size_t got = poll(buf);
+    if (out != nullptr)
+      for (size_t i = 0; i < got; ++i) out->push_back(std::move(buf[i]));
+  }
+}
+
+}  // namespace fabkv::fabric

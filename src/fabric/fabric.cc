@@ -1,0 +1,154 @@
+#include "fabric/fabric.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include "common/log.h"
+#include "fabric/error.h"
+#include "fabric/provider.h"
+
+namespace fabkv::fabric {
+
+const char* to_string(EndpointType t) {
+  switch (t) {
+    case EndpointType::kMsg: return "msg";
+    case EndpointType::kRdm: return "rdm";
+    case EndpointType::kDgram: return "dgram";
+  }
+  return "?";
+}
+
+EndpointType endpoint_type_from_string(const std::string& s) {
+  if (s == "msg") return EndpointType::kMsg;
+  if (s == "rdm") return EndpointType::kRdm;
+  if (s == "dgram") return EndpointType::kDgram;
+  throw std::invalid_argument("unknown endpoint type '" + s + "' (expected msg, rdm or dgram)");
+}
+
+namespace {
+
+fi_ep_type to_fi(EndpointType t) {
+  switch (t) {
+    case EndpointType::kMsg: return FI_EP_MSG;
+    case EndpointType::kRdm: return FI_EP_RDM;
+    case EndpointType::kDgram: return FI_EP_DGRAM;
+  }
+  return FI_EP_UNSPEC;
+}
+
+fi_info* make_hints(const std::string& provider, EndpointType type, bool atomics, bool thread_safe) {
+  fi_info* hints = fi_allocinfo();
+  if (hints == nullptr) throw std::bad_alloc();
+  hints->ep_attr->type = to_fi(type);
+  hints->caps = FI_MSG | FI_SEND | FI_RECV;
+  if (type != EndpointType::kDgram) {
+    hints->caps |= FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    if (atomics) hints->caps |= FI_ATOMIC;
+  }
+  if (type == EndpointType::kRdm) hints->caps |= FI_MULTI_RECV;
+  // Modes fabkv supports: every op context is an OpContext (fi_context2 first), and
+  // WRITE-with-immediate targets post receives (verbs asks for FI_RX_CQ_DATA).
+  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+  // Every mr_mode bit a provider may ask for that fabkv honours; verbs needs all four.
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->threading = thread_safe ? FI_THREAD_SAFE : FI_THREAD_DOMAIN;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  return hints;
+}
+
+}  // namespace
+
+std::unique_ptr<Fabric> Fabric::open(const FabricOptions& o) {
+  ProviderChoice choice = choose_provider(o.provider, o.peer_host);
+  std::string provider = choice.provider;
+  if (o.type == EndpointType::kDgram && provider == "tcp") {
+    provider = "udp";
+    choice.reason += "; datagram endpoints come from the udp provider";
+  }
+  if (provider == "shm" && o.type != EndpointType::kRdm)
+    throw FabricError("fi_getinfo", fmt::format("the shm provider offers only rdm endpoints, not {}",
+                                                to_string(o.type)));
+
+  std::string node = o.bind_host;
+  if (node.empty() && (provider == "tcp" || provider == "udp") && is_local_host(o.peer_host))
+    node = "127.0.0.1";  // a same-host tcp peer: use the loopback domain, not the first NIC
+
+  auto try_getinfo = [&](bool atomics, fi_info** out) {
+    fi_info* hints = make_hints(provider, o.type, atomics, o.thread_safe);
+    const char* service = o.bind_port.empty() ? nullptr : o.bind_port.c_str();
+    int ret = fi_getinfo(FI_VERSION(kFiVersionMajor, kFiVersionMinor),
+                         node.empty() ? nullptr : node.c_str(), service,
+                         node.empty() && service == nullptr ? 0 : FI_SOURCE, hints, out);
+    fi_freeinfo(hints);
+    return ret;
+  };
+
+  fi_info* info = nullptr;
+  bool want_atomics = o.atomics && o.type != EndpointType::kDgram;
+  int ret = try_getinfo(want_atomics, &info);
+  if (ret != 0 && want_atomics) {
+    ret = try_getinfo(false, &info);
+    if (ret == 0) choice.reason += "; no atomics on this provider/endpoint type";
+  }
+  if (ret != 0) {
+    std::string why = fmt::format("no '{}' provider with {} endpoints{}: {}", provider,
+                                  to_string(o.type), node.empty() ? "" : " on " + node,
+                                  error_text(ret));
+    if (const char* env = std::getenv("FI_PROVIDER"); env != nullptr)
+      why += fmt::format(" (FI_PROVIDER={} restricts the providers libfabric offers)", env);
+    throw FabricError("fi_getinfo", why);
+  }
+
+  std::unique_ptr<Fabric> f(new Fabric());
+  f->info_ = fi_dupinfo(info);  // keep only the first (best) match
+  fi_freeinfo(info);
+  f->requested_ = provider;
+  f->reason_ = choice.reason;
+  f->type_ = o.type;
+  f->provider_name_ = f->info_->fabric_attr->prov_name;
+  check(fi_fabric(f->info_->fabric_attr, &f->fabric_, nullptr), "fi_fabric");
+  check(fi_domain(f->fabric_, f->info_, &f->domain_, nullptr), "fi_domain");
+  if (!o.quiet)
+    spdlog::info("fabric: provider {} ({}); {}", f->provider_name_, choice.reason, f->describe());
+  return f;
+}
+
+Fabric::~Fabric() {
+  if (domain_ != nullptr) fi_close(&domain_->fid);
+  if (fabric_ != nullptr) fi_close(&fabric_->fid);
+  if (info_ != nullptr) fi_freeinfo(info_);
+}
+
+uint64_t Fabric::mr_mode() const { return static_cast<uint64_t>(info_->domain_attr->mr_mode); }
+bool Fabric::virt_addr() const { return (mr_mode() & FI_MR_VIRT_ADDR) != 0; }
+bool Fabric::prov_key() const { return (mr_mode() & FI_MR_PROV_KEY) != 0; }
+bool Fabric::local_mr() const { return (mr_mode() & FI_MR_LOCAL) != 0; }
+size_t Fabric::inject_size() const { return info_->tx_attr->inject_size; }
+size_t Fabric::cq_data_size() const { return info_->domain_attr->cq_data_size; }
+size_t Fabric::max_msg_size() const { return info_->ep_attr->max_msg_size; }
+bool Fabric::manual_progress() const {
+  return info_->domain_attr->data_progress == FI_PROGRESS_MANUAL;
+}
+bool Fabric::has_atomics() const { return (info_->caps & FI_ATOMIC) != 0; }
+bool Fabric::has_rma() const { return (info_->caps & FI_RMA) != 0; }
+
+std::string Fabric::describe() const {
+  std::string mr;
+  auto add = [&](uint64_t bit, const char* name) {
+    if (mr_mode() & bit) mr += (mr.empty() ? "" : "|") + std::string(name);
+  };
+  add(FI_MR_LOCAL, "local");
+  add(FI_MR_VIRT_ADDR, "virt_addr");
+  add(FI_MR_ALLOCATED, "allocated");
+  add(FI_MR_PROV_KEY, "prov_key");
+  return fmt::format("ep={} domain={} mr_mode={} inject={} cq_data={} progress={} rma={} atomics={}",
+                     to_string(type_), info_->domain_attr->name, mr.empty() ? "none" : mr,
+                     inject_size(), cq_data_size(), manual_progress() ? "manual" : "auto",
+                     has_rma() ? "yes" : "no", has_atomics() ? "yes" : "no");
+}
+
+}  // namespace fabkv::fabric
