@@ -1,0 +1,521 @@
+// The control server and client over real loopback sockets: handshakes, every rejection
+// (each followed by a good client), silent peers, client death, requests, many clients.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "control/client.h"
+#include "control/server.h"
+#include "control/socket.h"
+
+namespace fabkv::control {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Polls `pred` until it holds or `ms` pass; returns its last value. Tests wait on state, not
+// on sleeps, so they are fast when things work and fail (not hang) when they do not.
+template <typename Pred>
+bool wait_until(Pred pred, int ms = 5000) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= until) return pred();
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+// Records on_close calls.
+struct CloseLog {
+  std::mutex mu;
+  std::multiset<uint64_t> closed;
+  void add(uint64_t id) {
+    std::lock_guard lock(mu);
+    closed.insert(id);
+  }
+  size_t count(uint64_t id) {
+    std::lock_guard lock(mu);
+    return closed.count(id);
+  }
+  size_t size() {
+    std::lock_guard lock(mu);
+    return closed.size();
+  }
+};
+
+Welcome test_welcome() {
+  Welcome w;
+  w.provider = "tcp;ofi_rxm";
+  w.fabric_addresses = {{10, 20, 30}, {40, 50}};
+  w.regions.push_back({"perf.target", 0x1000, 4096, 42, kRemoteRead | kRemoteWrite});
+  w.payload = {7, 7, 7};
+  return w;
+}
+
+Hello good_hello(const std::string& secret = "") {
+  Hello h;
+  h.secret = secret;
+  h.service = "perf";
+  h.provider = "tcp;ofi_rxm";
+  h.fabric_address = {1, 2, 3, 4};
+  return h;
+}
+
+struct Fixture {
+  explicit Fixture(ControlServerOptions opt = {}) : server(opt, handlers()) {}
+  ControlServer::Handlers handlers() {
+    ControlServer::Handlers h;
+    h.on_hello = [this](uint64_t, const Hello& hello) {
+      if (hello.service == "nope") {
+        Welcome w;
+        w.status = Status::kUnknownService;
+        w.message = "no service named 'nope'";
+        return w;
+      }
+      hellos.fetch_add(1);
+      return test_welcome();
+    };
+    h.on_request = [](uint64_t id, std::span<const uint8_t> body) {
+      std::vector<uint8_t> r(body.begin(), body.end());
+      r.push_back(static_cast<uint8_t>(id));
+      return r;
+    };
+    h.on_close = [this](uint64_t id) { closes.add(id); };
+    return h;
+  }
+  std::atomic<int> hellos{0};
+  CloseLog closes;
+  ControlServer server;  // last: stopped (joined) before the members its handlers use die
+};
+
+ControlServerOptions fast_options(int handshake_timeout_ms = 300) {
+  ControlServerOptions o;
+  o.handshake_timeout_ms = handshake_timeout_ms;
+  return o;
+}
+
+// Asserts that connect() throws ControlError with `status` and a message containing `text`.
+void expect_rejected(const std::function<void()>& f, Status status, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "expected ControlError " << to_string(status);
+  } catch (const ControlError& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+
+void expect_good_handshake(Fixture& fx, const std::string& secret = "") {
+  ControlClient c = ControlClient::connect(fx.server.address(), good_hello(secret), 3000);
+  Welcome want = test_welcome();
+  want.session_id = c.welcome().session_id;
+  EXPECT_EQ(c.welcome(), want);
+  EXPECT_NE(c.session_id(), 0u);
+}
+
+// A plain socket that connects and then does what the test says (usually nothing).
+detail::Fd raw_connect(uint16_t port) {
+  detail::Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+TEST(ControlServer, HandshakeReturnsTheServiceWelcome) {
+  Fixture fx;
+  ControlClient c = ControlClient::connect(fx.server.address(), good_hello(), 3000);
+  Welcome want = test_welcome();
+  want.session_id = c.session_id();
+  EXPECT_EQ(c.welcome(), want);
+  EXPECT_TRUE(c.alive());
+  EXPECT_EQ(fx.hellos.load(), 1);
+  auto s = fx.server.stats();
+  EXPECT_EQ(s.accepted, 1u);
+  EXPECT_EQ(s.handshakes_ok, 1u);
+  EXPECT_EQ(s.active, 1u);
+}
+
+TEST(ControlServer, Ipv6Loopback) {
+  ControlServerOptions o;
+  o.host = "::1";
+  std::unique_ptr<Fixture> fx;
+  try {
+    fx = std::make_unique<Fixture>(o);
+  } catch (const std::runtime_error& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  EXPECT_EQ(fx->server.address(), "[::1]:" + std::to_string(fx->server.port()));
+  expect_good_handshake(*fx);
+}
+
+TEST(ControlServer, BindFailureThrowsWithErrnoText) {
+  Fixture fx;
+  ControlServerOptions o;
+  o.port = fx.server.port();  // already taken
+  try {
+    ControlServer second(o, {});
+    ADD_FAILURE() << "bind to a used port succeeded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Address already in use"), std::string::npos)
+        << e.what();
+  }
+  o.host = "not an address!";
+  EXPECT_THROW(ControlServer(o, {}), std::runtime_error);
+}
+
+TEST(ControlServer, WrongVersionIsRejectedThenGoodClientServed) {
+  Fixture fx;
+  Hello h = good_hello();
+  h.version = 2;
+  expect_rejected([&] { ControlClient::connect(fx.server.address(), h, 3000); },
+                  Status::kBadVersion, "version 2");
+  expect_rejected([&] { ControlClient::connect(fx.server.address(), h, 3000); },
+                  Status::kBadVersion, "server speaks version 1");
+  EXPECT_EQ(fx.server.stats().rejected_version, 2u);
+  expect_good_handshake(fx);
+  EXPECT_EQ(fx.server.stats().handshakes_ok, 1u);
+}
+
+TEST(ControlServer, WrongOrMissingSecretIsRejected) {
+  ControlServerOptions o;
+  o.secret = "open sesame";
+  Fixture fx(o);
+  expect_rejected(
+      [&] { ControlClient::connect(fx.server.address(), good_hello("open sesamE"), 3000); },
+      Status::kBadSecret, "wrong secret");
+  expect_rejected([&] { ControlClient::connect(fx.server.address(), good_hello(), 3000); },
+                  Status::kBadSecret, "requires a secret");
+  expect_rejected(
+      [&] { ControlClient::connect(fx.server.address(), good_hello("open sesame!"), 3000); },
+      Status::kBadSecret, "wrong secret");
+  EXPECT_EQ(fx.server.stats().rejected_secret, 3u);
+  EXPECT_EQ(fx.hellos.load(), 0);  // the service never saw them
+  expect_good_handshake(fx, "open sesame");
+}
+
+TEST(ControlServer, GarbageIsRejectedAsMalformed) {
+  Fixture fx;
+  std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::vector<uint8_t> bytes(http.begin(), http.end());
+  expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), bytes, 3000); },
+                  Status::kMalformed, "bad magic");
+
+  // A header announcing more than kMaxFrameSize.
+  auto f = encode_frame(FrameType::kHello, {});
+  uint32_t big = kMaxFrameSize + 1;
+  for (int i = 0; i < 4; ++i) f[8 + i] = static_cast<uint8_t>(big >> (8 * i));
+  expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), f, 3000); },
+                  Status::kMalformed, "exceeds the limit");
+
+  // A well-framed Hello whose body is garbage.
+  auto g = encode_frame(FrameType::kHello, std::vector<uint8_t>{0xff, 0xff, 0xff, 0xff, 1});
+  expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), g, 3000); },
+                  Status::kMalformed, "secret");
+
+  // A request before the handshake.
+  auto r = encode_frame(FrameType::kRequest, {});
+  expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), r, 3000); },
+                  Status::kMalformed, "expected a hello");
+
+  EXPECT_EQ(fx.server.stats().malformed, 4u);
+  expect_good_handshake(fx);
+}
+
+TEST(ControlServer, TruncatedThenSilentTimesOut) {
+  Fixture fx(fast_options(300));
+  auto f = encode(good_hello());
+  std::vector<uint8_t> half_header(f.begin(), f.begin() + 6);
+  expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), half_header, 3000); },
+                  Status::kTimeout, "handshake not completed within 300 ms (received 6 bytes)");
+  std::vector<uint8_t> cut_body(f.begin(), f.end() - 3);
+  expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), cut_body, 3000); },
+                  Status::kTimeout, "handshake not completed");
+  EXPECT_EQ(fx.server.stats().timed_out, 2u);
+  expect_good_handshake(fx);
+}
+
+TEST(ControlServer, ClientDeadlineFiresWhenServerNeverAnswers) {
+  // A listener that never accepts: the kernel completes the TCP handshake, nobody answers.
+  detail::Fd l(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(l.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(l.get(), 4), 0);
+  socklen_t len = sizeof a;
+  getsockname(l.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  expect_rejected([&] { ControlClient::connect(addr, good_hello(), 200); }, Status::kTimeout,
+                  "waiting for welcome");
+}
+
+TEST(ControlServer, ConnectionRefusedAndBadAddress) {
+  uint16_t port;
+  {
+    Fixture fx;
+    port = fx.server.port();
+  }
+  expect_rejected(
+      [&] { ControlClient::connect("127.0.0.1:" + std::to_string(port), good_hello(), 1000); },
+      Status::kConnectionFailed, "refused");
+  expect_rejected([&] { ControlClient::connect("localhost", good_hello(), 1000); },
+                  Status::kConnectionFailed, "bad server address");
+}
+
+TEST(ControlServer, SilentClientsDoNotDelayOthers) {
+  // Long handshake timeout: if a silent peer could block the server, the good clients below
+  // would wait for it to expire.
+  Fixture fx(fast_options(20000));
+  std::vector<detail::Fd> silent;
+  for (int i = 0; i < 5; ++i) silent.push_back(raw_connect(fx.server.port()));
+  auto hdr = encode(good_hello());
+  for (int i = 0; i < 5; ++i) {
+    detail::Fd fd = raw_connect(fx.server.port());
+    ASSERT_EQ(::send(fd.get(), hdr.data(), 7, MSG_NOSIGNAL), 7);  // half a header
+    silent.push_back(std::move(fd));
+  }
+  ASSERT_TRUE(wait_until([&] { return fx.server.stats().handshaking == 10; }));
+  for (int i = 0; i < 10; ++i) expect_good_handshake(fx);
+  auto s = fx.server.stats();
+  EXPECT_EQ(s.handshakes_ok, 10u);
+  EXPECT_EQ(s.timed_out, 0u);     // nobody had to wait for the silent peers' deadline
+  EXPECT_EQ(s.handshaking, 10u);  // and they are still pending
+}
+
+TEST(ControlServer, RejectionsConcurrentWithGoodClients) {
+  ControlServerOptions o = fast_options(200);
+  o.secret = "k";
+  Fixture fx(o);
+  std::atomic<bool> done{false};
+  std::thread bad([&] {
+    std::vector<uint8_t> junk = {'j', 'u', 'n', 'k', 0, 0, 0, 0, 0, 0, 0, 0};
+    Hello v = good_hello("k");
+    v.version = 9;
+    int i = 0;
+    while (!done.load()) {
+      try {
+        switch (i++ % 3) {
+          case 0: ControlClient::connect_raw(fx.server.address(), junk, 3000); break;
+          case 1: ControlClient::connect(fx.server.address(), v, 3000); break;
+          default: ControlClient::connect(fx.server.address(), good_hello("x"), 3000); break;
+        }
+        ADD_FAILURE() << "bad client accepted";
+      } catch (const ControlError&) {
+      }
+    }
+  });
+  std::thread silent([&] {
+    std::vector<detail::Fd> fds;
+    while (!done.load() && fds.size() < 20) {
+      fds.push_back(raw_connect(fx.server.port()));
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  for (int i = 0; i < 30; ++i) expect_good_handshake(fx, "k");
+  done.store(true);
+  bad.join();
+  silent.join();
+  auto s = fx.server.stats();
+  EXPECT_EQ(s.handshakes_ok, 30u);
+  EXPECT_GT(s.malformed + s.rejected_version + s.rejected_secret, 0u);
+}
+
+TEST(ControlServer, HandlerRejectionReachesClient) {
+  Fixture fx;
+  Hello h = good_hello();
+  h.service = "nope";
+  expect_rejected([&] { ControlClient::connect(fx.server.address(), h, 3000); },
+                  Status::kUnknownService, "no service named 'nope'");
+  EXPECT_EQ(fx.server.stats().rejected_by_handler, 1u);
+  expect_good_handshake(fx);
+}
+
+TEST(ControlServer, HandlerThatThrowsRejectsOnlyThatClient) {
+  ControlServer::Handlers h;
+  std::atomic<int> n{0};
+  h.on_hello = [&](uint64_t, const Hello&) -> Welcome {
+    if (n.fetch_add(1) == 0) throw std::runtime_error("out of regions");
+    return Welcome{};
+  };
+  ControlServer server({}, h);
+  expect_rejected([&] { ControlClient::connect(server.address(), good_hello(), 3000); },
+                  Status::kRejected, "out of regions");
+  ControlClient c = ControlClient::connect(server.address(), good_hello(), 3000);
+  EXPECT_TRUE(c.alive());
+}
+
+TEST(ControlServer, ServerBusyBeyondMaxSessions) {
+  ControlServerOptions o;
+  o.max_sessions = 2;
+  Fixture fx(o);
+  ControlClient a = ControlClient::connect(fx.server.address(), good_hello(), 3000);
+  ControlClient b = ControlClient::connect(fx.server.address(), good_hello(), 3000);
+  expect_rejected([&] { ControlClient::connect(fx.server.address(), good_hello(), 3000); },
+                  Status::kServerBusy, "server busy");
+  EXPECT_EQ(fx.server.stats().rejected_busy, 1u);
+  a.close();
+  ASSERT_TRUE(wait_until([&] { return fx.server.stats().active == 1; }));
+  expect_good_handshake(fx);
+}
+
+TEST(ControlServer, RequestsAfterHandshake) {
+  Fixture fx;
+  ControlClient c = ControlClient::connect(fx.server.address(), good_hello(), 3000);
+  for (int i = 0; i < 50; ++i) {
+    std::vector<uint8_t> body(static_cast<size_t>(i), static_cast<uint8_t>(i));
+    std::vector<uint8_t> reply = c.request(body, 3000);
+    body.push_back(static_cast<uint8_t>(c.session_id()));
+    ASSERT_EQ(reply, body);
+  }
+  // A large request crosses several reads on the server side.
+  std::vector<uint8_t> big(512 * 1024, 0x5a);
+  auto reply = c.request(big, 5000);
+  EXPECT_EQ(reply.size(), big.size() + 1);
+  EXPECT_EQ(fx.server.stats().requests, 51u);
+  EXPECT_TRUE(c.alive());
+}
+
+TEST(ControlServer, RequestWithoutHandlerGetsErrorAndSessionSurvives) {
+  ControlServer server({}, {});
+  ControlClient c = ControlClient::connect(server.address(), good_hello(), 3000);
+  expect_rejected([&] { c.request(std::vector<uint8_t>{1}, 3000); }, Status::kRejected,
+                  "takes no requests");
+  EXPECT_TRUE(c.alive());
+  expect_rejected([&] { c.request(std::vector<uint8_t>{1}, 3000); }, Status::kRejected,
+                  "takes no requests");
+}
+
+TEST(ControlServer, OnCloseFiresWhenClientSocketCloses) {
+  Fixture fx;
+  ControlClient a = ControlClient::connect(fx.server.address(), good_hello(), 3000);
+  uint64_t id_a = a.session_id();
+  std::optional<ControlClient> b = ControlClient::connect(fx.server.address(), good_hello(), 3000);
+  uint64_t id_b = b->session_id();
+  EXPECT_NE(id_a, id_b);
+  a.close();
+  EXPECT_FALSE(a.alive());
+  ASSERT_TRUE(wait_until([&] { return fx.closes.count(id_a) == 1; }));
+  b.reset();  // destructor closes
+  ASSERT_TRUE(wait_until([&] { return fx.closes.count(id_b) == 1; }));
+  auto s = fx.server.stats();
+  EXPECT_EQ(s.closed, 2u);
+  EXPECT_EQ(s.active, 0u);
+  EXPECT_EQ(fx.closes.size(), 2u);
+}
+
+TEST(ControlServer, OnCloseFiresWhenClientProcessDies) {
+  // Fork before the server starts its thread, so the child is single-threaded.
+  int to_child[2], to_parent[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(to_parent), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    uint16_t port = 0;
+    if (read(to_child[0], &port, sizeof port) != sizeof port) _exit(2);
+    try {
+      ControlClient c =
+          ControlClient::connect("127.0.0.1:" + std::to_string(port), good_hello(), 3000);
+      uint64_t id = c.session_id();
+      if (write(to_parent[1], &id, sizeof id) != sizeof id) _exit(3);
+      pause();  // killed by the parent while connected
+    } catch (...) {
+      _exit(4);
+    }
+    _exit(5);
+  }
+  Fixture fx;
+  uint16_t port = fx.server.port();
+  ASSERT_EQ(write(to_child[1], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  uint64_t id = 0;
+  ASSERT_EQ(read(to_parent[0], &id, sizeof id), static_cast<ssize_t>(sizeof id));
+  EXPECT_EQ(fx.server.stats().active, 1u);
+  EXPECT_EQ(fx.closes.count(id), 0u);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_TRUE(wait_until([&] { return fx.closes.count(id) == 1; }));
+  EXPECT_EQ(fx.server.stats().active, 0u);
+  for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) ::close(fd);
+}
+
+TEST(ControlServer, StopClosesSessionsAndFiresOnClose) {
+  auto fx = std::make_unique<Fixture>();
+  ControlClient c = ControlClient::connect(fx->server.address(), good_hello(), 3000);
+  uint64_t id = c.session_id();
+  fx->server.stop();
+  EXPECT_EQ(fx->closes.count(id), 1u);  // fired before stop() returned
+  EXPECT_TRUE(wait_until([&] { return !c.alive(); }));
+  expect_rejected([&] { c.request(std::vector<uint8_t>{1}, 1000); },
+                  Status::kConnectionFailed, "closed");
+  fx->server.stop();  // idempotent
+}
+
+TEST(ControlServer, ClientDeathDoesNotKillServerWithSigpipe) {
+  // A client that sends a request and disappears before the reply: the server's send must
+  // fail quietly (MSG_NOSIGNAL), not raise SIGPIPE.
+  Fixture fx;
+  for (int i = 0; i < 20; ++i) {
+    ControlClient c = ControlClient::connect(fx.server.address(), good_hello(), 3000);
+    detail::Fd raw = raw_connect(fx.server.port());
+    auto h = encode(good_hello());
+    auto req = encode_frame(FrameType::kRequest, std::vector<uint8_t>(200000, 1));
+    h.insert(h.end(), req.begin(), req.end());
+    (void)::send(raw.get(), h.data(), h.size(), MSG_NOSIGNAL);
+    struct linger lg{1, 0};  // close with RST
+    setsockopt(raw.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  }
+  expect_good_handshake(fx);
+}
+
+TEST(ControlServer, ManyConcurrentClients) {
+  Fixture fx;
+  constexpr int kThreads = 8, kPerThread = 25;
+  std::vector<std::vector<ControlClient>> held(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        try {
+          held[t].push_back(ControlClient::connect(fx.server.address(), good_hello(), 10000));
+          std::vector<uint8_t> body = {static_cast<uint8_t>(i)};
+          if (held[t].back().request(body, 10000).size() != 2) failures.fetch_add(1);
+        } catch (const ControlError& e) {
+          failures.fetch_add(1);
+          ADD_FAILURE() << e.what();
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::set<uint64_t> ids;
+  for (auto& v : held)
+    for (auto& c : v) ids.insert(c.session_id());
+  EXPECT_EQ(ids.size(), size_t{kThreads * kPerThread});
+  auto s = fx.server.stats();
+  EXPECT_EQ(s.handshakes_ok, uint64_t{kThreads * kPerThread});
+  EXPECT_EQ(s.active, uint64_t{kThreads * kPerThread});
+  held.clear();
+  EXPECT_TRUE(wait_until([&] { return fx.closes.size() == size_t{kThreads * kPerThread}; }));
+  EXPECT_EQ(fx.server.stats().active, 0u);
+}
+
+}  // namespace
+}  // namespace fabkv::control
