@@ -1,0 +1,302 @@
+#include "store/cache_engine.h"
+
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "store/pipeline.h"
+
+namespace fabkv::store {
+
+using layout::CacheBucket;
+using layout::ItemHeader;
+
+namespace {
+
+// Entries hold log offsets in 8-byte units truncated to 48 bits: they repeat every 2^51 bytes
+// of appends. The log itself is capped well below that so that the sweep (sweep_st) has room
+// to clear every dead entry before its offset could alias a live one.
+constexpr uint64_t kOffsetRange = uint64_t{1} << (layout::kLocationBits + 3);
+constexpr uint64_t kMaxLogSize = kOffsetRange >> 3;
+constexpr uint64_t kSweepWindow = kOffsetRange >> 1;
+static_assert(kMaxLogSize + kSweepWindow < kOffsetRange);
+
+}  // namespace
+
+CacheEngine::CacheEngine(const EngineOptions& opts)
+    : mem_(opts.memory_bytes, opts.huge_pages, opts.prefault),
+      version_(opts.first_version == 0 ? 1 : opts.first_version),
+      max_value_(opts.max_value_size),
+      clock_(opts.clock != nullptr ? opts.clock : &realtime_seconds),
+      clock_ctx_(opts.clock_ctx) {
+  if (max_value_ > kMaxValueSizeLimit) {
+    throw std::runtime_error("store: max_value_size " + std::to_string(max_value_) +
+                             " exceeds the limit " + std::to_string(kMaxValueSizeLimit));
+  }
+  const size_t bytes = opts.memory_bytes;
+  size_t nb = opts.index_buckets != 0 ? opts.index_buckets : bytes / 8 / sizeof(CacheBucket);
+  nb = std::bit_floor(nb == 0 ? size_t{1} : nb);
+  if (nb > (uint64_t{1} << 32)) nb = uint64_t{1} << 32;  // hash.h: 32 bucket bits
+  const size_t index_bytes = nb * sizeof(CacheBucket);
+  const size_t max_item = layout::item_size(kMaxKeySize, max_value_);
+  if (index_bytes >= bytes || (bytes - index_bytes) / 2 < max_item) {
+    throw std::runtime_error("store: cache memory of " + std::to_string(bytes) + " bytes with " +
+                             std::to_string(nb) + " index buckets leaves no log for two items of " +
+                             std::to_string(max_item) + " bytes; raise memory_bytes or lower "
+                             "max_value_size");
+  }
+  log_size_ = (bytes - index_bytes) & ~uint64_t{tuning::kItemAlign - 1};
+  if (log_size_ > kMaxLogSize) {
+    throw std::runtime_error("store: cache log larger than 2^48 bytes; use more partitions");
+  }
+  buckets_ = reinterpret_cast<CacheBucket*>(mem_.base());
+  bucket_mask_ = nb - 1;
+  log_ = mem_.base() + index_bytes;
+  // Visit every bucket at least once per kSweepWindow bytes of appends.
+  sweep_interval_ = kSweepWindow / nb;
+}
+
+uint64_t CacheEngine::next_version() {
+  const uint64_t v = version_;
+  // 0 means "no expected version" in PutOptions, so the counter skips it when it wraps.
+  version_ = v == UINT64_MAX ? 1 : v + 1;
+  return v;
+}
+
+bool CacheEngine::live(uint64_t entry, uint64_t* abs) const {
+  const uint64_t tail8 = tail_ >> 3;
+  const uint64_t dist8 = (tail8 - layout::entry_location(entry)) & layout::kLocationMask;
+  // dist8 == 0 would be an item that starts at the tail, i.e. not written yet: never valid.
+  if (dist8 == 0 || dist8 > (log_size_ >> 3)) return false;
+  *abs = tail_ - (dist8 << 3);
+  return true;
+}
+
+bool CacheEngine::key_matches(const std::byte* item, const ItemHeader& h,
+                              std::string_view key) const {
+  return h.key_size == key.size() &&
+         std::memcmp(layout::item_key(item), key.data(), key.size()) == 0;
+}
+
+void CacheEngine::prefetch_index(KeyHash h) const { __builtin_prefetch(&bucket(h), 0, 3); }
+
+void CacheEngine::prefetch_item(KeyHash h) const {
+  const CacheBucket& b = bucket(h);
+  const uint16_t tag = tag_of(h);
+  for (uint64_t e : b.entries) {
+    uint64_t abs;
+    if (layout::entry_tag(e) != tag || !live(e, &abs)) continue;
+    const std::byte* item = item_at(abs);
+    // Header and key are what the lookup reads; a 16-byte key and 32-byte value item is 72
+    // bytes, so it may end in the next line.
+    __builtin_prefetch(item, 0, 3);
+    __builtin_prefetch(item + 63, 0, 3);
+  }
+}
+
+Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
+  if (key.empty()) {
+    add_st(stats_.too_large);
+    return Status::kInvalidKey;
+  }
+  if (key.size() > kMaxKeySize) {
+    add_st(stats_.too_large);
+    return Status::kTooLarge;
+  }
+  CacheBucket& b = bucket(h);
+  const uint16_t tag = tag_of(h);
+  for (uint64_t& e : b.entries) {
+    if (layout::entry_tag(e) != tag) continue;
+    uint64_t abs;
+    if (!live(e, &abs)) {
+      // The log wrapped over this item: forget the entry now that we have noticed.
+      e = 0;
+      add_st(stats_.evictions);
+      sub_st(stats_.items);
+      continue;
+    }
+    const std::byte* item = item_at(abs);
+    const ItemHeader hdr = layout::load_header(item);
+    if (!key_matches(item, hdr, key)) continue;  // tag collision
+    if (expired(hdr)) {
+      e = 0;
+      add_st(stats_.expired);
+      sub_st(stats_.items);
+      break;
+    }
+    out.value = std::string_view(
+        reinterpret_cast<const char*>(layout::item_key(item)) + hdr.key_size, hdr.value_size);
+    out.version = hdr.version;
+    out.expire_at = hdr.expire_at;
+    add_st(stats_.hits);
+    return Status::kOk;
+  }
+  add_st(stats_.misses);
+  return Status::kNotFound;
+}
+
+uint64_t CacheEngine::append(std::string_view key, std::string_view value, const ItemHeader& h) {
+  const uint64_t size = layout::item_size(key.size(), value.size());
+  // Items never straddle the end of the log: skip the rest of the lap instead (the skipped
+  // bytes count as appended, which keeps the liveness test a single subtraction).
+  const uint64_t pos = tail_ % log_size_;
+  if (pos + size > log_size_) tail_ += log_size_ - pos;
+  const uint64_t abs = tail_;
+  std::byte* p = item_at(abs);
+  // The value may be a view from an earlier get(), pointing into the log and possibly into
+  // the bytes about to be overwritten. memmove copes with the overlap, and copying the value
+  // before the header and key means those writes cannot clobber it first. (Keys are never
+  // views into the log: they come from requests.)
+  std::memmove(p + layout::kItemHeaderSize + key.size(), value.data(), value.size());
+  std::memcpy(p + layout::kItemHeaderSize, key.data(), key.size());
+  layout::store_header(p, h);
+  tail_ = abs + size;
+  return abs;
+}
+
+void CacheEngine::sweep_st(uint64_t appended) {
+  // Dead entries are normally cleared when a lookup in their bucket notices them. A bucket
+  // nobody touches could keep one for 2^51 bytes of appends, after which its truncated offset
+  // would look live again. So every kSweepWindow bytes the sweep visits all buckets once,
+  // one bucket per sweep_interval_ bytes appended: cheap (one bucket per ~256 KiB or more).
+  sweep_credit_ += appended;
+  while (sweep_credit_ >= sweep_interval_) {
+    sweep_credit_ -= sweep_interval_;
+    CacheBucket& b = buckets_[sweep_bucket_];
+    sweep_bucket_ = (sweep_bucket_ + 1) & bucket_mask_;
+    for (uint64_t& e : b.entries) {
+      uint64_t abs;
+      if (e != 0 && !live(e, &abs)) {
+        e = 0;
+        add_st(stats_.evictions);
+        sub_st(stats_.items);
+      }
+    }
+  }
+}
+
+Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
+                        const PutOptions& opts, uint64_t* new_version) {
+  if (key.empty()) {
+    add_st(stats_.too_large);
+    return Status::kInvalidKey;
+  }
+  if (key.size() > kMaxKeySize || value.size() > max_value_) {
+    add_st(stats_.too_large);
+    return Status::kTooLarge;
+  }
+  CacheBucket& b = bucket(h);
+  const uint16_t tag = tag_of(h);
+  int found = -1, empty = -1, oldest = -1;
+  uint64_t oldest_abs = UINT64_MAX;
+  ItemHeader old{};
+  for (int i = 0; i < static_cast<int>(tuning::kCacheBucketEntries); ++i) {
+    uint64_t& e = b.entries[i];
+    if (e == 0) {
+      if (empty < 0) empty = i;
+      continue;
+    }
+    uint64_t abs;
+    if (!live(e, &abs)) {
+      e = 0;
+      add_st(stats_.evictions);
+      sub_st(stats_.items);
+      if (empty < 0) empty = i;
+      continue;
+    }
+    if (found < 0 && layout::entry_tag(e) == tag) {
+      const std::byte* item = item_at(abs);
+      const ItemHeader hdr = layout::load_header(item);
+      if (key_matches(item, hdr, key)) {
+        found = i;
+        old = hdr;
+        continue;
+      }
+    }
+    // MICA: a full bucket gives up the entry whose item is oldest in the log.
+    if (abs < oldest_abs) {
+      oldest_abs = abs;
+      oldest = i;
+    }
+  }
+  if (found >= 0 && expired(old)) {
+    b.entries[found] = 0;
+    add_st(stats_.expired);
+    sub_st(stats_.items);
+    if (empty < 0 || found < empty) empty = found;
+    found = -1;
+  }
+  if (opts.expected_version != 0) {
+    if (found < 0) return Status::kNotFound;
+    if (old.version != opts.expected_version) {
+      add_st(stats_.version_mismatches);
+      return Status::kVersionMismatch;
+    }
+  }
+
+  ItemHeader hdr{};
+  hdr.version = next_version();
+  hdr.expire_at = opts.expire_at;
+  hdr.value_size = static_cast<uint32_t>(value.size());
+  hdr.key_size = static_cast<uint8_t>(key.size());
+  const uint64_t tail_before = tail_;
+  const uint64_t abs = append(key, value, hdr);
+  const uint64_t entry = layout::make_entry(tag, abs >> 3);
+  if (found >= 0) {
+    b.entries[found] = entry;
+  } else if (empty >= 0) {
+    b.entries[empty] = entry;
+    add_st(stats_.items);
+  } else {
+    b.entries[oldest] = entry;
+    add_st(stats_.index_drops);
+  }
+  add_st(stats_.puts);
+  stats_.bytes.store(tail_ < log_size_ ? tail_ : log_size_, std::memory_order_relaxed);
+  sweep_st(tail_ - tail_before);
+  if (new_version != nullptr) *new_version = hdr.version;
+  return Status::kOk;
+}
+
+Status CacheEngine::del(KeyHash h, std::string_view key) {
+  if (key.empty()) {
+    add_st(stats_.too_large);
+    return Status::kInvalidKey;
+  }
+  if (key.size() > kMaxKeySize) {
+    add_st(stats_.too_large);
+    return Status::kTooLarge;
+  }
+  CacheBucket& b = bucket(h);
+  const uint16_t tag = tag_of(h);
+  for (uint64_t& e : b.entries) {
+    if (layout::entry_tag(e) != tag) continue;
+    uint64_t abs;
+    if (!live(e, &abs)) {
+      e = 0;
+      add_st(stats_.evictions);
+      sub_st(stats_.items);
+      continue;
+    }
+    const std::byte* item = item_at(abs);
+    const ItemHeader hdr = layout::load_header(item);
+    if (!key_matches(item, hdr, key)) continue;
+    // The log item stays where it is; without an index entry nothing can reach it.
+    e = 0;
+    sub_st(stats_.items);
+    if (expired(hdr)) {
+      add_st(stats_.expired);
+      return Status::kNotFound;
+    }
+    add_st(stats_.dels);
+    return Status::kOk;
+  }
+  return Status::kNotFound;
+}
+
+void CacheEngine::run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap) {
+  run_pipeline(*this, reqs, done, gap);
+}
+
+}  // namespace fabkv::store

@@ -1,0 +1,74 @@
+// `cache` engine: MICA cache mode (HERD sec. 2.1 and 4.1). A lossy set-associative index of
+// 64-byte buckets, each holding 8 tagged offsets, over a circular log. A PUT appends the item
+// to the log and points the key's index entry at it; the log overwrites its oldest bytes when
+// it wraps (FIFO eviction) and a full bucket drops its oldest entry. A GET confirms a tag hit
+// against the item's liveness in the log and the full key, so it never returns a stale or a
+// foreign value. Layouts: layout.h and docs/storage.md.
+#pragma once
+
+#include <cstdint>
+
+#include "store/engine.h"
+#include "store/layout.h"
+#include "store/region.h"
+
+namespace fabkv::store {
+
+class CacheEngine final : public Engine {
+ public:
+  // Throws std::runtime_error when the options cannot make a working cache (log smaller than
+  // two maximum-size items, log larger than 2^48 bytes) or the mapping fails.
+  explicit CacheEngine(const EngineOptions& opts);
+
+  EngineKind kind() const override { return EngineKind::kCache; }
+  using Engine::del;
+  using Engine::get;
+  using Engine::put;
+  Status get(KeyHash h, std::string_view key, ItemView& out) override;
+  Status put(KeyHash h, std::string_view key, std::string_view value, const PutOptions& opts = {},
+             uint64_t* new_version = nullptr) override;
+  Status del(KeyHash h, std::string_view key) override;
+  void prefetch_index(KeyHash h) const override;
+  void prefetch_item(KeyHash h) const override;
+  using Engine::run_batch;
+  void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
+  MemoryRegion memory() const override { return mem_.region(); }
+  size_t max_value_size() const override { return max_value_; }
+
+  // Introspection for tests and the benchmark.
+  uint64_t bucket_count() const { return bucket_mask_ + 1; }
+  uint64_t log_capacity() const { return log_size_; }
+  // Absolute log offset where the next item goes (bytes appended so far, plus skipped tails).
+  uint64_t log_tail() const { return tail_; }
+
+ private:
+  layout::CacheBucket& bucket(KeyHash h) const { return buckets_[bucket_of(h, bucket_mask_)]; }
+  // An entry is live when its item has not been overwritten: the log has advanced by at most
+  // log_size_ bytes since the item's start. Writes *abs = the item's absolute log offset.
+  bool live(uint64_t entry, uint64_t* abs) const;
+  std::byte* item_at(uint64_t abs) const { return log_ + abs % log_size_; }
+  bool expired(const layout::ItemHeader& h) const {
+    return h.expire_at != 0 && clock_(clock_ctx_) >= h.expire_at;
+  }
+  bool key_matches(const std::byte* item, const layout::ItemHeader& h, std::string_view key) const;
+  uint64_t append(std::string_view key, std::string_view value, const layout::ItemHeader& h);
+  void sweep_st(uint64_t appended);
+  uint64_t next_version();
+
+  PartitionMemory mem_;
+  layout::CacheBucket* buckets_ = nullptr;
+  uint64_t bucket_mask_ = 0;
+  std::byte* log_ = nullptr;
+  uint64_t log_size_ = 0;
+  uint64_t tail_ = 0;
+  uint64_t version_ = 1;
+  size_t max_value_ = 0;
+  // Index sweep, see sweep_st().
+  uint64_t sweep_bucket_ = 0;
+  uint64_t sweep_credit_ = 0;
+  uint64_t sweep_interval_ = 0;
+  ClockFn clock_;
+  void* clock_ctx_;
+};
+
+}  // namespace fabkv::store

@@ -1,0 +1,52 @@
+#include "store/engine.h"
+
+#include <time.h>
+
+#include "store/cache_engine.h"
+#include "store/store_engine.h"
+
+namespace fabkv::store {
+
+const char* to_string(Status s) {
+  switch (s) {
+    case Status::kOk: return "ok";
+    case Status::kNotFound: return "not_found";
+    case Status::kTooLarge: return "too_large";
+    case Status::kInvalidKey: return "invalid_key";
+    case Status::kNoSpace: return "no_space";
+    case Status::kVersionMismatch: return "version_mismatch";
+  }
+  return "unknown";
+}
+
+const char* to_string(EngineKind k) {
+  switch (k) {
+    case EngineKind::kCache: return "cache";
+    case EngineKind::kStore: return "store";
+  }
+  return "unknown";
+}
+
+std::optional<EngineKind> engine_kind_from_string(std::string_view name) {
+  if (name == "cache") return EngineKind::kCache;
+  if (name == "store") return EngineKind::kStore;
+  return std::nullopt;
+}
+
+uint32_t realtime_seconds(void*) {
+  // The coarse clock is a vDSO read of the last tick (a few ns); a second's resolution is all
+  // expiry needs.
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return static_cast<uint32_t>(ts.tv_sec);
+}
+
+std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) {
+  switch (kind) {
+    case EngineKind::kCache: return std::make_unique<CacheEngine>(opts);
+    case EngineKind::kStore: return std::make_unique<StoreEngine>(opts);
+  }
+  throw std::invalid_argument("store: unknown engine kind");
+}
+
+}  // namespace fabkv::store

@@ -1,0 +1,182 @@
+// The storage engine API: one Engine per partition, owned by one worker thread (EREW, HERD
+// sec. 4.1 after MICA). Only the owner thread may call the methods whose names end in `_st`
+// or that mutate (get may mutate too: it removes expired items). stats() may be read from
+// any thread.
+//
+// Data-path calls never throw; they return a Status. make_engine() throws std::runtime_error
+// (bad options, mmap failure) or std::bad_alloc.
+//
+// Value lifetime: get() returns a view into the engine's memory (zero copy, so a server can
+// hand it to the NIC). The view stays valid until the next put() or del() on the same engine,
+// and no longer. In a batch, this includes later PUT/DELETE requests of the same batch: copy
+// the value inside the completion callback if the batch mutates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "store/hash.h"
+#include "store/limits.h"
+#include "store/stats.h"
+
+namespace fabkv::store {
+
+enum class Status : uint8_t {
+  kOk,
+  kNotFound,         // no such key, or it expired, or (cache) it was evicted
+  kTooLarge,         // key longer than kMaxKeySize or value longer than max_value_size
+  kInvalidKey,       // empty key
+  kNoSpace,          // store: no memory left for the item or its index entry
+  kVersionMismatch,  // put with an expected version that is not the item's current version
+};
+
+const char* to_string(Status s);
+
+enum class EngineKind : uint8_t { kCache, kStore };
+const char* to_string(EngineKind k);
+// "cache" or "store"; nullopt for anything else.
+std::optional<EngineKind> engine_kind_from_string(std::string_view name);
+
+// Wall-clock seconds used for expiry; only read when an item carries an expiry time.
+using ClockFn = uint32_t (*)(void* ctx);
+uint32_t realtime_seconds(void* unused);
+
+struct EngineOptions {
+  // Bytes of memory for the partition (index + log or heap), mapped once at creation.
+  // Trade-off: more memory holds more items (cache: fewer evictions).
+  size_t memory_bytes = size_t{64} << 20;
+  // Index buckets (64 bytes each), rounded down to a power of two. 0 = derive: 1/8 of
+  // memory_bytes, as HERD sec. 4.1 sizes its index (64 Mi keys) against a 4 GB log.
+  size_t index_buckets = 0;
+  // Largest value accepted, up to kMaxValueSizeLimit. The cache needs its log to hold at
+  // least two items of the largest size.
+  size_t max_value_size = kDefaultMaxValueSize;
+  // Try MAP_HUGETLB first (2 MiB pages, fewer TLB misses, fewer NIC translation entries).
+  bool huge_pages = true;
+  // Touch every page at creation so that the data path never page-faults.
+  bool prefault = true;
+  // First CAS version handed out (tests use values near UINT64_MAX for wrap-around).
+  uint64_t first_version = 1;
+  // Expiry clock; default CLOCK_REALTIME_COARSE seconds.
+  ClockFn clock = &realtime_seconds;
+  void* clock_ctx = nullptr;
+};
+
+// The raw memory of a partition, for registration with the NIC (a later issue).
+struct MemoryRegion {
+  std::byte* base = nullptr;
+  size_t size = 0;
+  bool huge_pages = false;  // true when MAP_HUGETLB succeeded
+};
+
+struct PutOptions {
+  uint64_t expected_version = 0;  // 0 = unconditional set; otherwise memcached `cas`
+  uint32_t expire_at = 0;         // absolute Unix seconds, 0 = never
+};
+
+struct ItemView {
+  std::string_view value;  // valid until the next put/del on this engine (see top)
+  uint64_t version = 0;
+  uint32_t expire_at = 0;
+};
+
+// ---- Batch form --------------------------------------------------------------------------
+
+enum class Op : uint8_t { kGet, kPut, kDel };
+
+struct Request {
+  Op op = Op::kGet;
+  KeyHash hash;  // hash_key(key); the caller usually has it already to pick the partition
+  std::string_view key;
+  std::string_view value;  // kPut only
+  PutOptions put;          // kPut only
+};
+
+struct Response {
+  Status status = Status::kNotFound;
+  uint64_t version = 0;    // kGet: the item's version; kPut: the new version
+  uint32_t expire_at = 0;  // kGet
+  std::string_view value;  // kGet: valid until the next mutation (see top)
+};
+
+// A non-owning reference to a callable, cheap to pass by value (like llvm::function_ref).
+template <class Fn>
+class FunctionRef;
+template <class R, class... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
+             std::is_invocable_r_v<R, F&, Args...>)
+  FunctionRef(F&& f)  // NOLINT: implicit by design
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, Args... a) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(a)...);
+        }) {}
+  R operator()(Args... a) const { return call_(obj_, std::forward<Args>(a)...); }
+
+ private:
+  void* obj_;
+  R (*call_)(void*, Args...);
+};
+
+// Called once per request, in request order, right after it executed. `index` is the
+// request's position in the batch.
+using CompletionFn = FunctionRef<void(size_t index, const Response& r)>;
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  Engine() = default;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  virtual EngineKind kind() const = 0;
+
+  // ---- one-call form (owner thread only) ----
+  virtual Status get(KeyHash h, std::string_view key, ItemView& out) = 0;
+  virtual Status put(KeyHash h, std::string_view key, std::string_view value,
+                     const PutOptions& opts = {}, uint64_t* new_version = nullptr) = 0;
+  virtual Status del(KeyHash h, std::string_view key) = 0;
+
+  Status get(std::string_view key, ItemView& out) { return get(hash_key(key), key, out); }
+  Status put(std::string_view key, std::string_view value, const PutOptions& opts = {},
+             uint64_t* new_version = nullptr) {
+    return put(hash_key(key), key, value, opts, new_version);
+  }
+  Status del(std::string_view key) { return del(hash_key(key), key); }
+
+  // ---- pipeline stages (HERD sec. 4.1.1), owner thread only ----
+  // Stage 1: prefetch the key's index bucket. Stage 2 (some requests later): read the bucket,
+  // which is now cached, and prefetch the items its matching tags point at. Stage 3: execute
+  // with get/put/del, which then find both in cache. Prefetches never change results.
+  virtual void prefetch_index(KeyHash h) const = 0;
+  virtual void prefetch_item(KeyHash h) const = 0;
+
+  // Runs the requests through the 3-step pipeline above with `gap` requests between stages
+  // (0 = tuning::kDefaultStageGap). Results equal calling the one-call form in order.
+  virtual void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) = 0;
+  // Same, writing into responses[i] (responses.size() >= reqs.size()). GET value views in
+  // `responses` are valid only if no later request of the batch mutates (see top).
+  void run_batch(std::span<const Request> reqs, std::span<Response> responses, size_t gap = 0) {
+    run_batch(
+        reqs, [&](size_t i, const Response& r) { responses[i] = r; }, gap);
+  }
+
+  // ---- any thread ----
+  StatsSnapshot stats() const { return stats_.snapshot(); }
+  virtual MemoryRegion memory() const = 0;
+  virtual size_t max_value_size() const = 0;
+
+ protected:
+  PartitionStats stats_;
+};
+
+std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts);
+
+}  // namespace fabkv::store

@@ -1,0 +1,270 @@
+#include "store/store_engine.h"
+
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "store/pipeline.h"
+
+namespace fabkv::store {
+
+using layout::ItemHeader;
+using layout::StoreBucket;
+
+StoreEngine::StoreEngine(const EngineOptions& opts)
+    : mem_(opts.memory_bytes, opts.huge_pages, opts.prefault),
+      version_(opts.first_version == 0 ? 1 : opts.first_version),
+      max_value_(opts.max_value_size),
+      clock_(opts.clock != nullptr ? opts.clock : &realtime_seconds),
+      clock_ctx_(opts.clock_ctx) {
+  if (max_value_ > kMaxValueSizeLimit) {
+    throw std::runtime_error("store: max_value_size " + std::to_string(max_value_) +
+                             " exceeds the limit " + std::to_string(kMaxValueSizeLimit));
+  }
+  const size_t bytes = opts.memory_bytes;
+  size_t nb = opts.index_buckets != 0 ? opts.index_buckets : bytes / 8 / sizeof(StoreBucket);
+  nb = std::bit_floor(nb == 0 ? size_t{1} : nb);
+  if (nb > (uint64_t{1} << 32)) nb = uint64_t{1} << 32;  // hash.h: 32 bucket bits
+  const size_t index_bytes = nb * sizeof(StoreBucket);
+  if (index_bytes + 64 > bytes) {
+    throw std::runtime_error("store: store memory of " + std::to_string(bytes) + " bytes with " +
+                             std::to_string(nb) + " index buckets leaves no heap");
+  }
+  if (bytes - index_bytes >= (uint64_t{1} << (layout::kLocationBits + 3))) {
+    throw std::runtime_error("store: store heap larger than 2^51 bytes; use more partitions");
+  }
+  buckets_ = reinterpret_cast<StoreBucket*>(mem_.base());
+  bucket_mask_ = nb - 1;
+  heap_ = Heap(mem_.base() + index_bytes, bytes - index_bytes);
+}
+
+uint64_t StoreEngine::next_version() {
+  const uint64_t v = version_;
+  version_ = v == UINT64_MAX ? 1 : v + 1;  // 0 means "unconditional" in PutOptions
+  return v;
+}
+
+void StoreEngine::prefetch_index(KeyHash h) const { __builtin_prefetch(&main_bucket(h), 0, 3); }
+
+void StoreEngine::prefetch_item(KeyHash h) const {
+  // Only the main bucket is cached by now; chains are rare at sane load factors and are
+  // followed at execution time.
+  const StoreBucket& b = main_bucket(h);
+  const uint16_t tag = tag_of(h);
+  for (uint64_t e : b.entries) {
+    if (layout::entry_tag(e) != tag) continue;
+    const std::byte* it = item(e);
+    __builtin_prefetch(it, 0, 3);
+    __builtin_prefetch(it + 63, 0, 3);
+  }
+}
+
+bool StoreEngine::find(KeyHash h, std::string_view key, Slot* found, Slot* free_slot) const {
+  const uint16_t tag = tag_of(h);
+  StoreBucket* prev = nullptr;
+  StoreBucket* b = &main_bucket(h);
+  if (free_slot != nullptr) *free_slot = Slot{};
+  for (;;) {
+    for (int i = 0; i < static_cast<int>(tuning::kStoreBucketEntries); ++i) {
+      const uint64_t e = b->entries[i];
+      if (e == 0) {
+        if (free_slot != nullptr && free_slot->index < 0) *free_slot = Slot{b, prev, i};
+        continue;
+      }
+      if (layout::entry_tag(e) != tag) continue;
+      const std::byte* it = item(e);
+      const ItemHeader hdr = layout::load_header(it);
+      if (hdr.key_size == key.size() &&
+          std::memcmp(layout::item_key(it), key.data(), key.size()) == 0) {
+        *found = Slot{b, prev, i};
+        return true;
+      }
+    }
+    if (b->next == 0) break;
+    prev = b;
+    b = overflow(b->next);
+  }
+  // No empty slot anywhere: report the chain's last bucket, where a new one gets linked.
+  if (free_slot != nullptr && free_slot->index < 0) *free_slot = Slot{b, prev, -1};
+  return false;
+}
+
+void StoreEngine::remove(const Slot& s) {
+  uint64_t& e = s.bucket->entries[s.index];
+  heap_.free(layout::entry_location(e) << 3);
+  e = 0;
+  sub_st(stats_.items);
+  if (s.prev != nullptr) {
+    // An overflow bucket that became empty goes back to the heap, so that a burst of
+    // colliding keys does not keep its chain after the keys are gone.
+    bool empty = true;
+    for (uint64_t x : s.bucket->entries) empty = empty && x == 0;
+    if (empty) {
+      const uint64_t payload = s.prev->next;
+      s.prev->next = s.bucket->next;
+      heap_.free(payload);
+      sub_st(stats_.overflow_buckets);
+    }
+  }
+  stats_.bytes.store(heap_.used_bytes(), std::memory_order_relaxed);
+}
+
+Status StoreEngine::get(KeyHash h, std::string_view key, ItemView& out) {
+  if (key.empty()) {
+    add_st(stats_.too_large);
+    return Status::kInvalidKey;
+  }
+  if (key.size() > kMaxKeySize) {
+    add_st(stats_.too_large);
+    return Status::kTooLarge;
+  }
+  Slot s;
+  if (find(h, key, &s, nullptr)) {
+    const std::byte* it = item(s.bucket->entries[s.index]);
+    const ItemHeader hdr = layout::load_header(it);
+    if (!expired(hdr)) {
+      out.value = std::string_view(
+          reinterpret_cast<const char*>(layout::item_key(it)) + hdr.key_size, hdr.value_size);
+      out.version = hdr.version;
+      out.expire_at = hdr.expire_at;
+      add_st(stats_.hits);
+      return Status::kOk;
+    }
+    remove(s);
+    add_st(stats_.expired);
+  }
+  add_st(stats_.misses);
+  return Status::kNotFound;
+}
+
+Status StoreEngine::put(KeyHash h, std::string_view key, std::string_view value,
+                        const PutOptions& opts, uint64_t* new_version) {
+  if (key.empty()) {
+    add_st(stats_.too_large);
+    return Status::kInvalidKey;
+  }
+  if (key.size() > kMaxKeySize || value.size() > max_value_) {
+    add_st(stats_.too_large);
+    return Status::kTooLarge;
+  }
+  Slot found, free_slot;
+  bool exists = find(h, key, &found, &free_slot);
+  ItemHeader old{};
+  if (exists) {
+    old = layout::load_header(item(found.bucket->entries[found.index]));
+    if (expired(old)) {
+      remove(found);
+      add_st(stats_.expired);
+      // The removal may have unlinked a bucket; look again for a free slot (rare path).
+      exists = find(h, key, &found, &free_slot);
+    }
+  }
+  if (opts.expected_version != 0) {
+    if (!exists) return Status::kNotFound;
+    if (old.version != opts.expected_version) {
+      add_st(stats_.version_mismatches);
+      return Status::kVersionMismatch;
+    }
+  }
+
+  // Take all the memory first, so that a failure leaves the partition unchanged.
+  const uint64_t payload = heap_.alloc(layout::item_size(key.size(), value.size()));
+  if (payload == Heap::kNil) {
+    add_st(stats_.no_space);
+    return Status::kNoSpace;
+  }
+  if (!exists && free_slot.index < 0) {
+    const uint64_t ob = heap_.alloc(sizeof(StoreBucket));
+    if (ob == Heap::kNil) {
+      heap_.free(payload);
+      add_st(stats_.no_space);
+      return Status::kNoSpace;
+    }
+    std::memset(heap_.at(ob), 0, sizeof(StoreBucket));
+    free_slot.bucket->next = ob;
+    free_slot = Slot{overflow(ob), free_slot.bucket, 0};
+    add_st(stats_.overflow_buckets);
+  }
+
+  ItemHeader hdr{};
+  hdr.version = next_version();
+  hdr.expire_at = opts.expire_at;
+  hdr.value_size = static_cast<uint32_t>(value.size());
+  hdr.key_size = static_cast<uint8_t>(key.size());
+  std::byte* p = heap_.at(payload);
+  layout::store_header(p, hdr);
+  std::memcpy(p + layout::kItemHeaderSize, key.data(), key.size());
+  // The value may be a view of this engine's memory (an earlier get()); the new block is
+  // disjoint from every live block, and the old item is freed only after this copy.
+  std::memcpy(p + layout::kItemHeaderSize + key.size(), value.data(), value.size());
+
+  const uint64_t entry = layout::make_entry(tag_of(h), payload >> 3);
+  if (exists) {
+    uint64_t& e = found.bucket->entries[found.index];
+    const uint64_t old_payload = layout::entry_location(e) << 3;
+    e = entry;
+    heap_.free(old_payload);
+  } else {
+    free_slot.bucket->entries[free_slot.index] = entry;
+    add_st(stats_.items);
+  }
+  add_st(stats_.puts);
+  stats_.bytes.store(heap_.used_bytes(), std::memory_order_relaxed);
+  if (new_version != nullptr) *new_version = hdr.version;
+  return Status::kOk;
+}
+
+Status StoreEngine::del(KeyHash h, std::string_view key) {
+  if (key.empty()) {
+    add_st(stats_.too_large);
+    return Status::kInvalidKey;
+  }
+  if (key.size() > kMaxKeySize) {
+    add_st(stats_.too_large);
+    return Status::kTooLarge;
+  }
+  Slot s;
+  if (!find(h, key, &s, nullptr)) return Status::kNotFound;
+  const bool was_expired = expired(layout::load_header(item(s.bucket->entries[s.index])));
+  remove(s);
+  if (was_expired) {
+    add_st(stats_.expired);
+    return Status::kNotFound;
+  }
+  add_st(stats_.dels);
+  return Status::kOk;
+}
+
+void StoreEngine::run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap) {
+  run_pipeline(*this, reqs, done, gap);
+}
+
+std::string StoreEngine::check() const {
+  std::string err = heap_.check();
+  if (!err.empty()) return "heap: " + err;
+  uint64_t items = 0, overflow_buckets = 0;
+  for (uint64_t i = 0; i <= bucket_mask_; ++i) {
+    for (const StoreBucket* b = &buckets_[i];; b = overflow(b->next)) {
+      for (uint64_t e : b->entries) {
+        if (e == 0) continue;
+        ++items;
+        const ItemHeader hdr = layout::load_header(item(e));
+        if (hdr.key_size == 0 || hdr.key_size > kMaxKeySize) return "item with a bad key size";
+        const KeyHash kh = hash_key(std::string_view(
+            reinterpret_cast<const char*>(layout::item_key(item(e))), hdr.key_size));
+        if (bucket_of(kh, bucket_mask_) != i || tag_of(kh) != layout::entry_tag(e)) {
+          return "entry in the wrong bucket or with the wrong tag";
+        }
+      }
+      if (b->next == 0) break;
+      ++overflow_buckets;
+    }
+  }
+  const StatsSnapshot st = stats();
+  if (st.items != items) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(items);
+  if (st.overflow_buckets != overflow_buckets) return "stats.overflow_buckets wrong";
+  return "";
+}
+
+}  // namespace fabkv::store
