@@ -37,8 +37,8 @@ inline constexpr uint16_t kProtocolVersion = 1;
 // "FKVC" read as a little-endian u32.
 inline constexpr uint32_t kFrameMagic = 0x43564B46u;
 inline constexpr size_t kFrameHeaderSize = 12;
-// Largest body a peer may announce. A Welcome with 256 regions and 16 4-KiB addresses is
-// ~100 KiB; 1 MiB leaves room for service payloads without letting one peer pin much memory.
+// Largest body a peer may announce. A Welcome with 256 regions and 64 4-KiB addresses is
+// ~290 KiB; 1 MiB leaves room for service payloads without letting one peer pin much memory.
 inline constexpr size_t kMaxFrameSize = 1 << 20;
 
 // Per-field limits. The parser rejects (kMalformed) anything above them, so a peer cannot make
