@@ -140,8 +140,10 @@ uint64_t CacheEngine::append(std::string_view key, std::string_view value, const
   const uint64_t size = layout::item_size(key.size(), value.size());
   // Items never straddle the end of the log: skip the rest of the lap instead (the skipped
   // bytes count as appended, which keeps the liveness test a single subtraction).
-  const uint64_t pos = tail_ % log_size_;
-  if (pos + size > log_size_) tail_ += log_size_ - pos;
+  if (tail_ - lap_start_ + size > log_size_) {
+    lap_start_ += log_size_;
+    tail_ = lap_start_;
+  }
   const uint64_t abs = tail_;
   std::byte* p = item_at(abs);
   // The value may be a view from an earlier get(), pointing into the log and possibly into

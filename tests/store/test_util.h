@@ -11,9 +11,9 @@
 namespace fabkv::store::testing {
 
 #ifdef FABKV_SANITIZED
-inline constexpr int kScale = 1;  // ASan/UBSan: ~8x slower, keep the suite under 3 min
+inline constexpr int kScale = 4;  // ASan/UBSan: several times slower; keep the suite well under 3 min
 #else
-inline constexpr int kScale = 8;
+inline constexpr int kScale = 20;
 #endif
 
 // A clock the test moves by hand (EngineOptions::clock).
