@@ -16,6 +16,7 @@
 
 namespace fabkv::fabric {
 
+static_assert(kAgain == -FI_EAGAIN && kInvalid == -FI_EINVAL);
 static_assert(sizeof(OpContext::provider_scratch) == sizeof(fi_context2));
 static_assert(offsetof(OpContext, provider_scratch) == 0, "fi_context2 must come first");
 
@@ -60,8 +61,11 @@ void Endpoint::open_common(fi_info* base) {
   cq_attr.size = options_.cq_depth;
   cq_attr.wait_obj = FI_WAIT_NONE;  // fabkv busy-polls: a sleep->wake costs ~15-20 us here
   check(fi_cq_open(fabric_.domain(), &cq_attr, &cq_, nullptr), "fi_cq_open");
+  // Selective completion applies to transmits only: every receive must complete. (Binding
+  // FI_RECV in the same call would make un-flagged receives complete silently.)
   uint64_t tx_flags = FI_TRANSMIT | (options_.selective_completion ? FI_SELECTIVE_COMPLETION : 0);
-  check(fi_ep_bind(ep_, &cq_->fid, tx_flags | FI_RECV), "fi_ep_bind(cq)");
+  check(fi_ep_bind(ep_, &cq_->fid, tx_flags), "fi_ep_bind(cq, transmit)");
+  check(fi_ep_bind(ep_, &cq_->fid, FI_RECV), "fi_ep_bind(cq, recv)");
   scratch_ring_.resize(std::max<size_t>(options_.tx_depth, 1));
 }
 

@@ -27,6 +27,10 @@ struct fi_info;
 
 namespace fabkv::fabric {
 
+// Data-path return codes callers test for (libfabric's -FI_EAGAIN and -FI_EINVAL).
+inline constexpr long kAgain = -11;
+inline constexpr long kInvalid = -22;
+
 using PeerAddr = uint64_t;                       // an fi_addr_t
 inline constexpr PeerAddr kNoPeer = ~uint64_t{0};  // FI_ADDR_UNSPEC: connected (msg) endpoints
 

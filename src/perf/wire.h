@@ -1,0 +1,67 @@
+// What fabkv-perf's processes tell each other over the control channel. Set-up path only, so
+// JSON inside the opaque Hello/Welcome payloads and request bodies is plenty.
+//
+// History: v1 (first version).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fabric/memory_region.h"
+
+namespace fabkv::perf {
+
+inline constexpr const char* kService = "perf";
+inline constexpr uint32_t kPerfWireVersion = 1;
+
+// Echo request/response slots: [seq u64][client index u32][pad][...][seq u64]. A slot is
+// taken only when the header and trailer sequence numbers agree and are new, never by the
+// order in which a WRITE's bytes land (ARCHITECTURE.md, "The fabric layer").
+inline constexpr size_t kEchoHeader = 8;
+inline constexpr size_t kEchoTrailer = 8;
+
+inline uint64_t load_u64(const void* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store_u64(void* p, uint64_t v) { std::memcpy(p, &v, sizeof(v)); }
+inline uint32_t load_u32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store_u32(void* p, uint32_t v) { std::memcpy(p, &v, sizeof(v)); }
+
+inline nlohmann::json region_to_json(const fabric::RemoteRegion& r) {
+  return {{"addr", r.addr}, {"length", r.length}, {"key", r.key},
+          {"access", static_cast<uint32_t>(r.access)}};
+}
+inline fabric::RemoteRegion region_from_json(const nlohmann::json& j) {
+  return {j.at("addr").get<uint64_t>(), j.at("length").get<uint64_t>(), j.at("key").get<uint64_t>(),
+          static_cast<fabric::Access>(j.at("access").get<uint32_t>())};
+}
+
+inline std::vector<uint8_t> json_bytes(const nlohmann::json& j) {
+  std::string s = j.dump();
+  return {s.begin(), s.end()};
+}
+inline nlohmann::json bytes_json(std::span<const uint8_t> b) {
+  return nlohmann::json::parse(b.begin(), b.end());
+}
+
+// Server regions named in the Welcome.
+inline constexpr const char* kTargetRegion = "perf.target";      // read-write, per-client areas
+inline constexpr const char* kCounterRegion = "perf.counters";   // read-write, atomics
+inline constexpr const char* kReadOnlyRegion = "perf.readonly";  // remote read only
+inline constexpr const char* kWriteOnlyRegion = "perf.writeonly";  // remote write only
+inline constexpr size_t kProbeRegionBytes = 64 * 1024;
+inline constexpr size_t kRecvBufferBytes = 8 * 1024;  // largest SEND the perf server takes
+inline constexpr size_t kServerRecvBuffers = 512;
+
+}  // namespace fabkv::perf
