@@ -1,7 +1,7 @@
 // The storage engine API: one Engine per partition, owned by one worker thread (EREW, HERD
-// sec. 4.1 after MICA). Only the owner thread may call the methods whose names end in `_st`
-// or that mutate (get may mutate too: it removes expired items). stats() may be read from
-// any thread.
+// sec. 4.1 after MICA). Only the owner thread may call get/put/del, the prefetch stages and
+// run_batch (get mutates too: it removes expired items and stale cache entries). stats() and
+// memory() may be called from any thread.
 //
 // Data-path calls never throw; they return a Status. make_engine() throws std::runtime_error
 // (bad options, mmap failure) or std::bad_alloc.
