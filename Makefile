@@ -1,0 +1,53 @@
+# fabkv: the two set-up commands of the README, plus the build they share.
+#   make        build everything into build/ (executables in build/bin/)
+#   make demo   the main job: fabkv-perf on shm (a local server plus its clients)
+#   make test   build, run every test, then again under ASan+UBSan (clang) with a short fuzz
+#               run, and the threaded control channel under TSan
+# Each target first installs missing Debian packages (scripts/install-deps.sh).
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+JOBS       ?= $(shell nproc)
+CMAKE_GEN  := -G Ninja
+
+.PHONY: all deps build demo test test-release test-asan test-tsan clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFABKV_WERROR=ON >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@$(BUILD)/bin/fabkv-perf --provider shm --json $(BUILD)/perf-demo.jsonl
+	@echo "fabkv-perf: results appended to $(BUILD)/perf-demo.jsonl"
+
+test: test-release test-asan test-tsan
+
+test-release: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DFABKV_SANITIZE=ON -DFABKV_FUZZ=ON -DFABKV_BENCH=OFF -DFABKV_WERROR=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The threaded parts (control channel server thread) under ThreadSanitizer.
+test-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DFABKV_TSAN=ON -DFABKV_BENCH=OFF -DFABKV_WERROR=ON >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target fabkv_control_server_test fabkv_control_wire_test
+	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L control -E fuzz --timeout 300
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
