@@ -103,7 +103,7 @@ class PerfClient {
     ClientResult res;
     if (s_.mode == Mode::kOutbound) return run_outbound();
     // Warm-up (first operations to a new peer wait for the server's progress), then measure.
-    phase(s_.warmup_s, false);
+    res.all_ops = phase(s_.warmup_s, false);
     auto before = ep_.counters().snapshot();
     auto t0 = Clock::now();
     uint64_t ops = phase(s_.duration_s, true);
@@ -111,7 +111,9 @@ class PerfClient {
     res.ops = ops;
     res.histogram = hist_.to_json();
     res.counters = ep_.counters().snapshot() - before;
+    uint64_t before_drain = completed_;
     drain();
+    res.all_ops += ops + (completed_ - before_drain);
     return res;
   }
 
@@ -300,7 +302,7 @@ class PerfClient {
     };
     request("start");
     progress(s_.warmup_s);
-    request("stop");
+    res.all_ops = request("stop").at("ops").get<uint64_t>();
     auto before = ep_.counters().snapshot();
     auto t0 = Clock::now();
     request("start");
@@ -308,6 +310,7 @@ class PerfClient {
     auto reply = request("stop");
     res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     res.ops = reply.at("ops").get<uint64_t>();
+    res.all_ops += res.ops;
     progress(0.05);  // let the last arrivals land before counting
     res.counters = ep_.counters().snapshot() - before;
     res.histogram = hist_.to_json();
@@ -364,6 +367,7 @@ int run_client(const ClientRoleOptions& o) {
     ClientResult r = client->run();
     nlohmann::json j = {{"ops", r.ops},
                         {"seconds", r.seconds},
+                        {"all_ops", r.all_ops},
                         {"histogram", r.histogram},
                         {"counters", r.counters.to_json()}};
     fmt::print("{}\n", j.dump());

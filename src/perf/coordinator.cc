@@ -135,7 +135,7 @@ class Coordinator {
     for (auto& c : clients) c->write_line("GO");
     int64_t budget_ms = static_cast<int64_t>((spec.duration_s + spec.warmup_s) * 1000) +
                         o_.timeout_ms + 5000;
-    uint64_t ops = 0;
+    uint64_t ops = 0, all_ops = 0;
     double rate = 0;
     LatencyHistogram hist;
     fabric::VerbSnapshot client_counters;
@@ -159,6 +159,7 @@ class Coordinator {
       uint64_t n = r.at("ops").get<uint64_t>();
       double secs = r.at("seconds").get<double>();
       ops += n;
+      all_ops += r.at("all_ops").get<uint64_t>();
       rate += secs > 0 ? static_cast<double>(n) / secs : 0;
       per_client.push_back(n);
       hist.merge(LatencyHistogram::from_json(r.at("histogram")));
@@ -167,8 +168,10 @@ class Coordinator {
     for (auto& c : clients) c->wait(Deadline::after_ms(5000));
     auto server_diff = snapshot_from_json(server_counters()) - server_before;
 
+    // Client counters cover the measured phase; the server's cover everything since GO.
     auto per_op = [&](const fabric::VerbSnapshot& s, fabric::Verb v) {
-      return ops ? static_cast<double>(s[v].posted) / static_cast<double>(ops) : 0.0;
+      uint64_t n = &s == &server_diff ? all_ops : ops;
+      return n ? static_cast<double>(s[v].posted) / static_cast<double>(n) : 0.0;
     };
     using fabric::Verb;
     double us = 1e-3;

@@ -91,7 +91,8 @@ int run_coordinator(const CoordinatorOptions& o);
 
 // The result one client reports.
 struct ClientResult {
-  uint64_t ops = 0;
+  uint64_t ops = 0;      // completed in the measured phase
+  uint64_t all_ops = 0;  // completed since GO, warm-up and drain included (server per-op figures)
   double seconds = 0;
   nlohmann::json histogram;  // LatencyHistogram::to_json()
   fabric::VerbSnapshot counters;

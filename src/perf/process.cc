@@ -24,6 +24,8 @@ std::string self_executable() {
 }
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+  // Writing to a child that died must be an error return, not a process-killing SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
   int in[2], out[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
@@ -77,6 +79,7 @@ bool ChildProcess::read_line(std::string* line, Deadline deadline) {
 }
 
 bool ChildProcess::write_line(const std::string& line) {
+  if (in_ < 0) return false;
   std::string s = line + "\n";
   return ::write(in_, s.data(), s.size()) == static_cast<ssize_t>(s.size());
 }

@@ -42,6 +42,7 @@ class PeerServer {
   void kill() {
     proc_->kill(SIGKILL);
     proc_->wait(Deadline::after_ms(5000));
+    proc_.reset();
   }
   const std::string& address() const { return address_; }
 
