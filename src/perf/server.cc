@@ -72,8 +72,7 @@ class PerfServer {
         recv_(*fabric_, kRecvBufferBytes * kServerRecvBuffers, fabric::Access::kLocalOnly),
         tx_(*fabric_, kTargetBytes, fabric::Access::kLocalOnly),
         recv_ctx_(kServerRecvBuffers) {
-    // A known pattern, so that a peer can check what it READs from each region.
-    for (size_t i = 0; i < kProbeRegionBytes; ++i) readonly_.data()[i] = pattern(i);
+    for (size_t i = 0; i < kProbeRegionBytes; ++i) readonly_.data()[i] = readonly_pattern(i);
     for (size_t i = 0; i < kServerRecvBuffers; ++i) {
       recv_ctx_[i].tag = i;
       post_recv(i);
@@ -96,7 +95,6 @@ class PerfServer {
     return e;
   }
 
-  static char pattern(size_t i) { return static_cast<char>((i * 7 + 0x5a) & 0xff); }
   static bool is_any(const std::string& h) { return h == "0.0.0.0" || h == "::" || h.empty(); }
 
   control::Welcome welcome(uint64_t session, const control::Hello& hello) {

@@ -61,6 +61,8 @@ inline constexpr const char* kCounterRegion = "perf.counters";   // read-write, 
 inline constexpr const char* kReadOnlyRegion = "perf.readonly";  // remote read only
 inline constexpr const char* kWriteOnlyRegion = "perf.writeonly";  // remote write only
 inline constexpr size_t kProbeRegionBytes = 64 * 1024;
+// The read-only region's contents, so that a peer can check what it READs.
+inline char readonly_pattern(size_t i) { return static_cast<char>((i * 7 + 0x5a) & 0xff); }
 inline constexpr size_t kRecvBufferBytes = 8 * 1024;  // largest SEND the perf server takes
 inline constexpr size_t kServerRecvBuffers = 512;
 

@@ -84,7 +84,7 @@ TEST_P(FabricOps, ReadOfReadOnlyRegionReturnsItsContents) {
   run_ops(1, 1, [&](int) {
     return c.ep->read(c.local->local(0, 4096), c.peer, c.readonly.at(0), c.readonly.key, nullptr);
   });
-  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(c.local->data()[i], peer_pattern(i)) << i;
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(c.local->data()[i], perf::readonly_pattern(i)) << i;
 }
 
 TEST_P(FabricOps, InlinedAndUnsignaledWritesAreCountedAsSuch) {

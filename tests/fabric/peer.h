@@ -116,7 +116,5 @@ struct Connection {
   }
 };
 
-// The perf server's read-only region holds this pattern.
-inline char peer_pattern(size_t i) { return static_cast<char>((i * 7 + 0x5a) & 0xff); }
 
 }  // namespace fabkv::testing
