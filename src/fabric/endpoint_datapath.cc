@@ -43,6 +43,13 @@ namespace {
 // the cheapest form (HERD sec. 3.2: inlined, unsignaled WRITEs).
 bool use_inject_call(const PostOptions& o) { return o.inlined && !o.signaled && !o.more; }
 
+// A message over the provider's max_msg_size is refused here: not every provider checks
+// (udp in libfabric 1.17 sends, and delivers, a datagram larger than it advertises).
+long too_big(VerbCounters& counters) {
+  counters.on_error(Verb::kSend);
+  return -FI_EMSGSIZE;
+}
+
 }  // namespace
 
 long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rkey,
@@ -115,6 +122,7 @@ long Endpoint::write_imm(LocalBuffer src, uint64_t imm, PeerAddr peer, uint64_t 
 }
 
 long Endpoint::send(LocalBuffer src, PeerAddr peer, OpContext* ctx, PostOptions o) {
+  if (src.len > fabric_.max_msg_size()) return too_big(counters_);
   long ret;
   if (use_inject_call(o) && src.len <= inject_size_) {
     ret = fi_inject(ep_, src.addr, src.len, peer);
@@ -136,6 +144,7 @@ long Endpoint::send(LocalBuffer src, PeerAddr peer, OpContext* ctx, PostOptions 
 
 long Endpoint::send_imm(LocalBuffer src, uint64_t imm, PeerAddr peer, OpContext* ctx,
                         PostOptions o) {
+  if (src.len > fabric_.max_msg_size()) return too_big(counters_);
   long ret;
   if (use_inject_call(o) && src.len <= inject_size_) {
     ret = fi_injectdata(ep_, src.addr, src.len, imm, peer);
