@@ -247,7 +247,12 @@ class ControlServer::Impl {
     if (c.dead) return;
     // POLLERR/POLLHUP with a reply queued: the send fails and marks the peer gone, instead of
     // poll reporting the hang-up forever while POLLIN is off.
-    if (revents & (POLLOUT | POLLERR | POLLHUP)) flush(c);
+    if (revents & (POLLOUT | POLLERR | POLLHUP)) {
+      flush(c);
+      // Requests pipelined behind a reply that had to wait for POLLOUT are already in the
+      // buffer; no new POLLIN will announce them.
+      if (!c.dead && c.phase == Phase::kEstablished && c.out.empty()) process_input(c);
+    }
     if (c.dead) return;
     if (revents & (POLLIN | POLLHUP | POLLERR)) read_some(c);
   }

@@ -149,6 +149,98 @@ TEST(ControlServer, HandshakeReturnsTheServiceWelcome) {
   EXPECT_EQ(s.active, 1u);
 }
 
+// Reads one whole frame from a raw socket (header, then the announced body).
+std::vector<uint8_t> read_raw_frame(int fd) {
+  detail::set_nonblocking(fd);  // so the deadline applies: a missing frame fails, not hangs
+  std::vector<uint8_t> f(kFrameHeaderSize);
+  Deadline d = Deadline::after_ms(3000);
+  EXPECT_EQ(detail::recv_exact(fd, f, d).status, detail::IoStatus::kOk);
+  HeaderParse hp = parse_header(f);
+  EXPECT_EQ(hp.status, Status::kOk) << hp.error;
+  if (hp.status != Status::kOk) return {};
+  f.resize(kFrameHeaderSize + hp.header.body_length);
+  EXPECT_EQ(detail::recv_exact(fd, std::span(f).subspan(kFrameHeaderSize), d).status,
+            detail::IoStatus::kOk);
+  return f;
+}
+
+detail::Fd raw_connect(uint16_t port);
+
+TEST(ControlServer, HelloArrivingByteByByte) {
+  // The server's stream reassembly: every split point of the Hello across TCP reads.
+  Fixture fx;
+  detail::Fd fd = raw_connect(fx.server.port());
+  detail::set_nodelay(fd.get());
+  auto hello = encode(good_hello());
+  for (uint8_t b : hello) {
+    ASSERT_EQ(::send(fd.get(), &b, 1, MSG_NOSIGNAL), 1);
+    std::this_thread::sleep_for(200us);
+  }
+  WelcomeParse wp = parse_welcome(read_raw_frame(fd.get()));
+  ASSERT_EQ(wp.status, Status::kOk) << wp.error;
+  EXPECT_EQ(wp.welcome.status, Status::kOk) << wp.welcome.message;
+  EXPECT_EQ(wp.welcome.regions, test_welcome().regions);
+}
+
+TEST(ControlServer, HelloAndRequestsPipelinedInOneSend) {
+  Fixture fx;
+  detail::Fd fd = raw_connect(fx.server.port());
+  auto bytes = encode(good_hello());
+  for (uint8_t i = 0; i < 3; ++i) {
+    auto r = encode_frame(FrameType::kRequest, std::vector<uint8_t>{i});
+    bytes.insert(bytes.end(), r.begin(), r.end());
+  }
+  ASSERT_EQ(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+  WelcomeParse wp = parse_welcome(read_raw_frame(fd.get()));
+  ASSERT_EQ(wp.status, Status::kOk) << wp.error;
+  for (uint8_t i = 0; i < 3; ++i) {
+    auto reply = read_raw_frame(fd.get());
+    ASSERT_EQ(reply.size(), kFrameHeaderSize + 2);
+    EXPECT_EQ(reply[6], static_cast<uint8_t>(FrameType::kReply));
+    EXPECT_EQ(reply[kFrameHeaderSize], i);
+    EXPECT_EQ(reply[kFrameHeaderSize + 1], static_cast<uint8_t>(wp.welcome.session_id));
+  }
+  EXPECT_EQ(fx.server.stats().requests, 3u);
+}
+
+TEST(ControlServer, PipelinedRequestsBehindASlowReader) {
+  // Small requests, big replies: more reply bytes than the server's socket send buffer can
+  // hold (tcp_wmem max is typically 4 MiB) while the client is not reading, so the server
+  // waits for POLLOUT with the next requests already in its buffer. No new
+  // POLLIN will announce those; they must still be answered once the reply drains.
+  constexpr size_t kReply = 1000 * 1000;
+  constexpr uint8_t kRequests = 8;
+  ControlServer::Handlers h;
+  h.on_request = [](uint64_t, std::span<const uint8_t> body) {
+    return std::vector<uint8_t>(kReply, body.empty() ? 0 : body[0]);
+  };
+  ControlServer server({}, h);
+  detail::Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  int small = 4096;
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(server.port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  auto bytes = encode(good_hello());
+  for (uint8_t i = 0; i < kRequests; ++i) {
+    auto r = encode_frame(FrameType::kRequest, std::vector<uint8_t>{i});
+    bytes.insert(bytes.end(), r.begin(), r.end());
+  }
+  ASSERT_EQ(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+  std::this_thread::sleep_for(100ms);  // let the server fill its send buffer and block
+  ASSERT_EQ(parse_welcome(read_raw_frame(fd.get())).status, Status::kOk);
+  for (uint8_t i = 0; i < kRequests; ++i) {
+    auto reply = read_raw_frame(fd.get());
+    ASSERT_EQ(reply.size(), kFrameHeaderSize + kReply) << "reply " << int(i);
+    EXPECT_EQ(reply[kFrameHeaderSize], i);
+  }
+  EXPECT_EQ(server.stats().requests, uint64_t{kRequests});
+}
+
 TEST(ControlServer, Ipv6Loopback) {
   ControlServerOptions o;
   o.host = "::1";
