@@ -72,8 +72,12 @@ class Coordinator {
       return 2;
     }
     std::string provider = observer_->welcome().provider;
-    fmt::print("fabkv-perf: provider {}, server {}, server core {}, client core {}\n", provider,
-               address, o_.server_core, o_.client_core);
+    if (server_)
+      fmt::print("fabkv-perf: provider {}, server {} (spawned, core {}), client core {}\n",
+                 provider, address, o_.server_core, o_.client_core);
+    else
+      fmt::print("fabkv-perf: provider {}, server {} (running elsewhere), client core {}\n",
+                 provider, address, o_.client_core);
     fmt::print("{:<38} {:>9} {:>8} {:>8} {:>8} {:>8}  {:<28} {}\n", "run", "Mops/s", "mean us",
                "p50 us", "p99 us", "p99.9", "client verbs/op (r w s a)", "server verbs/op");
     std::ofstream json;
