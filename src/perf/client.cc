@@ -311,7 +311,7 @@ class PerfClient {
     res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     res.ops = reply.at("ops").get<uint64_t>();
     res.all_ops += res.ops;
-    progress(0.05);  // let the last arrivals land before counting
+    progress(0.05);  // serve the operations still in flight before counting and leaving
     res.counters = ep_.counters().snapshot() - before;
     res.histogram = hist_.to_json();
     return res;
