@@ -1,0 +1,137 @@
+// HERD over libfabric: what clients WRITE into the server's request region (or SEND to a
+// worker), what workers SEND back, and what the control channel hands a client at connect.
+// Everything a remote peer reads or writes is here, little-endian, with its size asserted.
+//
+// HERD sec. 4.2: the request region is split per worker (a worker owns a partition, EREW),
+// then per client into W slots; client c's r-th request to a worker goes to slot
+// c*W + (r mod W) of that worker's region, and clients WRITE only into their own slots.
+// A worker accepts a slot only when header and trailer carry the same new sequence number
+// and the checksum over key and value matches, never by the order in which a WRITE's bytes
+// land (ARCHITECTURE.md, "The fabric layer").
+//
+// History:
+//   v1  first version: inline and indirect (client-memory) requests, SEND responses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include <xxhash.h>
+
+namespace fabkv::herd {
+
+inline constexpr uint32_t kWireVersion = 1;
+inline constexpr const char* kService = "fabkv";  // control-channel service name
+inline constexpr const char* kProtocol = "herd";  // Hello payload {"protocol": "herd", ...}
+
+enum class OpCode : uint8_t { kGet = 1, kPut = 2, kDel = 3 };
+
+// Request flags.
+inline constexpr uint8_t kFlagIndirect = 1;  // key+value live in client memory (IndirectBody)
+
+// Status in a response. Mirrors store::Status plus what only the protocol can say.
+enum class WireStatus : uint8_t {
+  kOk = 0,
+  kNotFound = 1,
+  kTooLarge = 2,
+  kInvalidKey = 3,
+  kNoSpace = 4,
+  kVersionMismatch = 5,
+  kMalformed = 6,  // the worker could not parse the request (lengths, opcode, checksum)
+  kInternal = 7,   // the worker failed to serve it (e.g. an indirect READ failed)
+};
+
+// 32 bytes at the start of every request (a slot, or a SEND message).
+struct RequestHeader {
+  uint32_t seq;          // per (client, worker) request number, starts at 1; 0 = empty slot
+  uint16_t client;       // client index handed out at connect
+  uint16_t epoch;        // client incarnation of that index (a reused index gets a new one)
+  uint8_t op;            // OpCode
+  uint8_t flags;         // kFlagIndirect
+  uint16_t key_len;      // 1..250
+  uint32_t value_len;    // kPut: value bytes (inline or indirect); else 0
+  uint32_t expire_at;    // kPut: absolute Unix seconds, 0 = never
+  uint64_t expected_version;  // kPut: memcached cas; 0 = unconditional
+  uint32_t check;        // checksum(seq, body bytes) — see request_check()
+};
+static_assert(sizeof(RequestHeader) == 32 && alignof(RequestHeader) == 8);
+
+// After the header: key bytes then value bytes (inline), or one IndirectBody (indirect), then
+// the trailer at the next 4-byte boundary.
+struct IndirectBody {
+  uint64_t addr;   // where the worker READs key+value from: client RemoteRegion addr + offset
+  uint64_t rkey;   // that region's key
+  uint64_t length; // key_len + value_len
+};
+static_assert(sizeof(IndirectBody) == 24);
+
+struct RequestTrailer {
+  uint32_t seq;  // == header.seq once the whole request has landed
+};
+static_assert(sizeof(RequestTrailer) == 4);
+
+// What follows the header for a request of this shape.
+inline size_t request_body_bytes(uint8_t flags, uint16_t key_len, uint32_t value_len) {
+  return (flags & kFlagIndirect) ? sizeof(IndirectBody) : size_t{key_len} + value_len;
+}
+inline size_t trailer_offset(size_t body_bytes) {
+  return (sizeof(RequestHeader) + body_bytes + 3) & ~size_t{3};
+}
+inline size_t request_bytes(size_t body_bytes) {
+  return trailer_offset(body_bytes) + sizeof(RequestTrailer);
+}
+
+// Checksum over the body that lands with the request (inline key+value, or the
+// IndirectBody), seeded with seq so a stale body never matches a new header.
+inline uint32_t request_check(uint32_t seq, const void* body, size_t n) {
+  return static_cast<uint32_t>(XXH3_64bits_withSeed(body, n, seq));
+}
+
+// Response: one SEND from the worker, header then value bytes (kGet hit).
+struct ResponseHeader {
+  uint32_t seq;        // the request's seq
+  uint8_t status;      // WireStatus
+  uint8_t op;          // the request's OpCode
+  uint16_t worker;     // which worker answered
+  uint32_t value_len;  // kGet hit: value bytes that follow
+  uint32_t expire_at;  // kGet hit
+  uint64_t version;    // kGet: item version; kPut: new version
+};
+static_assert(sizeof(ResponseHeader) == 24 && alignof(ResponseHeader) == 8);
+
+// Layout a client learns at connect (the Welcome payload, JSON on the set-up path):
+//   {"wire": 1, "client": c, "epoch": e, "workers": N, "window": W, "slot_size": S,
+//    "max_clients": Nc, "queues": k, "transport": "write"|"send", "max_value": V,
+//    "max_key": 250, "engine": "cache"|"store", "provider": "...",
+//    "recv_size": bytes a client must post per response buffer}
+// Welcome.fabric_addresses: worker w's k response endpoints at [w*k .. w*k+k-1]; requests go
+// to the first of them (w*k). Welcome.regions: "herd.requests.<w>", worker w's request
+// region (Nc*W slots of S bytes, client c's slot r at offset (c*W + r) * S).
+inline size_t slot_offset(uint32_t client, uint32_t window, uint32_t slot_size, uint32_t r) {
+  return (size_t{client} * window + (r % window)) * slot_size;
+}
+
+inline constexpr uint32_t kDefaultWindow = 4;       // HERD's default W
+inline constexpr uint32_t kDefaultSlotSize = 1024;  // fits 250 B keys with ~700 B values inline
+inline constexpr uint32_t kDefaultMaxClients = 64;
+
+// Largest inline body a slot holds.
+inline size_t slot_inline_capacity(uint32_t slot_size) {
+  return slot_size - sizeof(RequestHeader) - sizeof(RequestTrailer) - 3;
+}
+
+template <class T>
+inline T load(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <class T>
+inline void store(void* p, const T& v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+}  // namespace fabkv::herd
