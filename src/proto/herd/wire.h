@@ -53,8 +53,8 @@ struct RequestHeader {
   uint8_t flags;         // kFlagIndirect
   uint16_t key_len;      // 1..250
   uint32_t value_len;    // kPut: value bytes (inline or indirect); else 0
-  uint32_t expire_at;    // kPut: absolute Unix seconds, 0 = never
   uint64_t expected_version;  // kPut: memcached cas; 0 = unconditional
+  uint32_t expire_at;    // kPut: absolute Unix seconds, 0 = never
   uint32_t check;        // checksum(seq, body bytes) — see request_check()
 };
 static_assert(sizeof(RequestHeader) == 32 && alignof(RequestHeader) == 8);
