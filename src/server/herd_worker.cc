@@ -1,0 +1,534 @@
+#include "server/herd_worker.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/cpu.h"
+#include "common/log.h"
+#include "fabric/error.h"
+#include "store/hash.h"
+#include "store/limits.h"
+
+namespace fabkv::server {
+
+using herd::RequestHeader;
+using herd::ResponseHeader;
+using herd::WireStatus;
+
+namespace {
+
+// How long (in polls of one slot) a slot may look torn or wrong before it is declared
+// malformed: a WRITE that is still landing is done within a few microseconds; garbage stays.
+constexpr uint32_t kStallPolls = 20000;
+// Every k-th response is signaled so the transmit queue's credits keep flowing
+// (Guidelines sec. 3.1: selective signaling).
+constexpr uint64_t kSignalEvery = 16;
+// SEND transport: multi-recv buffers per worker.
+constexpr size_t kRxBuffers = 2;
+
+WireStatus to_wire(store::Status s) {
+  switch (s) {
+    case store::Status::kOk: return WireStatus::kOk;
+    case store::Status::kNotFound: return WireStatus::kNotFound;
+    case store::Status::kTooLarge: return WireStatus::kTooLarge;
+    case store::Status::kInvalidKey: return WireStatus::kInvalidKey;
+    case store::Status::kNoSpace: return WireStatus::kNoSpace;
+    case store::Status::kVersionMismatch: return WireStatus::kVersionMismatch;
+  }
+  return WireStatus::kInternal;
+}
+
+}  // namespace
+
+struct HerdWorker::ClientSlotState {
+  bool active = false;
+  uint16_t epoch = 0;
+  fabric::PeerAddr peer = fabric::kNoPeer;
+  fabric::RemoteRegion staging;
+  uint32_t exp = 1;         // next expected seq (WRITE transport: requests are in order)
+  uint32_t stall = 0;       // polls the expected slot has looked wrong
+  uint32_t in_flight = 0;   // indirect READs outstanding
+};
+
+struct HerdWorker::Pending {
+  uint32_t client;
+  uint32_t seq;
+  store::Request req;
+};
+
+HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::FabricOptions& fo)
+    : index_(index),
+      window_(o.window),
+      slot_size_(o.slot_size),
+      max_clients_(o.max_clients),
+      queues_(o.queues),
+      max_value_(o.max_value),
+      staging_slot_(store::kMaxKeySize + o.max_value),
+      transport_(o.transport),
+      batching_(o.batching),
+      core_(o.cores.empty() ? static_cast<int>(index) : o.cores[index % o.cores.size()]) {
+  fabric::FabricOptions f = fo;
+  f.quiet = index > 0;  // one provider log line per server is enough
+  fabric_ = fabric::Fabric::open(f);
+  fabric::EndpointOptions eo;
+  eo.tx_depth = 1024;
+  eo.rx_depth = 1024;
+  eo.cq_depth = 8192;
+  eo.selective_completion = true;
+  eo.av_size = max_clients_;
+  eo.min_multi_recv = sizeof(RequestHeader) + staging_slot_ + 8;
+  for (uint32_t q = 0; q < queues_; ++q) eps_.push_back(std::make_unique<fabric::Endpoint>(*fabric_, eo));
+
+  store::EngineOptions so;
+  so.memory_bytes = o.memory / o.workers;
+  so.max_value_size = o.max_value;
+  auto kind = store::engine_kind_from_string(o.engine);
+  engine_ = store::make_engine(kind.value_or(store::EngineKind::kCache), so);
+
+  const size_t slots = size_t{max_clients_} * window_;
+  region_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, slots * slot_size_,
+                                                       fabric::Access::kRemoteWrite);
+  tx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, slots * recv_size(),
+                                                   fabric::Access::kLocalOnly);
+  staging_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, slots * staging_slot_,
+                                                        fabric::Access::kLocalOnly);
+  read_ctx_.resize(slots);
+  for (size_t i = 0; i < slots; ++i) read_ctx_[i].tag = i;
+  clients_.resize(max_clients_);
+
+  if (transport_ == RequestTransport::kSend) {
+    const size_t per = std::max<size_t>(size_t{4} << 20, 8 * eo.min_multi_recv);
+    rx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, per * kRxBuffers,
+                                                     fabric::Access::kLocalOnly);
+    rx_ctx_.resize(kRxBuffers);
+    rx_repost_.assign(kRxBuffers, false);
+    for (size_t i = 0; i < kRxBuffers; ++i) {
+      rx_ctx_[i].tag = i;
+      rx_ctx_[i].user = rx_.get();
+      fabric::check(eps_[0]->recv_multi(rx_->local(i * per, per), &rx_ctx_[i]), "fi_recvmsg(multi)");
+    }
+  }
+}
+
+HerdWorker::~HerdWorker() = default;
+
+std::vector<std::vector<uint8_t>> HerdWorker::endpoint_names() const {
+  std::vector<std::vector<uint8_t>> names;
+  for (const auto& ep : eps_) names.push_back(ep->name());
+  return names;
+}
+
+void HerdWorker::add_client(ClientInfo c) {
+  std::lock_guard lock(mu_);
+  events_.push_back({true, std::move(c)});
+  events_pending_.store(true, std::memory_order_release);
+}
+
+void HerdWorker::remove_client(uint32_t index) {
+  std::lock_guard lock(mu_);
+  Event e;
+  e.add = false;
+  e.info.index = index;
+  events_.push_back(std::move(e));
+  events_pending_.store(true, std::memory_order_release);
+}
+
+void HerdWorker::drain_events_st() {
+  if (!events_pending_.load(std::memory_order_acquire)) return;
+  std::deque<Event> events;
+  {
+    std::lock_guard lock(mu_);
+    events.swap(events_);
+    events_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (Event& e : events) {
+    uint32_t c = e.info.index;
+    if (c >= max_clients_) continue;
+    ClientSlotState& s = clients_[c];
+    if (!e.add) {
+      // The client is gone (its control connection closed): stop serving its slots. Its
+      // address stays in the AV until the index is reused (in-flight SENDs may still use it).
+      if (s.active) active_clients_.fetch_sub(1, std::memory_order_relaxed);
+      s.active = false;
+      continue;
+    }
+    if (s.peer != fabric::kNoPeer) {
+      for (auto& ep : eps_) ep->remove_peer(s.peer);
+      s.peer = fabric::kNoPeer;
+    }
+    try {
+      fabric::PeerAddr peer = fabric::kNoPeer;
+      for (auto& ep : eps_) peer = ep->insert_peer(e.info.address);  // one AV per endpoint, same index
+      s.peer = peer;
+    } catch (const std::exception& ex) {
+      spdlog::warn("worker {}: client {} has an unusable address: {}", index_, c, ex.what());
+      continue;
+    }
+    // A reused index starts clean: clear its slots so nothing of the previous client's
+    // requests is taken for the new one's.
+    std::memset(region_->data() + herd::slot_offset(c, window_, slot_size_, 0), 0,
+                size_t{window_} * slot_size_);
+    if (!s.active) active_clients_.fetch_add(1, std::memory_order_relaxed);
+    s.active = true;
+    s.epoch = e.info.epoch;
+    s.staging = e.info.staging;
+    s.exp = 1;
+    s.stall = 0;
+  }
+}
+
+void HerdWorker::run_st(const std::atomic<bool>& stop) {
+  if (!pin_this_thread(core_)) spdlog::warn("worker {}: could not pin to core {}", index_, core_);
+  while (!stop.load(std::memory_order_relaxed)) {
+    drain_events_st();
+    poll_cqs_st();
+    if (transport_ == RequestTransport::kWrite) scan_region_st();
+    if (!batch_.empty() || !out_.empty()) execute_st();
+  }
+  // Finish what is in hand: answer collected requests and let the last SENDs go out.
+  poll_cqs_st();
+  if (!batch_.empty() || !out_.empty()) execute_st();
+  Deadline d = Deadline::after_ms(200);
+  while (!d.expired()) poll_cqs_st();
+}
+
+void HerdWorker::poll_cqs_st() {
+  fabric::Completion comps[32];
+  for (auto& ep : eps_) {
+    size_t n = ep->poll(comps);
+    for (size_t i = 0; i < n; ++i) on_completion_st(comps[i]);
+  }
+}
+
+void HerdWorker::on_completion_st(fabric::Completion& c) {
+  fabric::OpContext* ctx = c.context;
+  const bool is_rx = ctx != nullptr && rx_ && ctx->user == rx_.get();
+  if (c.error != 0) {
+    if (is_rx) {
+      rx_repost_[ctx->tag] = true;
+    } else if (c.verb == fabric::Verb::kRead && ctx != nullptr && ctx->user != nullptr) {
+      // An indirect body could not be fetched (the client died or gave a bad descriptor).
+      Pending* p = static_cast<Pending*>(ctx->user);
+      ctx->user = nullptr;
+      counters_.read_errors.fetch_add(1, std::memory_order_relaxed);
+      if (clients_[p->client].in_flight > 0) clients_[p->client].in_flight--;
+      reply_error_st(p->client, p->seq, static_cast<uint8_t>(herd::OpCode::kPut), WireStatus::kInternal);
+      delete p;
+    } else {
+      // A response SEND to a client that went away: nothing to do but count it.
+      counters_.send_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (is_rx && c.inbound) {
+    if (c.len > 0 && c.buf != nullptr) on_message_st(static_cast<const char*>(c.buf), c.len);
+    if (c.multi_recv_done) rx_repost_[ctx->tag] = true;
+    return;
+  }
+  if (c.verb == fabric::Verb::kRead && ctx != nullptr && ctx->user != nullptr) {
+    // An indirect body arrived in staging: the request is ready for the engine.
+    Pending* p = static_cast<Pending*>(ctx->user);
+    ctx->user = nullptr;
+    ClientSlotState& s = clients_[p->client];
+    if (s.in_flight > 0) s.in_flight--;
+    const char* body = staging_->data() + size_t{static_cast<uint32_t>(ctx->tag)} * staging_slot_;
+    p->req.key = std::string_view(body, p->req.key.size());
+    p->req.value = std::string_view(body + p->req.key.size(), p->req.value.size());
+    p->req.hash = store::hash_key(p->req.key);
+    batch_.push_back(*p);
+    delete p;
+  }
+}
+
+// HERD sec. 4.2: poll the request region round-robin, one request per client per round
+// (Guidelines sec. 4.1: a round's responses then leave as one batch).
+void HerdWorker::scan_region_st() {
+  for (uint32_t c = 0; c < max_clients_; ++c) {
+    if (!clients_[c].active) continue;
+    take_slot_st(c);
+    if (!batching_ && (!batch_.empty() || !out_.empty())) execute_st();
+  }
+}
+
+bool HerdWorker::take_slot_st(uint32_t c) {
+  ClientSlotState& s = clients_[c];
+  if (s.in_flight > 0) return false;  // an indirect body is being fetched for this client
+  const uint32_t exp = s.exp;
+  char* slot = region_->data() + herd::slot_offset(c, window_, slot_size_, exp - 1);
+  const uint32_t seq = herd::load<uint32_t>(slot);
+  if (seq == 0 || (exp > window_ && seq == exp - window_)) {
+    s.stall = 0;  // empty, or still the previous request of this slot
+    return false;
+  }
+  if (seq == exp) {
+    // Header landed; the request is whole when the trailer agrees and the checksum matches.
+    RequestHeader h = herd::load<RequestHeader>(slot);
+    size_t body = herd::request_body_bytes(h.flags, h.key_len, h.value_len);
+    size_t toff = herd::trailer_offset(body);
+    bool fits = body <= slot_size_ && toff + sizeof(herd::RequestTrailer) <= slot_size_;
+    if (fits && herd::load<uint32_t>(slot + toff) == seq &&
+        herd::request_check(seq, slot + sizeof(RequestHeader), body) == h.check) {
+      s.stall = 0;
+      s.exp = exp + 1 == 0 ? 1 : exp + 1;
+      accept_request_st(c, seq, slot, toff, true);
+      return true;
+    }
+    if (!fits) {  // impossible lengths: it will never become whole
+      counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+      s.exp = exp + 1 == 0 ? 1 : exp + 1;
+      reply_error_st(c, exp, h.op, WireStatus::kMalformed);
+      return false;
+    }
+  }
+  // Torn (still landing) or garbage: give a landing WRITE time, then declare it malformed and
+  // tell the owner its request `exp` failed, so that it is never stuck behind garbage.
+  if (++s.stall < kStallPolls) return false;
+  s.stall = 0;
+  counters_.garbage.fetch_add(1, std::memory_order_relaxed);
+  counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+  s.exp = exp + 1 == 0 ? 1 : exp + 1;
+  reply_error_st(c, exp, 0, WireStatus::kMalformed);
+  return false;
+}
+
+// SEND transport (HERD sec. 5.5): a request arrived as a message.
+void HerdWorker::on_message_st(const char* buf, size_t len) {
+  if (len < sizeof(RequestHeader)) {
+    counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  RequestHeader h = herd::load<RequestHeader>(buf);
+  if (h.client >= max_clients_ || !clients_[h.client].active ||
+      clients_[h.client].epoch != h.epoch) {
+    drain_events_st();  // the client's add may still be queued
+    if (h.client >= max_clients_ || !clients_[h.client].active ||
+        clients_[h.client].epoch != h.epoch) {
+      counters_.unknown_client.fetch_add(1, std::memory_order_relaxed);
+      return;  // cannot tell who sent it
+    }
+  }
+  size_t body = herd::request_body_bytes(h.flags, h.key_len, h.value_len);
+  if (h.seq == 0 || sizeof(RequestHeader) + body > len ||
+      herd::request_check(h.seq, buf + sizeof(RequestHeader), body) != h.check) {
+    counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+    reply_error_st(h.client, h.seq, h.op, WireStatus::kMalformed);
+    return;
+  }
+  accept_request_st(h.client, h.seq, buf, herd::trailer_offset(body), false);
+}
+
+// `msg` holds a whole, verified request (header, body); build the engine request.
+void HerdWorker::accept_request_st(uint32_t c, uint32_t seq, const char* msg, size_t, bool) {
+  RequestHeader h = herd::load<RequestHeader>(msg);
+  counters_.requests.fetch_add(1, std::memory_order_relaxed);
+  if (h.client != c || h.epoch != clients_[c].epoch) {
+    counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+    reply_error_st(c, seq, h.op, WireStatus::kMalformed);
+    return;
+  }
+  Pending p;
+  p.client = c;
+  p.seq = seq;
+  switch (static_cast<herd::OpCode>(h.op)) {
+    case herd::OpCode::kGet:
+      p.req.op = store::Op::kGet;
+      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case herd::OpCode::kPut:
+      p.req.op = store::Op::kPut;
+      counters_.puts.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case herd::OpCode::kDel:
+      p.req.op = store::Op::kDel;
+      counters_.dels.fetch_add(1, std::memory_order_relaxed);
+      break;
+    default:
+      counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+      reply_error_st(c, seq, h.op, WireStatus::kMalformed);
+      return;
+  }
+  if (h.key_len == 0) {
+    reply_error_st(c, seq, h.op, WireStatus::kInvalidKey);
+    return;
+  }
+  if (h.key_len > store::kMaxKeySize || h.value_len > max_value_ ||
+      (p.req.op != store::Op::kPut && h.value_len != 0)) {
+    reply_error_st(c, seq, h.op, WireStatus::kTooLarge);
+    return;
+  }
+  p.req.put.expected_version = h.expected_version;
+  p.req.put.expire_at = h.expire_at;
+  const char* body = msg + sizeof(RequestHeader);
+  if (h.flags & herd::kFlagIndirect) {
+    // The body lives in client memory: one READ fetches it (the slot only carries where).
+    herd::IndirectBody ib = herd::load<herd::IndirectBody>(body);
+    ClientSlotState& s = clients_[c];
+    if (ib.length != size_t{h.key_len} + h.value_len || ib.length > staging_slot_) {
+      counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+      reply_error_st(c, seq, h.op, WireStatus::kMalformed);
+      return;
+    }
+    uint32_t slot_index = c * window_ + (seq - 1) % window_;
+    fabric::OpContext& ctx = read_ctx_[slot_index];
+    p.req.key = std::string_view(body, h.key_len);  // lengths only; rebased on arrival
+    p.req.value = std::string_view(body, h.value_len);
+    ctx.user = new Pending(p);  // set-up path of a large request; freed on completion
+    ctx.tag = slot_index;
+    counters_.indirect.fetch_add(1, std::memory_order_relaxed);
+    long ret;
+    Deadline d = Deadline::after_ms(1000);
+    while ((ret = eps_[0]->read(staging_->local(size_t{slot_index} * staging_slot_, ib.length),
+                                s.peer, ib.addr, ib.rkey, &ctx)) == fabric::kAgain &&
+           !d.expired()) {
+      poll_cqs_st();
+    }
+    if (ret != 0) {
+      delete static_cast<Pending*>(ctx.user);
+      ctx.user = nullptr;
+      counters_.read_errors.fetch_add(1, std::memory_order_relaxed);
+      reply_error_st(c, seq, h.op, WireStatus::kInternal);
+      return;
+    }
+    s.in_flight++;
+    return;
+  }
+  p.req.key = std::string_view(body, h.key_len);
+  p.req.value = std::string_view(body + h.key_len, h.value_len);
+  p.req.hash = store::hash_key(p.req.key);
+  batch_.push_back(p);
+}
+
+char* HerdWorker::tx_slot(uint32_t c, uint32_t seq) { return tx_->data() + tx_offset(c, seq); }
+size_t HerdWorker::tx_offset(uint32_t c, uint32_t seq) const {
+  return (size_t{c} * window_ + (seq - 1) % window_) * recv_size();
+}
+
+void HerdWorker::reply_error_st(uint32_t c, uint32_t seq, uint8_t op, WireStatus st) {
+  if (c >= max_clients_ || !clients_[c].active || seq == 0) return;
+  ResponseHeader r{};
+  r.seq = seq;
+  r.status = static_cast<uint8_t>(st);
+  r.op = op;
+  r.worker = static_cast<uint16_t>(index_);
+  herd::store(tx_slot(c, seq), r);
+  out_.push_back({c, tx_offset(c, seq), sizeof(ResponseHeader)});
+}
+
+// Runs the round's requests through the engine's prefetch pipeline (HERD sec. 4.1.1: bucket,
+// then item, prefetched while other requests advance) and sends every response.
+void HerdWorker::execute_st() {
+  if (!batch_.empty()) {
+    counters_.batches.fetch_add(1, std::memory_order_relaxed);
+    std::vector<store::Request> reqs;
+    reqs.reserve(batch_.size());
+    for (const Pending& p : batch_) reqs.push_back(p.req);
+    engine_->run_batch(reqs, [&](size_t i, const store::Response& r) {
+      const Pending& p = batch_[i];
+      char* out = tx_slot(p.client, p.seq);
+      ResponseHeader h{};
+      h.seq = p.seq;
+      h.status = static_cast<uint8_t>(to_wire(r.status));
+      h.op = static_cast<uint8_t>(p.req.op == store::Op::kGet   ? herd::OpCode::kGet
+                                  : p.req.op == store::Op::kPut ? herd::OpCode::kPut
+                                                                : herd::OpCode::kDel);
+      h.worker = static_cast<uint16_t>(index_);
+      h.version = r.version;
+      size_t len = sizeof(ResponseHeader);
+      if (p.req.op == store::Op::kGet && r.status == store::Status::kOk) {
+        h.value_len = static_cast<uint32_t>(r.value.size());
+        h.expire_at = r.expire_at;
+        // Copy now: the view is only valid until the next mutation in this batch.
+        std::memcpy(out + sizeof(ResponseHeader), r.value.data(), r.value.size());
+        len += r.value.size();
+      }
+      herd::store(out, h);
+      out_.push_back({p.client, tx_offset(p.client, p.seq), len});
+    });
+    batch_.clear();
+  }
+  send_responses_st();
+  if (rx_) {
+    // Receive buffers whose messages were all consumed go back to the provider.
+    const size_t per = rx_->size() / kRxBuffers;
+    for (size_t i = 0; i < kRxBuffers; ++i) {
+      if (!rx_repost_[i]) continue;
+      rx_repost_[i] = false;
+      long ret;
+      while ((ret = eps_[0]->recv_multi(rx_->local(i * per, per), &rx_ctx_[i])) == fabric::kAgain) {
+      }
+      if (ret != 0) spdlog::error("worker {}: cannot repost a receive buffer: {}", index_, fabric::error_text(ret));
+    }
+  }
+}
+
+long HerdWorker::post_send_st(uint32_t c, size_t offset, size_t len, bool more) {
+  // Multi-queue (Guidelines sec. 4.3.1): responses leave through the k endpoints in turn.
+  fabric::Endpoint& ep = *eps_[sent_ % queues_];
+  fabric::PostOptions po;
+  po.more = more;
+  po.inlined = len <= ep.inject_size();
+  po.signaled = (sent_ + 1) % kSignalEvery == 0;
+  long ret;
+  Deadline d = Deadline::after_ms(1000);
+  while ((ret = ep.send(tx_->local(offset, len), clients_[c].peer, nullptr, po)) == fabric::kAgain &&
+         !d.expired()) {
+    // The transmit queue is full: reap completions (they only free credits here) and retry.
+    fabric::Completion comps[32];
+    for (auto& e : eps_) {
+      size_t n = e->poll(comps);
+      for (size_t i = 0; i < n; ++i)
+        if (comps[i].error != 0) counters_.send_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  sent_++;
+  return ret;
+}
+
+void HerdWorker::send_responses_st() {
+  // Response batching: FI_MORE on all but the last SEND of the round, one doorbell.
+  for (size_t i = 0; i < out_.size(); ++i) {
+    const Outgoing& o = out_[i];
+    if (!clients_[o.client].active) continue;
+    bool more = batching_ && i + 1 < out_.size();
+    long ret = post_send_st(o.client, o.offset, o.len, more);
+    if (ret != 0) counters_.send_errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  out_.clear();
+}
+
+nlohmann::json HerdWorker::stats() const {
+  auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  fabric::VerbSnapshot verbs;
+  for (const auto& ep : eps_) verbs += ep->counters().snapshot();
+  store::StatsSnapshot es = engine_->stats();
+  return {{"worker", index_},
+          {"active_clients", active_clients_.load(std::memory_order_relaxed)},
+          {"requests", r(counters_.requests)},
+          {"gets", r(counters_.gets)},
+          {"puts", r(counters_.puts)},
+          {"dels", r(counters_.dels)},
+          {"malformed", r(counters_.malformed)},
+          {"garbage_slots", r(counters_.garbage)},
+          {"unknown_client", r(counters_.unknown_client)},
+          {"indirect", r(counters_.indirect)},
+          {"send_errors", r(counters_.send_errors)},
+          {"read_errors", r(counters_.read_errors)},
+          {"batches", r(counters_.batches)},
+          {"verbs", verbs.to_json()},
+          {"engine",
+           {{"items", es.items},
+            {"bytes", es.bytes},
+            {"hits", es.hits},
+            {"misses", es.misses},
+            {"expired", es.expired},
+            {"puts", es.puts},
+            {"dels", es.dels},
+            {"evictions", es.evictions},
+            {"index_drops", es.index_drops},
+            {"version_mismatches", es.version_mismatches},
+            {"too_large", es.too_large},
+            {"no_space", es.no_space}}}};
+}
+
+}  // namespace fabkv::server

@@ -1,0 +1,113 @@
+// HerdWorker: one server worker serving the HERD protocol for the partition it owns (EREW).
+// It polls its part of the request region (or its receive buffers, with the SEND transport),
+// drives fabric progress, runs what it collected through the engine's prefetch pipeline and
+// answers each request with one SEND over its connectionless endpoint(s).
+//
+// Threading: constructed on the main thread; run_st() then owns the fabric objects and the
+// engine. add_client/remove_client/stats may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fabric/endpoint.h"
+#include "proto/herd/wire.h"
+#include "server/options.h"
+#include "store/engine.h"
+
+namespace fabkv::server {
+
+struct ClientInfo {
+  uint32_t index = 0;
+  uint16_t epoch = 0;
+  std::vector<uint8_t> address;   // the client's endpoint name
+  fabric::RemoteRegion staging;   // client memory the worker READs indirect requests from
+};
+
+class HerdWorker {
+ public:
+  HerdWorker(uint32_t index, const ServerOptions& o, const fabric::FabricOptions& fo);
+  ~HerdWorker();
+
+  uint32_t index() const { return index_; }
+  std::vector<std::vector<uint8_t>> endpoint_names() const;
+  fabric::RemoteRegion request_region() const { return region_->remote(); }
+  size_t recv_size() const { return sizeof(herd::ResponseHeader) + max_value_; }
+  const std::string& provider() const { return fabric_->provider_name(); }
+
+  void add_client(ClientInfo c);
+  void remove_client(uint32_t index);
+  nlohmann::json stats() const;
+
+  // The worker loop; returns after `stop` is set and the work in hand is answered.
+  void run_st(const std::atomic<bool>& stop);
+
+ private:
+  struct ClientSlotState;
+  struct Pending;
+  struct Event {
+    bool add = true;
+    ClientInfo info;
+  };
+
+  void drain_events_st();
+  void poll_cqs_st();
+  void on_completion_st(fabric::Completion& c);
+  void scan_region_st();
+  bool take_slot_st(uint32_t c);
+  void on_message_st(const char* buf, size_t len);
+  void accept_request_st(uint32_t c, uint32_t seq, const char* msg, size_t len, bool from_slot);
+  void reply_error_st(uint32_t c, uint32_t seq, uint8_t op, herd::WireStatus st);
+  void execute_st();
+  void send_responses_st();
+  long post_send_st(uint32_t c, size_t offset, size_t len, bool more);
+  char* tx_slot(uint32_t c, uint32_t seq);
+  size_t tx_offset(uint32_t c, uint32_t seq) const;
+
+  const uint32_t index_;
+  const uint32_t window_, slot_size_, max_clients_, queues_;
+  const size_t max_value_, staging_slot_;
+  const RequestTransport transport_;
+  const bool batching_;
+  const int core_;
+
+  std::unique_ptr<fabric::Fabric> fabric_;
+  std::vector<std::unique_ptr<fabric::Endpoint>> eps_;
+  std::unique_ptr<store::Engine> engine_;
+  std::unique_ptr<fabric::RegisteredBuffer> region_;   // request slots (clients WRITE here)
+  std::unique_ptr<fabric::RegisteredBuffer> tx_;       // responses, one per (client, slot)
+  std::unique_ptr<fabric::RegisteredBuffer> staging_;  // indirect request bodies READ here
+  std::unique_ptr<fabric::RegisteredBuffer> rx_;       // SEND transport: multi-recv buffers
+  std::vector<fabric::OpContext> rx_ctx_;
+  std::vector<fabric::OpContext> read_ctx_;            // one per (client, slot)
+  std::vector<bool> rx_repost_;
+
+  std::vector<ClientSlotState> clients_;
+  std::vector<Pending> batch_;      // requests collected this round
+  struct Outgoing {
+    uint32_t client;
+    size_t offset, len;
+  };
+  std::vector<Outgoing> out_;       // responses built this round
+  uint64_t sent_ = 0;
+
+  std::mutex mu_;
+  std::deque<Event> events_;
+  std::atomic<bool> events_pending_{false};
+
+  struct Counters {
+    std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},
+        indirect{0}, send_errors{0}, read_errors{0}, batches{0}, unknown_client{0};
+  };
+  Counters counters_;
+  std::atomic<uint32_t> active_clients_{0};
+};
+
+}  // namespace fabkv::server

@@ -1,0 +1,49 @@
+// ServerOptions: every fabkv-server setting with its default and trade-off, filled from the
+// command line and a TOML file (flags override the file).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fabkv::server {
+
+enum class RequestTransport : uint8_t { kWrite, kSend };
+const char* to_string(RequestTransport t);
+
+struct ServerOptions {
+  // libfabric provider: auto picks verbs with an RDMA device, else shm for a loopback
+  // --listen and tcp otherwise.
+  std::string provider = "auto";
+  // Control channel address; port 0 picks a free one (printed in the READY line).
+  std::string listen = "127.0.0.1:7000";
+  std::string secret;  // clients must present it (sent in clear: trusted networks only)
+  // Worker threads, each owning one partition (EREW) and pinned to its own core.
+  uint32_t workers = 1;
+  std::vector<int> cores;  // worker i -> cores[i]; empty = core i; -1 = unpinned
+  std::string engine = "cache";          // cache (lossy, evicts) | store (lossless, kNoSpace)
+  size_t memory = size_t{256} << 20;     // engine bytes, split evenly across workers
+  size_t max_value = 64 * 1024;          // largest value accepted
+  std::vector<std::string> protocols = {"herd"};
+  // HERD knobs (HERD sec. 4.2, Guidelines sec. 4.1/4.3.1).
+  RequestTransport transport = RequestTransport::kWrite;  // WRITE into slots | SEND (sec. 5.5)
+  uint32_t window = 4;        // W: outstanding requests per client per worker
+  uint32_t slot_size = 1024;  // bytes per request slot; larger requests go indirect
+  uint32_t max_clients = 64;  // Nc: clients at once (request region = workers*Nc*W*slot_size)
+  uint32_t queues = 1;        // multi-queue: response endpoints per worker, used in turn
+  bool batching = true;       // response batching: all replies of a round, FI_MORE on all but last
+  std::string log_level = "info";
+};
+
+// Parses "64M", "1G", "4096" (K/M/G/T = powers of 1024). Throws std::invalid_argument.
+size_t parse_bytes(const std::string& s);
+
+// Loads a TOML file into `o` (keys are the flag names without dashes, e.g. workers = 2,
+// memory = "1G", cores = [0, 1]). Throws std::runtime_error with the file's line on error.
+void load_toml(const std::string& path, ServerOptions* o);
+
+// Checks ranges and combinations; throws std::invalid_argument with a user-facing message.
+void validate(const ServerOptions& o);
+
+}  // namespace fabkv::server

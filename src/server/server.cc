@@ -1,0 +1,194 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "control/client.h"
+#include "store/limits.h"
+
+namespace fabkv::server {
+
+namespace {
+
+fabric::RemoteRegion region_from_json(const nlohmann::json& j) {
+  return {j.at("addr").get<uint64_t>(), j.at("length").get<uint64_t>(), j.at("key").get<uint64_t>(),
+          static_cast<fabric::Access>(j.at("access").get<uint32_t>())};
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& o) : o_(o), clients_(o.max_clients) {
+  std::string host;
+  uint16_t port = 0;
+  if (!control::split_host_port(o.listen, &host, &port))
+    throw std::invalid_argument("--listen wants HOST:PORT, got '" + o.listen + "'");
+  fabric::FabricOptions fo;
+  fo.provider = o.provider;
+  fo.peer_host = host;  // auto: a loopback listener means same-host clients (shm)
+  fo.bind_host = (host == "0.0.0.0" || host == "::") ? "" : host;
+  for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<HerdWorker>(w, o, fo));
+
+  control::ControlServer::Handlers h;
+  h.on_hello = [this](uint64_t s, const control::Hello& hello) { return on_hello(s, hello); };
+  h.on_request = [this](uint64_t, std::span<const uint8_t> body) -> std::vector<uint8_t> {
+    std::string op;
+    try {
+      op = nlohmann::json::parse(body.begin(), body.end()).at("op").get<std::string>();
+    } catch (const std::exception& e) {
+      op = "";
+    }
+    nlohmann::json reply = op == "stats" ? stats() : nlohmann::json{{"error", "unknown request"}};
+    std::string s = reply.dump();
+    return {s.begin(), s.end()};
+  };
+  h.on_close = [this](uint64_t s) { on_close(s); };
+  control::ControlServerOptions co;
+  co.host = host;
+  co.port = port;
+  co.secret = o.secret;
+  control_ = std::make_unique<control::ControlServer>(co, h);
+}
+
+Server::~Server() { stop(); }
+
+std::string Server::address() const { return control_->address(); }
+const std::string& Server::provider() const { return workers_.at(0)->provider(); }
+
+void Server::start() {
+  for (auto& w : workers_) threads_.emplace_back([this, wp = w.get()] { wp->run_st(stop_); });
+}
+
+void Server::stop() {
+  if (control_) control_->stop();  // no new clients, no more requests on the control channel
+  stop_.store(true);
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello) {
+  control::Welcome w;
+  nlohmann::json req;
+  try {
+    req = hello.payload.empty() ? nlohmann::json::object()
+                                : nlohmann::json::parse(hello.payload.begin(), hello.payload.end());
+  } catch (const std::exception&) {
+    w.status = control::Status::kRejected;
+    w.message = "the Hello payload is not JSON";
+    return w;
+  }
+  if (hello.service != herd::kService) {
+    w.status = control::Status::kUnknownService;
+    w.message = fmt::format("this is a fabkv server (service '{}'), not '{}'", herd::kService,
+                            hello.service);
+    return w;
+  }
+  std::string protocol = req.value("protocol", std::string(herd::kProtocol));
+  if (protocol != herd::kProtocol) {
+    w.status = control::Status::kRejected;
+    w.message = fmt::format("protocol '{}' is not served here (serving: herd)", protocol);
+    return w;
+  }
+  std::string transport = req.value("transport", std::string(to_string(o_.transport)));
+  if (transport != to_string(o_.transport)) {
+    w.status = control::Status::kRejected;
+    w.message = fmt::format("this server takes requests by {} (--transport), not {}",
+                            to_string(o_.transport), transport);
+    return w;
+  }
+  fabric::RemoteRegion staging;
+  try {
+    if (req.contains("region")) staging = region_from_json(req.at("region"));
+  } catch (const std::exception& e) {
+    w.status = control::Status::kRejected;
+    w.message = std::string("bad staging region: ") + e.what();
+    return w;
+  }
+  uint32_t index = 0;
+  uint16_t epoch = 0;
+  {
+    std::lock_guard lock(mu_);
+    while (index < clients_.size() && clients_[index].used) ++index;
+    if (index == clients_.size()) {
+      w.status = control::Status::kServerBusy;
+      w.message = fmt::format("all {} client slots are taken (--max-clients)", o_.max_clients);
+      return w;
+    }
+    Slot& s = clients_[index];
+    s.used = true;
+    s.epoch = static_cast<uint16_t>(s.epoch + 1);
+    s.session = session;
+    epoch = s.epoch;
+    admitted_++;
+  }
+  // Workers learn of the client before it learns the layout, so its first request finds it.
+  for (auto& wk : workers_) {
+    ClientInfo ci;
+    ci.index = index;
+    ci.epoch = epoch;
+    ci.address = hello.fabric_address;
+    ci.staging = staging;
+    wk->add_client(std::move(ci));
+  }
+  const size_t recv = workers_[0]->recv_size();
+  w.provider = provider();
+  for (auto& wk : workers_) {
+    for (auto& name : wk->endpoint_names()) w.fabric_addresses.push_back(name);
+    fabric::RemoteRegion r = wk->request_region();
+    w.regions.push_back({fmt::format("herd.requests.{}", wk->index()), r.addr, r.length, r.key,
+                         static_cast<uint32_t>(r.access)});
+  }
+  nlohmann::json layout = {{"wire", herd::kWireVersion},   {"client", index},
+                           {"epoch", epoch},               {"workers", o_.workers},
+                           {"window", o_.window},          {"slot_size", o_.slot_size},
+                           {"max_clients", o_.max_clients}, {"queues", o_.queues},
+                           {"transport", to_string(o_.transport)},
+                           {"max_value", o_.max_value},    {"max_key", store::kMaxKeySize},
+                           {"engine", o_.engine},          {"provider", provider()},
+                           {"recv_size", recv}};
+  std::string s = layout.dump();
+  w.payload.assign(s.begin(), s.end());
+  spdlog::info("client {} (epoch {}) joined from session {}", index, epoch, session);
+  return w;
+}
+
+void Server::on_close(uint64_t session) {
+  uint32_t index = 0;
+  {
+    std::lock_guard lock(mu_);
+    while (index < clients_.size() && !(clients_[index].used && clients_[index].session == session))
+      ++index;
+    if (index == clients_.size()) return;
+    clients_[index].used = false;
+    departed_++;
+  }
+  // Its slots and index are reclaimed; requests it left in flight are answered or dropped.
+  for (auto& wk : workers_) wk->remove_client(index);
+  spdlog::info("client {} left", index);
+}
+
+nlohmann::json Server::stats() const {
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& w : workers_) workers.push_back(w->stats());
+  nlohmann::json j = {{"provider", provider()},
+                      {"protocols", o_.protocols},
+                      {"engine", o_.engine},
+                      {"transport", to_string(o_.transport)},
+                      {"workers", workers}};
+  {
+    std::lock_guard lock(mu_);
+    uint64_t active = 0;
+    for (const auto& c : clients_) active += c.used ? 1 : 0;
+    j["clients"] = {{"active", active}, {"admitted", admitted_}, {"departed", departed_}};
+  }
+  auto cs = control_->stats();
+  j["control"] = {{"accepted", cs.accepted},
+                  {"handshakes_ok", cs.handshakes_ok},
+                  {"rejected_version", cs.rejected_version},
+                  {"rejected_secret", cs.rejected_secret},
+                  {"malformed", cs.malformed},
+                  {"timed_out", cs.timed_out}};
+  return j;
+}
+
+}  // namespace fabkv::server

@@ -1,0 +1,55 @@
+// Server: the fabkv-server runtime. Workers (one per partition, each on its own core and
+// thread), the control channel that admits clients and hands them the layout, and the stats
+// everything reports.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "control/server.h"
+#include "server/herd_worker.h"
+#include "server/options.h"
+
+namespace fabkv::server {
+
+class Server {
+ public:
+  // Opens the fabric, allocates and registers memory, binds the control channel. Throws
+  // (FabricError, std::runtime_error) with a message for the user.
+  explicit Server(const ServerOptions& o);
+  ~Server();
+
+  std::string address() const;  // control channel "host:port"
+  const std::string& provider() const;
+  void start();                 // starts the worker threads
+  // Stops admitting clients, lets workers answer what they hold, joins them.
+  void stop();
+  nlohmann::json stats() const;
+
+ private:
+  control::Welcome on_hello(uint64_t session, const control::Hello& hello);
+  void on_close(uint64_t session);
+
+  ServerOptions o_;
+  std::vector<std::unique_ptr<HerdWorker>> workers_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+  std::unique_ptr<control::ControlServer> control_;
+
+  mutable std::mutex mu_;  // client table (control thread and stats readers)
+  struct Slot {
+    bool used = false;
+    uint16_t epoch = 0;
+    uint64_t session = 0;
+  };
+  std::vector<Slot> clients_;
+  uint64_t admitted_ = 0, departed_ = 0;
+};
+
+}  // namespace fabkv::server

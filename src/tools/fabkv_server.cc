@@ -1,0 +1,127 @@
+// fabkv-server: serves the storage core over libfabric. See docs/server.md.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "server/server.h"
+
+using namespace fabkv;
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  init_logging("fabkv-server");
+  server::ServerOptions o;
+  std::string config, memory = "256M", max_value = "64K", transport = "write", batching = "on";
+  std::string cores;
+  CLI::App app{"fabkv-server: an in-memory key-value store for RDMA fabrics (libfabric)"};
+  app.add_option("--config", config, "TOML file with the settings below (flags override it)");
+  app.add_option("--provider", o.provider, "auto|shm|tcp|verbs: auto picks verbs with an RDMA "
+                 "device, else shm for a loopback --listen, else tcp")->capture_default_str();
+  app.add_option("--listen", o.listen, "control channel HOST:PORT (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--secret", o.secret, "shared secret clients must present (sent in clear)");
+  app.add_option("--workers", o.workers, "worker threads, one partition each (EREW)")
+      ->capture_default_str();
+  app.add_option("--cores", cores, "comma-separated cores for workers (default: worker i on core i; -1 unpinned)");
+  app.add_option("--engine", o.engine, "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full)")
+      ->capture_default_str();
+  app.add_option("--memory", memory, "engine memory across all workers (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("--max-value", max_value, "largest value accepted")->capture_default_str();
+  app.add_option("--protocols", o.protocols, "access protocols to serve")->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--transport", transport, "how HERD requests arrive: write (into the request "
+                 "region, HERD sec. 4.2) | send (to the worker, HERD sec. 5.5)")->capture_default_str();
+  app.add_option("--window", o.window, "W: outstanding requests per client per worker")
+      ->capture_default_str();
+  app.add_option("--slot-size", o.slot_size, "request slot bytes; larger requests go indirect")
+      ->capture_default_str();
+  app.add_option("--max-clients", o.max_clients, "clients at once")->capture_default_str();
+  app.add_option("--queues", o.queues, "multi-queue: response endpoints per worker")
+      ->capture_default_str();
+  app.add_option("--batching", batching, "response batching (FI_MORE): on|off")->capture_default_str();
+  app.add_option("--log", o.log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (!config.empty()) {
+      // The file first, then every flag given on the command line again on top of it.
+      server::ServerOptions from_file;
+      server::load_toml(config, &from_file);
+      auto given = [&](const char* name) { return app.count(name) > 0; };
+      if (!given("--provider")) o.provider = from_file.provider;
+      if (!given("--listen")) o.listen = from_file.listen;
+      if (!given("--secret")) o.secret = from_file.secret;
+      if (!given("--workers")) o.workers = from_file.workers;
+      if (!given("--engine")) o.engine = from_file.engine;
+      if (!given("--memory")) memory = std::to_string(from_file.memory);
+      if (!given("--max-value")) max_value = std::to_string(from_file.max_value);
+      if (!given("--protocols")) o.protocols = from_file.protocols;
+      if (!given("--transport")) transport = server::to_string(from_file.transport);
+      if (!given("--window")) o.window = from_file.window;
+      if (!given("--slot-size")) o.slot_size = from_file.slot_size;
+      if (!given("--max-clients")) o.max_clients = from_file.max_clients;
+      if (!given("--queues")) o.queues = from_file.queues;
+      if (!given("--batching")) batching = from_file.batching ? "on" : "off";
+      if (!given("--log")) o.log_level = from_file.log_level;
+      if (!given("--cores")) o.cores = from_file.cores;
+    }
+    o.memory = server::parse_bytes(memory);
+    o.max_value = server::parse_bytes(max_value);
+    if (transport == "write") o.transport = server::RequestTransport::kWrite;
+    else if (transport == "send") o.transport = server::RequestTransport::kSend;
+    else throw std::invalid_argument("--transport must be write or send");
+    if (batching != "on" && batching != "off") throw std::invalid_argument("--batching must be on or off");
+    o.batching = batching == "on";
+    if (!cores.empty()) {
+      o.cores.clear();
+      size_t pos = 0;
+      while (pos <= cores.size()) {
+        size_t comma = cores.find(',', pos);
+        o.cores.push_back(std::stoi(cores.substr(pos, comma - pos)));
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+    }
+    if (!set_log_level(o.log_level)) throw std::invalid_argument("unknown --log level " + o.log_level);
+    server::validate(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "fabkv-server: {}\n", e.what());
+    return 2;
+  }
+
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::unique_ptr<server::Server> srv;
+  try {
+    srv = std::make_unique<server::Server>(o);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "fabkv-server: {}\n", e.what());
+    return 2;
+  }
+  srv->start();
+  spdlog::info("serving {} on {} over {} with {} worker(s), engine {}, transport {}",
+               fmt::join(o.protocols, ","), srv->address(), srv->provider(), o.workers, o.engine,
+               server::to_string(o.transport));
+  fmt::print("READY {}\n", srv->address());
+  std::fflush(stdout);
+  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  spdlog::info("shutting down: answering requests in hand, releasing fabric resources");
+  srv->stop();
+  srv.reset();
+  return 0;
+}
