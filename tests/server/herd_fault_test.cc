@@ -1,0 +1,176 @@
+// Bad input against a real fabkv-server process, on shm and tcp: garbage, torn and impossible
+// requests in slots, oversized values, wrong handshakes, a client killed mid-window, the
+// server stopped. Each gets a clear error or a counted drop, and the server keeps serving.
+#include <chrono>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "raw_client.h"
+
+namespace fabkv::testing {
+namespace {
+
+using herd::OpCode;
+using herd::WireStatus;
+
+class HerdFaults : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { server_ = std::make_unique<ServerProcess>(GetParam()); }
+  std::unique_ptr<ServerProcess> server_;
+
+  // A PUT then a GET through raw slots, checking the value comes back.
+  void put_get_ok(RawClient& c, uint32_t first_seq, const std::string& key) {
+    char req[1024];
+    uint32_t w = c.worker_of(key);
+    size_t n = c.build(first_seq, OpCode::kPut, key, "value-of-" + key, req);
+    c.write_slot(w, first_seq - 1, req, n);
+    auto r = c.response();
+    ASSERT_TRUE(r.has_value()) << "no response to a well-formed PUT";
+    ASSERT_EQ(r->h.seq, first_seq);
+    ASSERT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kOk));
+    n = c.build(first_seq + 1, OpCode::kGet, key, "", req);
+    c.write_slot(w, first_seq, req, n);
+    r = c.response();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kOk));
+    EXPECT_EQ(r->value, "value-of-" + key);
+  }
+
+  static uint64_t worker_stat(const nlohmann::json& s, const char* name) {
+    uint64_t n = 0;
+    for (const auto& w : s.at("workers")) n += w.at(name).get<uint64_t>();
+    return n;
+  }
+};
+
+TEST_P(HerdFaults, WellFormedRequestsWork) {
+  RawClient c(GetParam(), server_->address());
+  put_get_ok(c, 1, "alpha");
+}
+
+TEST_P(HerdFaults, GarbageInASlotIsCountedAnsweredAndOthersKeepWorking) {
+  RawClient bad(GetParam(), server_->address());
+  RawClient good(GetParam(), server_->address());
+  std::mt19937_64 rng(42);
+  char junk[1024];
+  for (auto& b : junk) b = static_cast<char>(rng());
+  herd::store<uint32_t>(junk, 0xdeadbeef);  // a sequence number the server does not expect
+  bad.write_slot(0, 0, junk, sizeof(junk));
+  // The owner is told its request 1 failed once the garbage has sat there long enough.
+  auto r = bad.response(5000);
+  ASSERT_TRUE(r.has_value()) << "garbage was neither answered nor dropped visibly";
+  EXPECT_EQ(r->h.seq, 1u);
+  EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kMalformed));
+  EXPECT_GE(worker_stat(good.stats(), "garbage_slots"), 1u);
+  put_get_ok(good, 1, "still-served");
+  put_get_ok(bad, 2, "bad-client-recovers");  // the bad client's next requests still work
+}
+
+TEST_P(HerdFaults, ImpossibleLengthsAreMalformedAtOnce) {
+  RawClient c(GetParam(), server_->address());
+  char req[1024] = {};
+  herd::RequestHeader h{};
+  h.seq = 1;
+  h.client = static_cast<uint16_t>(c.client);
+  h.epoch = static_cast<uint16_t>(c.epoch);
+  h.op = static_cast<uint8_t>(OpCode::kPut);
+  h.key_len = 60000;  // cannot fit a slot
+  h.value_len = 4000000;
+  herd::store(req, h);
+  c.write_slot(0, 0, req, sizeof(req));
+  auto r = c.response();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kMalformed));
+  put_get_ok(c, 2, "after-impossible");
+}
+
+TEST_P(HerdFaults, ChecksumMismatchIsNeverExecuted) {
+  RawClient c(GetParam(), server_->address());
+  char req[1024];
+  size_t n = c.build(1, OpCode::kPut, "torn", "xxxxxxxx", req);
+  req[sizeof(herd::RequestHeader) + 5] ^= 0x40;  // corrupt the value after the checksum
+  c.write_slot(0, 0, req, n);
+  auto r = c.response(5000);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kMalformed));
+  // And the key was not written.
+  n = c.build(2, OpCode::kGet, "torn", "", req);
+  c.write_slot(c.worker_of("torn"), 1, req, n);
+  r = c.response();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kNotFound));
+}
+
+TEST_P(HerdFaults, OversizedKeyOrValueIsTooLargeAndNothingIsWritten) {
+  RawClient c(GetParam(), server_->address());
+  // An indirect PUT that claims a value over the server's limit: refused without a READ.
+  char req[256] = {};
+  herd::RequestHeader h{};
+  h.seq = 1;
+  h.client = static_cast<uint16_t>(c.client);
+  h.epoch = static_cast<uint16_t>(c.epoch);
+  h.op = static_cast<uint8_t>(OpCode::kPut);
+  h.flags = herd::kFlagIndirect;
+  h.key_len = 3;
+  h.value_len = c.layout.at("max_value").get<uint32_t>() + 1;
+  herd::IndirectBody ib{0, 0, uint64_t{h.key_len} + h.value_len};
+  char* body = req + sizeof(h);
+  herd::store(body, ib);
+  h.check = herd::request_check(1, body, sizeof(ib));
+  herd::store(req, h);
+  herd::store(req + herd::trailer_offset(sizeof(ib)), herd::RequestTrailer{1});
+  c.write_slot(c.worker_of("big"), 0, req, herd::request_bytes(sizeof(ib)));
+  auto r = c.response();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kTooLarge));
+  // A 251-byte key inline.
+  std::string key(251, 'k');
+  char big[1024];
+  size_t n = c.build(2, OpCode::kPut, key, "v", big);
+  c.write_slot(c.worker_of(key), 1, big, n);
+  r = c.response();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kTooLarge));
+  EXPECT_EQ(worker_stat(c.stats(), "puts"), 2u);  // seen, both refused
+  uint64_t items = 0;
+  for (const auto& w : c.stats().at("workers")) items += w.at("engine").at("puts").get<uint64_t>();
+  EXPECT_EQ(items, 0u);
+}
+
+TEST_P(HerdFaults, WrongHandshakesGetClearErrors) {
+  fabric::FabricOptions fo;
+  fo.provider = GetParam();
+  fo.quiet = true;
+  auto f = fabric::Fabric::open(fo);
+  auto expect_reject = [&](const std::string& service, const std::string& payload,
+                           const std::string& needle) {
+    control::Hello h;
+    h.service = service;
+    h.payload.assign(payload.begin(), payload.end());
+    try {
+      control::ControlClient::connect(server_->address(), h, 3000);
+      ADD_FAILURE() << "accepted " << service << " " << payload;
+    } catch (const control::ControlError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_reject("memcached", "{}", "not 'memcached'");
+  expect_reject("fabkv", R"({"protocol":"pilaf"})", "pilaf");
+  expect_reject("fabkv", R"({"protocol":"herd","transport":"carrier-pigeon"})", "carrier-pigeon");
+  expect_reject("fabkv", "not json", "JSON");
+  // The server still admits a proper client.
+  RawClient c(GetParam(), server_->address());
+  put_get_ok(c, 1, "after-bad-handshakes");
+}
+
+TEST_P(HerdFaults, ServerStopsCleanlyOnSigterm) {
+  RawClient c(GetParam(), server_->address());
+  put_get_ok(c, 1, "k");
+  EXPECT_EQ(server_->terminate(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, HerdFaults, ::testing::Values("shm", "tcp"));
+
+}  // namespace
+}  // namespace fabkv::testing

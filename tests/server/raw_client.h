@@ -1,0 +1,201 @@
+// Test support: a HERD client written against the wire format directly (not the client
+// library), so tests can write exactly the bytes they want into request slots: well-formed
+// requests, garbage, torn or impossible ones. Plus a real fabkv-server process to aim at.
+#pragma once
+
+#include <signal.h>
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "control/client.h"
+#include "fabric/endpoint.h"
+#include "perf/process.h"
+#include "proto/herd/wire.h"
+#include "store/hash.h"
+
+namespace fabkv::testing {
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::string& provider, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
+                                     "127.0.0.1:0", "--memory", "64M", "--cores", "-1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    proc_ = std::make_unique<perf::ChildProcess>(argv);
+    std::string line;
+    if (!proc_->read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
+      throw std::runtime_error("fabkv-server did not start: " + line);
+    address_ = line.substr(6);
+  }
+  ~ServerProcess() {
+    if (!proc_) return;
+    proc_->kill(SIGTERM);
+    if (proc_->wait(Deadline::after_ms(10000)) < 0) proc_->kill(SIGKILL);
+  }
+  int terminate() {
+    proc_->kill(SIGTERM);
+    int rc = proc_->wait(Deadline::after_ms(10000));
+    proc_.reset();
+    return rc;
+  }
+  void kill() {
+    proc_->kill(SIGKILL);
+    proc_->wait(Deadline::after_ms(5000));
+    proc_.reset();
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  std::unique_ptr<perf::ChildProcess> proc_;
+  std::string address_;
+};
+
+struct RawResponse {
+  herd::ResponseHeader h{};
+  std::string value;
+};
+
+class RawClient {
+ public:
+  RawClient(const std::string& provider, const std::string& server, const std::string& transport = "") {
+    fabric::FabricOptions fo;
+    fo.provider = provider;
+    fo.quiet = true;
+    fabric_ = fabric::Fabric::open(fo);
+    ep_ = std::make_unique<fabric::Endpoint>(*fabric_);
+    buf_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, 4 << 20,
+                                                      fabric::Access::kRemoteRead);
+    control::Hello hello;
+    hello.service = herd::kService;
+    hello.provider = fabric_->provider_name();
+    hello.fabric_address = ep_->name();
+    nlohmann::json p = {{"protocol", "herd"}};
+    if (!transport.empty()) p["transport"] = transport;
+    auto r = buf_->remote();
+    p["region"] = {{"addr", r.addr}, {"length", r.length}, {"key", r.key},
+                   {"access", static_cast<uint32_t>(r.access)}};
+    std::string s = p.dump();
+    hello.payload.assign(s.begin(), s.end());
+    ctl_.emplace(control::ControlClient::connect(server, hello, 5000));
+    const auto& w = ctl_->welcome();
+    layout = nlohmann::json::parse(w.payload.begin(), w.payload.end());
+    uint32_t k = layout.at("queues");
+    for (size_t i = 0; i < w.fabric_addresses.size(); ++i) {
+      fabric::PeerAddr a = ep_->insert_peer(w.fabric_addresses[i]);
+      if (i % k == 0) workers_.push_back(a);
+    }
+    for (const auto& reg : w.regions)
+      regions_.push_back({reg.addr, reg.length, reg.key, static_cast<fabric::Access>(reg.access)});
+    client = layout.at("client");
+    epoch = layout.at("epoch");
+    window = layout.at("window");
+    slot_size = layout.at("slot_size");
+    recv_size = layout.at("recv_size");
+    rx_ctx_.resize(16);  // 16 x recv_size stays below the 2 MiB where requests are staged
+    for (size_t i = 0; i < rx_ctx_.size(); ++i) {
+      rx_ctx_[i].tag = i;
+      post_recv(i);
+    }
+  }
+
+  // Builds a well-formed inline request into `out` (returns its size).
+  size_t build(uint32_t seq, herd::OpCode op, const std::string& key, const std::string& value,
+               char* out) const {
+    herd::RequestHeader h{};
+    h.seq = seq;
+    h.client = static_cast<uint16_t>(client);
+    h.epoch = static_cast<uint16_t>(epoch);
+    h.op = static_cast<uint8_t>(op);
+    h.key_len = static_cast<uint16_t>(key.size());
+    h.value_len = static_cast<uint32_t>(value.size());
+    char* body = out + sizeof(h);
+    std::memcpy(body, key.data(), key.size());
+    std::memcpy(body + key.size(), value.data(), value.size());
+    size_t n = key.size() + value.size();
+    h.check = herd::request_check(seq, body, n);
+    herd::store(out, h);
+    herd::store(out + herd::trailer_offset(n), herd::RequestTrailer{seq});
+    return herd::request_bytes(n);
+  }
+
+  // WRITEs `len` raw bytes into slot (seq-1) % W of worker w.
+  void write_slot(uint32_t w, uint32_t slot, const char* bytes, size_t len) {
+    std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
+    uint64_t raddr = regions_.at(w).at(herd::slot_offset(client, window, slot_size, slot));
+    post([&] {
+      return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), raddr, regions_.at(w).key, &wctx_);
+    });
+  }
+  void send_raw(uint32_t w, const char* bytes, size_t len) {
+    std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
+    post([&] { return ep_->send(buf_->local(2 * 1024 * 1024, len), workers_.at(w), &wctx_); });
+  }
+
+  uint32_t worker_of(const std::string& key) const {
+    return store::partition_of(store::hash_key(key), layout.at("workers").get<uint32_t>());
+  }
+
+  // Waits for one response; nullopt at the deadline.
+  std::optional<RawResponse> response(int ms = 3000) {
+    Deadline d = Deadline::after_ms(ms);
+    fabric::Completion c[8];
+    while (!d.expired()) {
+      size_t n = ep_->poll(c);
+      for (size_t i = 0; i < n; ++i) {
+        if (c[i].error != 0) throw std::runtime_error("completion error: " + c[i].error_text);
+        if (c[i].inbound && c[i].verb == fabric::Verb::kRecv) {
+          size_t slot = c[i].context->tag;
+          const char* at = buf_->data() + slot * recv_size;
+          RawResponse r;
+          r.h = herd::load<herd::ResponseHeader>(at);
+          r.value.assign(at + sizeof(herd::ResponseHeader), r.h.value_len);
+          post_recv(slot);
+          return r;
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
+  nlohmann::json stats() {
+    std::string q = R"({"op":"stats"})";
+    auto b = ctl_->request(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(q.data()), q.size()), 5000);
+    return nlohmann::json::parse(b.begin(), b.end());
+  }
+
+  fabric::Endpoint& ep() { return *ep_; }
+  nlohmann::json layout;
+  uint32_t client = 0, epoch = 0, window = 0, slot_size = 0, recv_size = 0;
+
+ private:
+  template <class P>
+  void post(P&& p) {
+    Deadline d = Deadline::after_ms(5000);
+    long ret;
+    while ((ret = p()) == fabric::kAgain && !d.expired()) {
+      fabric::Completion c[8];
+      ep_->poll(c);  // only local completions of our WRITEs/SENDs can be lost here
+    }
+    if (ret != 0) throw std::runtime_error("post failed");
+  }
+  void post_recv(size_t i) {
+    long ret = ep_->recv(buf_->local(i * recv_size, recv_size), &rx_ctx_[i]);
+    if (ret != 0) throw std::runtime_error("recv post failed");
+  }
+
+  std::unique_ptr<fabric::Fabric> fabric_;
+  std::unique_ptr<fabric::Endpoint> ep_;
+  std::unique_ptr<fabric::RegisteredBuffer> buf_;
+  std::optional<control::ControlClient> ctl_;
+  std::vector<fabric::PeerAddr> workers_;
+  std::vector<fabric::RemoteRegion> regions_;
+  std::vector<fabric::OpContext> rx_ctx_;
+  fabric::OpContext wctx_;
+};
+
+}  // namespace fabkv::testing
