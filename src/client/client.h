@@ -1,0 +1,131 @@
+// fabkv's client library: a key-value client over the HERD protocol (HERD sec. 4) and
+// libfabric. docs/client.md has the API tour, an example program and the C interface.
+//
+//   auto c = fabkv::Client::connect(options);    // throws fabkv::ClientError
+//   c->put("k", "v");                            // blocking: returns a Status
+//   c->get_async("k", [](fabkv::Status s, std::string_view v, uint64_t ver) { ... });
+//   c->flush();                                  // runs the callbacks of everything in flight
+//
+// Connect-time failures throw ClientError (with a Status and the reason, the server's own
+// message when it rejected us); every data-path call returns a Status and never throws.
+// Every wait is bounded by ClientOptions::timeout_ms: a dead server gives kServerGone (its
+// control connection closed, or a fabric error completion) or kTimeout, never a hang.
+//
+// Threading: a Client is NOT thread-safe. It owns one fabric endpoint and its completion
+// queue (FI_THREAD_DOMAIN); use it from one thread at a time, one Client per thread for
+// parallelism. Only counters() may be called from another thread.
+//
+// Waiting is busy polling: a sleep and wake-up costs 15-20 us on these hosts, more than a
+// whole request.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "fabric/counters.h"
+
+namespace fabkv {
+
+struct ClientOptions {
+  std::string server = "127.0.0.1:7000";  // control channel HOST:PORT of fabkv-server
+  std::string protocol = "herd";          // access protocol; only "herd" so far
+  std::string provider = "auto";          // auto|shm|tcp|verbs: must match the server's
+  std::string transport;                  // request transport "write"|"send"; "" = server default
+  std::string secret;                     // control-channel shared secret ("" = none)
+  int timeout_ms = 2000;                  // bound on every data-path wait (per request)
+  int connect_timeout_ms = 5000;          // bound on the handshake
+  // Bytes of client memory the server may READ large (indirect) requests from. 0 = 1 MiB, and
+  // always at least one largest request (the client reconnects once if the server's max_value
+  // needs more).
+  size_t staging_bytes = 0;
+};
+
+enum class Status {
+  kOk,
+  kNotFound,         // get/del: no such key
+  kTooLarge,         // key over 250 bytes or value over the server's max_value (nothing sent)
+  kNoSpace,          // the server's store is full (store engine)
+  kVersionMismatch,  // put with expected_version: the item changed
+  kInvalidKey,       // empty key
+  kServerGone,       // control connection closed or a fabric error: reconnect
+  kTimeout,          // no answer within timeout_ms
+  kMalformed,        // the server could not parse our request (a bug on one side)
+  kError,            // anything else (the server failed to serve it, a local fabric error)
+};
+const char* to_string(Status s);
+
+class ClientError : public std::runtime_error {
+ public:
+  ClientError(Status status, const std::string& what)
+      : std::runtime_error(what), status_(status) {}
+  Status status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
+class Client {
+ public:
+  // value is valid only during the callback. version: get: the item's version, put: the new
+  // version, del: 0.
+  using Callback = std::function<void(Status, std::string_view value, uint64_t version)>;
+
+  // Opens the fabric, connects the control channel, learns the layout. Throws ClientError
+  // (kServerGone when unreachable or rejected: what() has the server's message; kTimeout;
+  // kMalformed for a layout this client cannot use; kError for local fabric failures).
+  static std::unique_ptr<Client> connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // ---- blocking calls: return when the response arrives or timeout_ms passes. They also run
+  // callbacks of earlier async requests that complete meanwhile.
+  Status get(std::string_view key, std::string* value, uint64_t* version = nullptr);
+  // expected_version != 0: only if the item still has that version (memcached cas).
+  // expire_at: absolute Unix seconds, 0 = never.
+  Status put(std::string_view key, std::string_view value, uint64_t expected_version = 0,
+             uint32_t expire_at = 0, uint64_t* new_version = nullptr);
+  Status del(std::string_view key);
+
+  // ---- asynchronous calls: return kOk once posted; the callback then runs exactly once,
+  // from poll()/flush()/a blocking call, with the result (or kTimeout/kServerGone). When the
+  // key's worker already has W requests in flight they poll until a slot frees (bounded by
+  // timeout_ms). Any other return means nothing was sent and the callback will not run.
+  // Callbacks may post new async requests; they must not call blocking calls or flush().
+  Status get_async(std::string_view key, Callback cb);
+  Status put_async(std::string_view key, std::string_view value, Callback cb,
+                   uint64_t expected_version = 0, uint32_t expire_at = 0);
+  Status del_async(std::string_view key, Callback cb);
+
+  // Drives progress once: reaps completions, runs callbacks, expires requests past their
+  // deadline. Returns the number of callbacks run.
+  size_t poll();
+  // Waits for every request in flight (each bounded by its own deadline). kOk, or kServerGone
+  // when the server went away meanwhile.
+  Status flush();
+  size_t in_flight() const;
+
+  // Server statistics (control request {"op":"stats"}). Throws ClientError.
+  nlohmann::json stats();
+  // This client's verb counters (its one endpoint). Safe from any thread.
+  fabric::VerbSnapshot counters() const;
+  // The layout the server handed us at connect (wire.h's Welcome payload).
+  const nlohmann::json& layout() const;
+  // Provider actually used, e.g. "shm" or "tcp;ofi_rxm".
+  const std::string& provider() const;
+
+  struct Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fabkv

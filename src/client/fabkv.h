@@ -1,0 +1,62 @@
+/* fabkv's C interface: the C++ client library (client/client.h) behind an opaque handle, for
+ * C programs and other languages' foreign-function interfaces. docs/client.md has examples.
+ *
+ * Every function returns a fabkv_status (0 = FABKV_OK) except fabkv_connect, which returns
+ * NULL on failure and writes the reason into err. Nothing here blocks longer than the
+ * timeout given to fabkv_connect. A fabkv_client is not thread-safe: use it from one thread
+ * at a time (one client per thread). */
+#ifndef FABKV_H
+#define FABKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fabkv_status {
+  FABKV_OK = 0,
+  FABKV_NOT_FOUND = 1,         /* get/del: no such key */
+  FABKV_TOO_LARGE = 2,         /* key > 250 bytes or value > the server's max_value */
+  FABKV_NO_SPACE = 3,          /* the server's store is full */
+  FABKV_VERSION_MISMATCH = 4,  /* reserved for a conditional put */
+  FABKV_INVALID_KEY = 5,       /* empty key */
+  FABKV_SERVER_GONE = 6,       /* the server went away: reconnect */
+  FABKV_TIMEOUT = 7,           /* no answer within the timeout */
+  FABKV_MALFORMED = 8,         /* the server could not parse the request */
+  FABKV_ERROR = 9,             /* any other failure */
+  FABKV_BUFFER_TOO_SMALL = 10, /* fabkv_get: the value does not fit; *vlen has its size */
+  FABKV_INVALID_ARGUMENT = 11  /* a NULL client or pointer */
+} fabkv_status;
+
+typedef struct fabkv_client fabkv_client;
+
+/* Connects to a fabkv-server's control channel "HOST:PORT". provider: "auto" (or NULL),
+ * "shm", "tcp", "verbs"; secret: NULL or "" for none; timeout_ms: bound on connecting and on
+ * every later request (<= 0: 2000). On failure returns NULL and, if err is not NULL, writes a
+ * NUL-terminated reason of at most errlen bytes. */
+fabkv_client* fabkv_connect(const char* server, const char* provider, const char* secret,
+                            int timeout_ms, char* err, size_t errlen);
+
+/* Copies the value of key into buf (cap bytes) and its length into *vlen. A value longer
+ * than cap gives FABKV_BUFFER_TOO_SMALL with *vlen = its length and nothing copied. */
+int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t cap,
+              size_t* vlen);
+int fabkv_put(fabkv_client* c, const void* key, size_t klen, const void* val, size_t vlen);
+int fabkv_del(fabkv_client* c, const void* key, size_t klen);
+
+/* The server's largest value in bytes (0 for a NULL client). */
+size_t fabkv_max_value(const fabkv_client* c);
+
+/* Closes the connection and frees the client; NULL is allowed. */
+void fabkv_close(fabkv_client* c);
+
+/* A static, human-readable text for a status ("not found"). */
+const char* fabkv_strerror(int status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FABKV_H */

@@ -1,0 +1,102 @@
+// fabkv-cli: get, put, del and stats against a fabkv-server, for people and scripts.
+// Exit status: 0 success, 1 not found, 2 any error (with a one-line message on stderr).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "client/client.h"
+
+namespace {
+
+constexpr int kExitOk = 0, kExitNotFound = 1, kExitError = 2;
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "fabkv-cli: %s\n", what.c_str());
+  return kExitError;
+}
+
+int from_status(fabkv::Status s, const std::string& op, const std::string& key) {
+  if (s == fabkv::Status::kOk) return kExitOk;
+  std::fprintf(stderr, "fabkv-cli: %s %s: %s\n", op.c_str(), key.c_str(), fabkv::to_string(s));
+  return s == fabkv::Status::kNotFound ? kExitNotFound : kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fabkv-cli: talk to a fabkv-server"};
+  fabkv::ClientOptions o;
+  app.add_option("--server", o.server, "control channel HOST:PORT of the server")
+      ->capture_default_str();
+  app.add_option("--protocol", o.protocol, "access protocol (herd)")->capture_default_str();
+  app.add_option("--provider", o.provider,
+                 "libfabric provider: auto|shm|tcp|verbs; must match the server's "
+                 "(auto: shm for a local server, tcp otherwise)")
+      ->capture_default_str();
+  app.add_option("--transport", o.transport,
+                 "request transport: write (HERD's WRITE into the request region) or send; "
+                 "default: the server's")
+      ->check(CLI::IsMember({"write", "send"}));
+  app.add_option("--secret", o.secret, "control-channel shared secret (default: none)");
+  app.add_option("--timeout-ms", o.timeout_ms, "bound on every wait, in ms")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.require_subcommand(1);
+
+  std::string key, value;
+  bool have_value = false;
+  auto* get = app.add_subcommand("get", "print KEY's value to stdout (raw bytes)");
+  get->add_option("KEY", key, "key (1..250 bytes)")->required();
+  auto* put = app.add_subcommand("put", "store VALUE (or stdin when omitted) under KEY");
+  put->add_option("KEY", key, "key (1..250 bytes)")->required();
+  auto* value_opt = put->add_option("VALUE", value, "value; read from stdin when omitted");
+  auto* del = app.add_subcommand("del", "delete KEY");
+  del->add_option("KEY", key, "key (1..250 bytes)")->required();
+  auto* stats = app.add_subcommand("stats", "print the server's statistics as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitError;
+  }
+  have_value = value_opt->count() > 0;
+  if (put->parsed() && !have_value) {
+    value.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    if (std::cin.bad()) return fail("cannot read the value from stdin");
+  }
+
+  std::unique_ptr<fabkv::Client> client;
+  try {
+    o.connect_timeout_ms = std::max(o.timeout_ms, 1000);
+    client = fabkv::Client::connect(o);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+
+  if (get->parsed()) {
+    std::string v;
+    fabkv::Status s = client->get(key, &v);
+    if (s != fabkv::Status::kOk) return from_status(s, "get", key);
+    std::fwrite(v.data(), 1, v.size(), stdout);
+    if (::isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+    if (std::fflush(stdout) != 0) return fail("cannot write to stdout");
+    return kExitOk;
+  }
+  if (put->parsed()) return from_status(client->put(key, value), "put", key);
+  if (del->parsed()) return from_status(client->del(key), "del", key);
+  if (stats->parsed()) {
+    try {
+      std::printf("%s\n", client->stats().dump(2).c_str());
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    return kExitOk;
+  }
+  return fail("no command");
+}
