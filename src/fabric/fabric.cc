@@ -73,7 +73,10 @@ std::unique_ptr<Fabric> Fabric::open(const FabricOptions& o) {
     throw FabricError("fi_getinfo", fmt::format("the shm provider offers only rdm endpoints, not {}",
                                                 to_string(o.type)));
 
-  std::string node = o.bind_host;
+  // shm names its endpoints after the node string it is given ("<node>:<uid>:<index>"), so an
+  // IP address there makes two processes' endpoints collide: shm never gets one and picks
+  // its own unique "<pid>:..." names.
+  std::string node = provider == "shm" ? "" : o.bind_host;
   if (node.empty() && (provider == "tcp" || provider == "udp") && is_local_host(o.peer_host))
     node = "127.0.0.1";  // a same-host tcp peer: use the loopback domain, not the first NIC
 

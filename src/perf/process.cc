@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 
@@ -108,4 +109,14 @@ void ChildProcess::kill(int sig) {
   if (!reaped_ && pid_ > 0) ::kill(pid_, sig);
 }
 
+}  // namespace fabkv::perf
+
+namespace fabkv::perf {
+void remove_shm_leftovers(pid_t pid) {
+  if (pid <= 0) return;
+  std::error_code ec;
+  const std::string prefix = std::to_string(pid) + ":";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
+}
 }  // namespace fabkv::perf

@@ -40,3 +40,10 @@ class ChildProcess {
 std::string self_executable();
 
 }  // namespace fabkv::perf
+
+namespace fabkv::perf {
+// The shm provider names its regions /dev/shm/<pid>:<uid>:<index> and unlinks them at close;
+// a process killed with SIGKILL leaves them behind (16 MiB each). Tests that kill peers call
+// this to clean up after them.
+void remove_shm_leftovers(pid_t pid);
+}  // namespace fabkv::perf

@@ -40,15 +40,18 @@ class PeerServer {
     proc_.reset();
   }
   void kill() {
+    shm_leftovers_of_ = proc_->pid();
     proc_->kill(SIGKILL);
     proc_->wait(Deadline::after_ms(5000));
     proc_.reset();
+    perf::remove_shm_leftovers(shm_leftovers_of_);
   }
   const std::string& address() const { return address_; }
 
  private:
   std::unique_ptr<perf::ChildProcess> proc_;
   std::string address_;
+  pid_t shm_leftovers_of_ = 0;
 };
 
 // Our side: a fabric, an endpoint, a local registered buffer, and the peer's regions.

@@ -1,0 +1,85 @@
+// fabkv-herd-test-client: a separate client process for the server tests.
+//   victim SERVER PROVIDER        connect, leave `window` PUTs in flight, print READY, sleep
+//   stress SERVER PROVIDER SEED N N random get/put/del on keys of its own, checked against a
+//                                 model map; exit 0 when every answer matched, 1 otherwise
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+
+#include "raw_client.h"
+
+using namespace fabkv;
+using namespace fabkv::testing;
+
+namespace {
+
+int victim(const std::string& server, const std::string& provider) {
+  RawClient c(provider, server);
+  char req[1024];
+  for (uint32_t r = 0; r < c.window; ++r) {
+    std::string key = "victim-" + std::to_string(r);
+    size_t n = c.build(r + 1, herd::OpCode::kPut, key, "v", req);
+    if (c.layout.at("transport") == "send") c.send_raw(c.worker_of(key), req, n);
+    else c.write_slot(c.worker_of(key), r, req, n);
+  }
+  std::printf("READY %u %u\n", c.client, c.epoch);
+  std::fflush(stdout);
+  ::pause();  // killed by the test, mid-window, never reading its responses
+  return 0;
+}
+
+int stress(const std::string& server, const std::string& provider, uint64_t seed, int ops) {
+  RawClient c(provider, server);
+  std::mt19937_64 rng(seed);
+  std::map<std::string, std::string> model;
+  std::vector<uint32_t> seq(c.layout.at("workers").get<uint32_t>(), 0);
+  char req[1024];
+  for (int i = 0; i < ops; ++i) {
+    std::string key = "s" + std::to_string(seed) + "-" + std::to_string(rng() % 64);
+    uint32_t w = c.worker_of(key);
+    uint32_t s = ++seq[w];
+    int what = static_cast<int>(rng() % 10);
+    herd::OpCode op = what < 5 ? herd::OpCode::kGet : what < 9 ? herd::OpCode::kPut : herd::OpCode::kDel;
+    std::string value;
+    if (op == herd::OpCode::kPut) value = std::string(1 + rng() % 300, static_cast<char>('a' + rng() % 26));
+    size_t n = c.build(s, op, key, value, req);
+    if (c.layout.at("transport") == "send") c.send_raw(w, req, n);
+    else c.write_slot(w, s - 1, req, n);
+    auto r = c.response(5000);
+    if (!r || r->h.seq != s) {
+      std::fprintf(stderr, "stress: no or wrong response to op %d\n", i);
+      return 1;
+    }
+    auto st = static_cast<herd::WireStatus>(r->h.status);
+    auto it = model.find(key);
+    if (op == herd::OpCode::kGet) {
+      bool ok = it == model.end() ? st == herd::WireStatus::kNotFound
+                                  : (st == herd::WireStatus::kOk && r->value == it->second);
+      if (!ok) {
+        std::fprintf(stderr, "stress: GET %s mismatch (status %d)\n", key.c_str(), r->h.status);
+        return 1;
+      }
+    } else if (op == herd::OpCode::kPut) {
+      if (st != herd::WireStatus::kOk) return 1;
+      model[key] = value;
+    } else {
+      bool ok = (it == model.end()) == (st == herd::WireStatus::kNotFound);
+      if (!ok) return 1;
+      model.erase(key);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 4 && std::string(argv[1]) == "victim") return victim(argv[2], argv[3]);
+  if (argc >= 6 && std::string(argv[1]) == "stress")
+    return stress(argv[2], argv[3], std::stoull(argv[4]), std::stoi(argv[5]));
+  std::fprintf(stderr, "usage: fabkv-herd-test-client victim|stress SERVER PROVIDER [SEED N]\n");
+  return 2;
+}
