@@ -1,0 +1,242 @@
+#include "bench/bench.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "bench/driver.h"
+#include "bench/metrics.h"
+#include "bench/runner.h"
+#include "bench/servers.h"
+#include "common/cpu.h"
+
+namespace fabkv::bench {
+namespace {
+
+struct SystemName {
+  std::string system;    // fabkv | memcached | redis
+  std::string protocol;  // fabkv's access protocol
+  std::string label() const { return protocol.empty() ? system : system + ":" + protocol; }
+};
+
+SystemName parse_system(const std::string& s) {
+  if (s == "memcached" || s == "redis") return {s, ""};
+  if (s.rfind("fabkv:", 0) == 0) {
+    std::string p = s.substr(6);
+    // The protocols fabkv::Client speaks; the server may offer more than a client can use.
+    if (p != "herd") throw std::invalid_argument("unknown fabkv protocol '" + p + "' in --systems (fabkv:herd)");
+    return {"fabkv", p};
+  }
+  if (s == "fabkv") return {"fabkv", "herd"};
+  throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, memcached, redis)");
+}
+
+std::vector<WorkloadSpec> expand(const BenchOptions& o, uint32_t value_size) {
+  std::vector<WorkloadSpec> out;
+  for (const auto& d : o.distributions) {
+    std::vector<double> ratios = o.read_ratios;
+    if (!o.workload.empty()) ratios = {0};  // the workload decides
+    for (double rr : ratios) {
+      WorkloadSpec w = o.base;
+      w.value_size = value_size;
+      w.distribution = distribution_from_string(d);
+      w.read_ratio = rr;
+      if (!o.workload.empty()) apply_core_workload(o.workload, &w);
+      out.push_back(w);
+    }
+  }
+  return out;
+}
+
+// Appends whole lines: each record goes out in one write() on an O_APPEND descriptor, so a
+// reader never sees half a record and concurrent writers do not interleave.
+class JsonLines {
+ public:
+  explicit JsonLines(std::string path) : path_(std::move(path)) {}
+  ~JsonLines() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void append(const nlohmann::json& j) {
+    if (path_.empty()) return;
+    if (fd_ < 0) {
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd_ < 0) throw std::runtime_error("cannot open " + path_ + ": " + std::strerror(errno));
+    }
+    std::string line = j.dump() + "\n";
+    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+      throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+LoadProgress progress_printer(const std::string& label, bool quiet) {
+  if (quiet) return nullptr;
+  const bool tty = ::isatty(2);
+  auto last_line = std::make_shared<double>(-1e9);
+  return [label, tty, last_line](uint64_t done, uint64_t total, double secs) {
+    double pct = total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0;
+    double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
+    if (tty) {
+      fmt::print(stderr, "\rload {}: {:5.1f}% {}/{} keys, {:.0f} K PUT/s   {}", label, pct, done,
+                 total, rate / 1e3, done == total ? "\n" : "");
+    } else if (done == total || secs - *last_line >= 2.0) {
+      fmt::print(stderr, "load {}: {:.1f}% {}/{} keys, {:.0f} K PUT/s\n", label, pct, done, total,
+                 rate / 1e3);
+      *last_line = secs;
+    }
+  };
+}
+
+}  // namespace
+
+void validate(const BenchOptions& o) {
+  if (o.systems.empty()) throw std::invalid_argument("--systems is empty");
+  for (const auto& s : o.systems) parse_system(s);
+  if (o.clients.empty()) throw std::invalid_argument("--clients is empty");
+  for (size_t c : o.clients)
+    if (c < 1 || c > 4096) throw std::invalid_argument(fmt::format("--clients {} is not in 1..4096", c));
+  if (o.window < 1 || o.window > 1024)
+    throw std::invalid_argument(fmt::format("--window {} is not in 1..1024", o.window));
+  if (!(o.duration_s > 0) || o.duration_s > 3600)
+    throw std::invalid_argument(fmt::format("--duration {} is not in (0, 3600] seconds", o.duration_s));
+  if (!(o.warmup_s >= 0) || o.warmup_s > 600)
+    throw std::invalid_argument(fmt::format("--warmup {} is not in [0, 600] seconds", o.warmup_s));
+  if (o.read_ratios.empty() || o.distributions.empty() || o.value_sizes.empty())
+    throw std::invalid_argument("an empty sweep list");
+  for (uint32_t vs : o.value_sizes)
+    for (const auto& w : expand(o, vs)) validate(w);
+  if (!o.server.empty() && o.server.find(':') == std::string::npos)
+    throw std::invalid_argument("--server '" + o.server + "' is not HOST:PORT");
+  for (const auto& s : o.systems) {
+    auto n = parse_system(s);
+    uint64_t limit = n.system == "memcached" ? 1024 * 1024 - 512 : n.system == "redis" ? 512ull << 20 : 0;
+    for (uint32_t vs : o.value_sizes)
+      if (limit && vs > limit)
+        throw std::invalid_argument(fmt::format("--value-size {} exceeds {}'s limit of {} bytes", vs, s, limit));
+  }
+}
+
+int run_bench(const BenchOptions& o) {
+  validate(o);
+  JsonLines out(o.json_path);
+  const size_t max_clients = *std::max_element(o.clients.begin(), o.clients.end());
+  std::map<std::pair<uint64_t, double>, std::shared_ptr<const ScrambledZipfian>> zipfs;
+  int rc = 0;
+
+  for (const auto& s : o.systems) {
+    const SystemName name = parse_system(s);
+    for (uint32_t value_size : o.value_sizes) {
+      // A fresh server per system and value size: no values of another size linger.
+      ServerSpec ss;
+      ss.core = o.server_core;
+      ss.memory = o.server_memory;
+      ss.fabkv_server_bin = o.fabkv_server_bin;
+      ss.provider = o.provider;
+      ss.window = std::max<uint32_t>(4, o.window);
+      ss.max_clients = static_cast<uint32_t>(std::max<size_t>(64, max_clients + 1));
+      ss.memcached_bin = o.memcached_bin;
+      ss.redis_bin = o.redis_bin;
+      std::unique_ptr<LocalServer> server;
+      DriverOptions d;
+      d.protocol = name.protocol;
+      d.provider = o.provider;
+      d.secret = o.secret;
+      d.clients = max_clients;
+      d.window = o.window;
+      d.timeout_ms = o.timeout_ms;
+      std::unique_ptr<Driver> driver;
+      if (name.system == "fabkv") {
+        if (o.server.empty()) server = LocalServer::start_fabkv(ss);
+        d.address = o.server.empty() ? server->address() : o.server;
+        d.server_pid = server ? server->pid() : 0;
+        driver = make_fabkv_driver(d);
+      } else if (name.system == "memcached") {
+        server = LocalServer::start_memcached(ss);
+        d.address = server->address();
+        d.server_pid = server->pid();
+        driver = make_memcached_driver(d);
+      } else {
+        server = LocalServer::start_redis(ss);
+        d.address = server->address();
+        d.server_pid = server->pid();
+        driver = make_redis_driver(d);
+      }
+      if (value_size > driver->max_value())
+        throw std::invalid_argument(fmt::format("--value-size {} exceeds the {} server's max_value {}",
+                                                value_size, name.label(), driver->max_value()));
+
+      Runner runner(*driver, o.client_core);
+      std::vector<WorkloadSpec> workloads = expand(o, value_size);
+      runner.load(workloads.front(), o.window, progress_printer(name.label(), o.quiet));
+      for (const WorkloadSpec& w : workloads) {
+        std::shared_ptr<const ScrambledZipfian> zipf;
+        if (w.distribution == Distribution::kZipfian) {
+          auto& z = zipfs[{w.keys, w.zipf_theta}];
+          if (!z) z = make_zipf(w);
+          zipf = z;
+        }
+        for (size_t clients : o.clients) {
+          RunContext ctx;
+          ctx.system = name.system;
+          ctx.protocol = name.system == "fabkv" ? name.protocol
+                         : name.system == "memcached" ? "text" : "resp";
+          ctx.provider = name.system == "fabkv" ? o.provider : "";
+          ctx.spec.workload = w;
+          ctx.spec.clients = clients;
+          ctx.spec.window = o.window;
+          ctx.spec.warmup_s = o.warmup_s;
+          ctx.spec.duration_s = o.duration_s;
+          ctx.command = o.command;
+          ctx.client_core = o.client_core;
+          ctx.server_core = o.server_core;
+          RunResult r = runner.run(ctx.spec, zipf);
+          nlohmann::json rec = make_record(ctx, r);
+          if (ctx.provider.empty()) rec["provider"] = nullptr;
+          // A miss of a stored key is legitimate only for a lossy cache that evicted.
+          bool misses_explained = r.check.unexpected_misses == 0 ||
+                                  (name.system == "fabkv" && r.evictions > 0);
+          rec["check"]["ok"] = r.check.mismatches == 0 && misses_explained;
+          out.append(rec);
+          const auto& lat = rec["latency_us"];
+          fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}: {:>9.0f} ops/s  p50 {:.1f} us  "
+                     "p99 {:.1f} us  unif {}  cpu {}\n",
+                     name.label(), w.name, to_string(w.distribution), w.read_ratio, value_size,
+                     clients, o.window, rec["throughput_ops"].get<double>(),
+                     lat["p50"].get<double>(), lat["p99"].get<double>(),
+                     rec["uniformity_ratio"].is_null() ? std::string("-")
+                         : fmt::format("{:.2f}", rec["uniformity_ratio"].get<double>()),
+                     rec["server_cpu_s"].is_null() ? std::string("-")
+                         : fmt::format("{:.2f}s", rec["server_cpu_s"].get<double>()));
+          std::fflush(stdout);
+          if (r.check.mismatches > 0) {
+            fmt::print(stderr, "fabkv-bench: {}: {} of {} GETs returned a value the generator "
+                       "never wrote for the key\n", name.label(), r.check.mismatches, r.check.checked);
+            rc = 3;
+          }
+          if (!misses_explained) {
+            fmt::print(stderr, "fabkv-bench: {}: {} GETs missed keys that were stored (no evictions)\n",
+                       name.label(), r.check.unexpected_misses);
+            rc = 3;
+          }
+        }
+      }
+      driver.reset();
+      if (server) server->stop();
+    }
+  }
+  return rc;
+}
+
+}  // namespace fabkv::bench

@@ -1,0 +1,48 @@
+// fabkv-bench's harness: expands the command line into runs (systems x value size x
+// distribution x read ratio x clients), starts the servers it needs, loads each store, runs,
+// and appends one JSON line per completed run. docs/bench.md is the user's guide.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/workload.h"
+
+namespace fabkv::bench {
+
+struct BenchOptions {
+  // "fabkv:<protocol>", "memcached", "redis".
+  std::vector<std::string> systems = {"fabkv:herd"};
+  std::string provider = "shm";  // fabkv's libfabric provider
+  std::string server;            // HOST:PORT of a running fabkv-server ("" = start one)
+  std::string secret;            // its control secret
+  // Sweep dimensions (a plain run has one value in each).
+  std::vector<double> read_ratios = {0.95};
+  std::vector<std::string> distributions = {"uniform"};
+  std::vector<uint32_t> value_sizes = {32};
+  std::vector<size_t> clients = {8};
+  std::string workload;  // YCSB core workload letter: sets the read ratio (and RMW for F)
+  WorkloadSpec base;     // keys, fill, key_size, zipf_theta, seed
+  uint32_t window = 1;
+  double duration_s = 5;
+  double warmup_s = 0.5;
+  int client_core = 1, server_core = 0;
+  std::string server_memory = "256M";
+  int timeout_ms = 5000;
+  std::string json_path;  // append JSON Lines here ("" = none)
+  std::string fabkv_server_bin, memcached_bin, redis_bin;  // "" = defaults
+  std::string command;    // for the records
+  bool quiet = false;     // no progress lines
+};
+
+// Runs everything. Throws std::invalid_argument (bad parameters, before anything runs) or
+// std::runtime_error (a server that is not there or fails to start, a failed run) with a
+// one-line message; lines of runs that completed before stay in the file, nothing partial is
+// written. Returns 0, or 3 when a GET returned a wrong value or an unexplained miss.
+int run_bench(const BenchOptions& o);
+
+// The checks run_bench does first, exposed for tests.
+void validate(const BenchOptions& o);
+
+}  // namespace fabkv::bench

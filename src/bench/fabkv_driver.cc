@@ -1,0 +1,148 @@
+// The fabkv driver: one fabkv::Client (its own endpoint, its own counters) per logical client,
+// driven through the asynchronous API.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "bench/driver.h"
+#include "client/client.h"
+
+namespace fabkv::bench {
+
+std::optional<double> process_cpu_seconds(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return std::nullopt;
+  // The command name (field 2) may hold spaces: fields resume after its closing ')'.
+  auto close = line.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream in(line.substr(close + 2));
+  std::string field;
+  uint64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+namespace {
+
+fabric::VerbSnapshot verbs_from_json(const nlohmann::json& j) {
+  fabric::VerbSnapshot s;
+  for (size_t i = 0; i < fabric::kVerbKinds; ++i) {
+    const char* name = fabric::to_string(static_cast<fabric::Verb>(i));
+    if (!j.contains(name)) continue;
+    const auto& o = j[name];
+    fabric::VerbStats& v = s.verbs[i];
+    v.posted = o.value("posted", uint64_t{0});
+    v.bytes = o.value("bytes", uint64_t{0});
+    v.completed = o.value("completed", uint64_t{0});
+    v.errors = o.value("errors", uint64_t{0});
+    v.inbound = o.value("inbound", uint64_t{0});
+    v.inbound_bytes = o.value("inbound_bytes", uint64_t{0});
+  }
+  return s;
+}
+
+OpStatus map(Status s) {
+  if (s == Status::kOk) return OpStatus::kOk;
+  if (s == Status::kNotFound) return OpStatus::kNotFound;
+  return OpStatus::kError;
+}
+
+class FabkvDriver final : public Driver {
+ public:
+  explicit FabkvDriver(const DriverOptions& o) : o_(o) {
+    ClientOptions co;
+    co.server = o.address;
+    co.protocol = o.protocol;
+    co.provider = o.provider;
+    co.secret = o.secret;
+    co.timeout_ms = o.timeout_ms;
+    for (size_t i = 0; i < o.clients; ++i) {
+      try {
+        clients_.push_back(Client::connect(co));
+      } catch (const ClientError& e) {
+        throw std::runtime_error(fmt::format("fabkv server at {} ({}): {}", o.address,
+                                             to_string(e.status()), e.what()));
+      }
+    }
+    const auto& layout = clients_.front()->layout();
+    max_value_ = layout.value("max_value", uint64_t{0});
+    uint64_t w = layout.value("window", uint64_t{0});
+    if (w && o.window > w)
+      throw std::runtime_error(fmt::format("--window {} exceeds the server's window {} (start "
+                                           "fabkv-server with --window {})", o.window, w, o.window));
+  }
+
+  std::string system() const override { return "fabkv"; }
+  std::string protocol() const override { return o_.protocol; }
+  size_t clients() const override { return clients_.size(); }
+
+  bool get(size_t c, std::string_view key, Completion done) override {
+    Status s = clients_[c]->get_async(
+        key, [this, done = std::move(done)](Status st, std::string_view v, uint64_t) {
+          note(st);
+          done(map(st), v);
+        });
+    return posted(s);
+  }
+  bool put(size_t c, std::string_view key, std::string_view value, Completion done) override {
+    Status s = clients_[c]->put_async(
+        key, value, [this, done = std::move(done)](Status st, std::string_view, uint64_t) {
+          note(st);
+          done(map(st), {});
+        });
+    return posted(s);
+  }
+  size_t poll(size_t c) override { return clients_[c]->poll(); }
+  uint64_t max_value() const override { return max_value_; }
+
+  std::optional<fabric::VerbSnapshot> client_verbs() const override {
+    fabric::VerbSnapshot sum;
+    for (const auto& c : clients_) sum += c->counters();
+    return sum;
+  }
+
+  ServerSample sample_server() override {
+    ServerSample s;
+    s.cpu_s = process_cpu_seconds(o_.server_pid);
+    nlohmann::json st = clients_.front()->stats();
+    fabric::VerbSnapshot v;
+    for (const auto& w : st.value("workers", nlohmann::json::array())) {
+      if (w.contains("verbs")) v += verbs_from_json(w["verbs"]);
+      if (w.contains("engine")) s.evictions += w["engine"].value("evictions", uint64_t{0});
+    }
+    s.verbs = v;
+    return s;
+  }
+  std::string error() const override { return error_; }
+
+ private:
+  void note(Status s) {
+    if (error_.empty() && s != Status::kOk && s != Status::kNotFound)
+      error_ = fmt::format("fabkv request failed: {}", to_string(s));
+  }
+  bool posted(Status s) {
+    if (s == Status::kOk) return true;
+    note(s);
+    return false;
+  }
+
+  DriverOptions o_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  uint64_t max_value_ = 0;
+  std::string error_;
+};
+
+}  // namespace
+
+std::unique_ptr<Driver> make_fabkv_driver(const DriverOptions& o) {
+  return std::make_unique<FabkvDriver>(o);
+}
+
+}  // namespace fabkv::bench

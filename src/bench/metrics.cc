@@ -1,0 +1,176 @@
+#include "bench/metrics.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+namespace fabkv::bench {
+
+using nlohmann::json;
+using fabric::Verb;
+
+double uniformity_ratio(const std::vector<uint64_t>& v) {
+  if (v.empty()) return -1;
+  auto [mn, mx] = std::minmax_element(v.begin(), v.end());
+  if (*mn == 0) return -1;
+  return static_cast<double>(*mx) / static_cast<double>(*mn);
+}
+
+json machine_info() {
+  json m;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  m["hostname"] = host;
+  m["cpus"] = ::sysconf(_SC_NPROCESSORS_ONLN);
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  m["model"] = nullptr;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) m["model"] = line.substr(colon + 2);
+      break;
+    }
+  utsname u{};
+  if (::uname(&u) == 0) m["kernel"] = std::string(u.release);
+  return m;
+}
+
+json make_record(const RunContext& ctx, const RunResult& r) {
+  const WorkloadSpec& w = ctx.spec.workload;
+  auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1000.0; };
+  json j;
+  j["system"] = ctx.system;
+  j["protocol"] = ctx.protocol;
+  j["provider"] = ctx.provider;
+  j["workload"] = {{"name", w.name},
+                   {"read_ratio", w.read_ratio},
+                   {"read_modify_write", w.read_modify_write},
+                   {"distribution", to_string(w.distribution)},
+                   {"zipf_theta", w.distribution == Distribution::kZipfian ? json(w.zipf_theta) : json(nullptr)},
+                   {"keys", w.keys},
+                   {"fill", w.fill},
+                   {"key_size", w.key_size},
+                   {"value_size", w.value_size},
+                   {"seed", w.seed}};
+  j["clients"] = ctx.spec.clients;
+  j["window"] = ctx.spec.window;
+  j["duration_s"] = r.elapsed_s;
+  j["warmup_s"] = ctx.spec.warmup_s;
+  j["ops"] = r.ops;
+  j["requests"] = r.requests;
+  j["gets"] = r.gets;
+  j["puts"] = r.puts;
+  j["throughput_ops"] = r.elapsed_s > 0 ? static_cast<double>(r.ops) / r.elapsed_s : 0.0;
+  j["latency_us"] = {{"mean", r.latency.mean_ns() / 1000.0},
+                     {"p50", us(r.latency.quantile_ns(0.50))},
+                     {"p90", us(r.latency.quantile_ns(0.90))},
+                     {"p99", us(r.latency.quantile_ns(0.99))},
+                     {"p999", us(r.latency.quantile_ns(0.999))},
+                     {"max", us(r.latency.max_ns())}};
+  j["per_client_ops"] = r.per_client_ops;
+  double u = uniformity_ratio(r.per_client_ops);
+  j["uniformity_ratio"] = u < 0 ? json(nullptr) : json(u);
+
+  // Verbs per request: what the client and the server posted together (read, write, send,
+  // atomic), and for recv the messages that arrived (a posted multi-receive buffer serves many,
+  // so posts would say nothing). Bytes: payload of the posted read/write/send/atomic ops.
+  if (r.client_verbs || r.server_verbs) {
+    fabric::VerbSnapshot all;
+    if (r.client_verbs) all += *r.client_verbs;
+    if (r.server_verbs) all += *r.server_verbs;
+    const double n = r.requests ? static_cast<double>(r.requests) : 1.0;
+    auto per = [&](uint64_t x) { return static_cast<double>(x) / n; };
+    j["fabric_ops_per_request"] = {{"read", per(all[Verb::kRead].posted)},
+                                   {"write", per(all[Verb::kWrite].posted)},
+                                   {"send", per(all[Verb::kSend].posted)},
+                                   {"recv", per(all[Verb::kRecv].inbound)},
+                                   {"atomic", per(all[Verb::kAtomic].posted)}};
+    j["fabric_bytes_per_request"] =
+        per(all[Verb::kRead].bytes + all[Verb::kWrite].bytes + all[Verb::kSend].bytes +
+            all[Verb::kAtomic].bytes);
+    j["fabric_verbs"] = {{"client", r.client_verbs ? r.client_verbs->to_json() : json(nullptr)},
+                         {"server", r.server_verbs ? r.server_verbs->to_json() : json(nullptr)}};
+  } else {
+    j["fabric_ops_per_request"] = nullptr;
+    j["fabric_bytes_per_request"] = nullptr;
+  }
+  j["server_cpu_s"] = r.server_cpu_s ? json(*r.server_cpu_s) : json(nullptr);
+  j["server_evictions"] = r.evictions;
+  j["check"] = {{"gets_checked", r.check.checked},
+                {"mismatches", r.check.mismatches},
+                {"misses", r.check.misses},
+                {"unexpected_misses", r.check.unexpected_misses}};
+  j["client_core"] = ctx.client_core;
+  j["server_core"] = ctx.server_core;
+  j["machine"] = machine_info();
+  j["command"] = ctx.command;
+  j["timestamp"] = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(std::time(nullptr)));
+  return j;
+}
+
+std::vector<std::string> validate_record(const json& j) {
+  std::vector<std::string> bad;
+  auto need = [&](const json& o, const std::string& path, const char* key, auto pred,
+                  const char* type, bool nullable) {
+    if (!o.is_object() || !o.contains(key)) {
+      bad.push_back(path + key + ": missing");
+      return;
+    }
+    const json& v = o[key];
+    if (v.is_null() && nullable) return;
+    if (!pred(v)) bad.push_back(path + key + ": not " + type);
+  };
+  auto str = [](const json& v) { return v.is_string(); };
+  auto num = [](const json& v) { return v.is_number(); };
+  auto uint = [](const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); };
+  auto obj = [](const json& v) { return v.is_object(); };
+  auto arr = [](const json& v) { return v.is_array(); };
+  need(j, "", "system", str, "a string", false);
+  need(j, "", "protocol", str, "a string", false);
+  need(j, "", "provider", str, "a string", true);
+  need(j, "", "workload", obj, "an object", false);
+  if (j.contains("workload") && j["workload"].is_object()) {
+    const json& w = j["workload"];
+    need(w, "workload.", "name", str, "a string", false);
+    need(w, "workload.", "read_ratio", num, "a number", false);
+    need(w, "workload.", "distribution", str, "a string", false);
+    need(w, "workload.", "zipf_theta", num, "a number", true);
+    need(w, "workload.", "keys", uint, "a count", false);
+    need(w, "workload.", "key_size", uint, "a count", false);
+    need(w, "workload.", "value_size", uint, "a count", false);
+  }
+  need(j, "", "clients", uint, "a count", false);
+  need(j, "", "window", uint, "a count", false);
+  need(j, "", "duration_s", num, "a number", false);
+  need(j, "", "ops", uint, "a count", false);
+  need(j, "", "throughput_ops", num, "a number", false);
+  need(j, "", "latency_us", obj, "an object", false);
+  if (j.contains("latency_us") && j["latency_us"].is_object())
+    for (const char* k : {"mean", "p50", "p90", "p99", "p999"})
+      need(j["latency_us"], "latency_us.", k, num, "a number", false);
+  need(j, "", "per_client_ops", arr, "an array", false);
+  if (j.contains("per_client_ops") && j["per_client_ops"].is_array()) {
+    for (const auto& v : j["per_client_ops"])
+      if (!uint(v)) bad.push_back("per_client_ops: not all counts");
+    if (j.contains("clients") && j["clients"].is_number() &&
+        j["per_client_ops"].size() != j["clients"].get<size_t>())
+      bad.push_back("per_client_ops: not one entry per client");
+  }
+  need(j, "", "uniformity_ratio", num, "a number", true);
+  need(j, "", "fabric_ops_per_request", obj, "an object", true);
+  if (j.contains("fabric_ops_per_request") && j["fabric_ops_per_request"].is_object())
+    for (const char* k : {"read", "write", "send", "recv", "atomic"})
+      need(j["fabric_ops_per_request"], "fabric_ops_per_request.", k, num, "a number", true);
+  need(j, "", "fabric_bytes_per_request", num, "a number", true);
+  need(j, "", "server_cpu_s", num, "a number", true);
+  return bad;
+}
+
+}  // namespace fabkv::bench

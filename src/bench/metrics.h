@@ -1,0 +1,38 @@
+// A run's record: the Bench JSON of ARCHITECTURE.md ("The stable interfaces"), one object per
+// run and system, plus what fabkv-bench adds (machine, command, timestamp, GET checking, the
+// request mix and the raw verb counts behind the per-request figures).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/runner.h"
+
+namespace fabkv::bench {
+
+struct RunContext {
+  std::string system;    // "fabkv" | "memcached" | "redis"
+  std::string protocol;  // "herd" | "text" | "resp"
+  std::string provider;  // fabkv's provider; "tcp" for the baselines (loopback sockets)
+  RunSpec spec;
+  std::string command;    // the fabkv-bench command line
+  int client_core = 1, server_core = 0;
+};
+
+// Throughput, latency quantiles (us), per-client ops, uniformity ratio (max/min per-client
+// ops; null when a client completed nothing), fabric ops and bytes per request (client and
+// server verb counters together; null for the baselines), server CPU seconds.
+nlohmann::json make_record(const RunContext& ctx, const RunResult& r);
+
+// The ARCHITECTURE.md fields and their types; returns what is missing or mistyped (empty: valid).
+std::vector<std::string> validate_record(const nlohmann::json& j);
+
+// {"hostname","cpus","model","kernel"} of this machine.
+nlohmann::json machine_info();
+
+// max/min of per-client ops; -1 when a client has 0 ops (written as null).
+double uniformity_ratio(const std::vector<uint64_t>& per_client_ops);
+
+}  // namespace fabkv::bench

@@ -1,0 +1,17 @@
+// `fabkv-bench report`: turns JSON Lines results into PNG plots and summary.md with
+// python/report.py (matplotlib from Debian's python3-matplotlib).
+#pragma once
+
+#include <string>
+
+namespace fabkv::bench {
+
+// Path of python/report.py: the source tree this binary was built from, else next to the
+// executable's ../../python or ../share/fabkv. Throws std::runtime_error when none exists.
+std::string report_script();
+
+// Runs the script (inheriting stdout/stderr); returns its exit status. Throws
+// std::runtime_error when the input is missing or no python3 is found.
+int render_report(const std::string& input, const std::string& out_dir);
+
+}  // namespace fabkv::bench

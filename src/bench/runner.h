@@ -1,0 +1,74 @@
+// The load generator: one thread (pinned to the client core) drives every logical client of a
+// Driver round-robin, keeping `window` requests outstanding per client, from the shared
+// workload generator. One thread is enough here: on the 2-core machines the other core is the
+// server's, and a second load thread would only compete with it (PROVIDERS.md: memcached -t 2
+// is slower than -t 1 for the same reason).
+//
+// Measurement: warm-up, then a fixed interval; a request counts when it completes inside the
+// interval (its latency from post to completion). Verb counters and server CPU are sampled at
+// the interval's edges. Every GET is checked against the generator's values.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/driver.h"
+#include "bench/workload.h"
+#include "common/histogram.h"
+
+namespace fabkv::bench {
+
+struct RunSpec {
+  WorkloadSpec workload;
+  size_t clients = 1;    // the first `clients` logical clients of the driver
+  uint32_t window = 1;   // outstanding requests per client
+  double warmup_s = 0.5;
+  double duration_s = 5;
+};
+
+struct GetCheck {
+  uint64_t checked = 0;            // GETs answered with a value, each compared
+  uint64_t mismatches = 0;         // ... whose value is not one the generator wrote for the key
+  uint64_t misses = 0;             // GETs answered "not found"
+  uint64_t unexpected_misses = 0;  // ... for a key known to be stored when the GET was posted
+};
+
+struct RunResult {
+  uint64_t ops = 0;       // completed in the interval (a read-modify-write is one op)
+  uint64_t requests = 0;  // GETs + PUTs completed in the interval (RMW counts two)
+  uint64_t gets = 0, puts = 0;
+  double elapsed_s = 0;   // the measured interval, as it really was
+  std::vector<uint64_t> per_client_ops;
+  LatencyHistogram latency;
+  std::optional<fabric::VerbSnapshot> client_verbs, server_verbs;  // interval diffs
+  std::optional<double> server_cpu_s;
+  uint64_t evictions = 0;  // server-side evictions so far (cache engine)
+  GetCheck check;
+};
+
+// Progress of the load phase: (done, total, seconds since start).
+using LoadProgress = std::function<void(uint64_t done, uint64_t total, double elapsed_s)>;
+
+class Runner {
+ public:
+  // `core`: the load generator's core (-1: unpinned); the calling thread is pinned for the
+  // duration of load() and run().
+  Runner(Driver& driver, int core) : driver_(driver), core_(core) {}
+
+  // Writes version 0 of keys [0, ceil(fill*keys)) with every client pipelining `window`
+  // PUTs. Returns the seconds it took. Throws std::runtime_error on a failed request.
+  double load(const WorkloadSpec& w, uint32_t window, const LoadProgress& progress);
+  // One measured run. Throws std::runtime_error when a request fails or never completes.
+  RunResult run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfian> zipf);
+
+ private:
+  Driver& driver_;
+  int core_;
+  std::vector<uint8_t> stored_;  // key id -> known to be in the store (loaded or PUT)
+};
+
+}  // namespace fabkv::bench

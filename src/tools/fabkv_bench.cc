@@ -1,0 +1,93 @@
+// fabkv-bench: fabkv against memcached and redis on one workload generator. See docs/bench.md.
+//   fabkv-bench --systems fabkv:herd,memcached,redis --read-ratio 0.95 --clients 8 --json r.jsonl
+//   fabkv-bench matrix --json r.jsonl        (clients x read ratio x distribution x value size)
+//   fabkv-bench report --input r.jsonl --out reports/x
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "bench/bench.h"
+#include "bench/report.h"
+#include "common/log.h"
+
+using namespace fabkv;
+using namespace fabkv::bench;
+
+int main(int argc, char** argv) {
+  init_logging("fabkv-bench");
+  set_log_level("warn");
+  BenchOptions o;
+  std::vector<std::string> distributions;
+  std::vector<double> read_ratios;
+  std::vector<size_t> clients;
+  std::vector<uint32_t> value_sizes;
+  std::string report_input, report_out;
+
+  CLI::App app{"fabkv-bench: fabkv vs memcached vs redis on one YCSB-style workload generator"};
+  app.fallthrough();
+  app.add_option("--systems", o.systems, "systems to run: fabkv:<protocol> (herd), memcached, redis")
+      ->delimiter(',')->capture_default_str();
+  app.add_option("--provider", o.provider, "fabkv's libfabric provider (shm, tcp, verbs)")->capture_default_str();
+  app.add_option("--server", o.server, "HOST:PORT of a running fabkv-server (default: start one "
+                 "next to this executable, pinned to --server-core)");
+  app.add_option("--secret", o.secret, "the fabkv-server's control secret");
+  app.add_option("--workload", o.workload, "YCSB core workload A (50% GET), B (95%), C (100%), "
+                 "F (50% GET, 50% read-modify-write); overrides --read-ratio");
+  app.add_option("--read-ratio", read_ratios, "fraction of GETs in [0,1] (list: a sweep) [0.95]")->delimiter(',');
+  app.add_option("--distribution", distributions, "key choice: uniform | zipf (YCSB scrambled "
+                 "Zipfian) (list: a sweep) [uniform]")->delimiter(',');
+  app.add_option("--zipf-theta", o.base.zipf_theta, "Zipfian constant")->capture_default_str();
+  app.add_option("--keys", o.base.keys, "key space")->capture_default_str();
+  app.add_option("--fill", o.base.fill, "fraction of the key space loaded before measuring")->capture_default_str();
+  app.add_option("--key-size", o.base.key_size, "bytes per key")->capture_default_str();
+  app.add_option("--value-size", value_sizes, "bytes per value, >= 8 (list: a sweep) [32]")->delimiter(',');
+  app.add_option("--seed", o.base.seed, "workload seed (client c uses seed+c)")->capture_default_str();
+  app.add_option("--clients", clients, "logical clients, each its own connection/endpoint "
+                 "(list: a sweep) [8]")->delimiter(',');
+  app.add_option("--window", o.window, "outstanding requests per client")->capture_default_str();
+  app.add_option("--duration", o.duration_s, "measured seconds per run")->capture_default_str();
+  app.add_option("--warmup", o.warmup_s, "seconds of load before measuring")->capture_default_str();
+  app.add_option("--client-core", o.client_core, "core of the load-generator thread (-1: unpinned)")->capture_default_str();
+  app.add_option("--server-core", o.server_core, "core of the servers fabkv-bench starts (-1: unpinned)")->capture_default_str();
+  app.add_option("--server-memory", o.server_memory, "memory of the servers it starts")->capture_default_str();
+  app.add_option("--timeout-ms", o.timeout_ms, "bound on each request")->capture_default_str();
+  app.add_option("--json", o.json_path, "append one JSON line per completed run to this file");
+  app.add_option("--fabkv-server-bin", o.fabkv_server_bin, "fabkv-server to start (default: next to fabkv-bench)");
+  app.add_option("--memcached-bin", o.memcached_bin, "memcached binary (default: on PATH)");
+  app.add_option("--redis-bin", o.redis_bin, "redis-server binary (default: on PATH)");
+  app.add_flag("--quiet", o.quiet, "no load-phase progress");
+  auto* matrix = app.add_subcommand("matrix", "sweep clients x read ratio x distribution x value "
+                                    "size (defaults: clients 1,4,8; read ratio 0.95,0.5; uniform,zipf; 32 B)");
+  auto* report = app.add_subcommand("report", "PNG plots and summary.md from JSON Lines results");
+  report->add_option("--input", report_input, "results file (JSON Lines)")->required();
+  report->add_option("--out", report_out, "output folder")->required();
+  app.require_subcommand(0, 1);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "fabkv-bench: {}\n", e.what());
+    return 2;
+  }
+
+  try {
+    if (*report) return render_report(report_input, report_out);
+    bool sweep = static_cast<bool>(*matrix);
+    o.read_ratios = !read_ratios.empty() ? read_ratios : sweep ? std::vector<double>{0.95, 0.5} : std::vector<double>{0.95};
+    o.distributions = !distributions.empty() ? distributions
+                      : sweep ? std::vector<std::string>{"uniform", "zipf"} : std::vector<std::string>{"uniform"};
+    o.clients = !clients.empty() ? clients : sweep ? std::vector<size_t>{1, 4, 8} : std::vector<size_t>{8};
+    o.value_sizes = !value_sizes.empty() ? value_sizes : std::vector<uint32_t>{32};
+    for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
+    return run_bench(o);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "fabkv-bench: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "fabkv-bench: {}\n", e.what());
+    return 1;
+  }
+}
