@@ -1,0 +1,231 @@
+// The drivers against real servers started by the test: fabkv-server over shm, memcached and
+// redis from the Debian packages (skipped with the reason when a binary is missing). Each must
+// return exactly the values it wrote, "not found" for keys never written, and a short measured
+// run must check every GET clean and give a record that validates.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "bench/driver.h"
+#include "bench/metrics.h"
+#include "bench/runner.h"
+#include "bench/servers.h"
+
+using namespace fabkv;
+using namespace fabkv::bench;
+
+namespace {
+
+struct Started {
+  std::unique_ptr<LocalServer> server;
+  std::unique_ptr<Driver> driver;
+};
+
+Started start(const std::string& system, size_t clients, uint32_t window) {
+  ServerSpec ss;
+  ss.core = -1;  // the test machine is shared: no pinning
+  ss.memory = "64M";
+  ss.fabkv_server_bin = FABKV_SERVER_BIN;
+  ss.provider = "shm";
+  ss.window = std::max<uint32_t>(4, window);
+  DriverOptions d;
+  d.clients = clients;
+  d.window = window;
+  d.protocol = "herd";
+  d.provider = "shm";
+  Started s;
+  if (system == "fabkv") {
+    s.server = LocalServer::start_fabkv(ss);
+    d.address = s.server->address();
+    d.server_pid = s.server->pid();
+    s.driver = make_fabkv_driver(d);
+  } else if (system == "memcached") {
+    s.server = LocalServer::start_memcached(ss);
+    d.address = s.server->address();
+    d.server_pid = s.server->pid();
+    s.driver = make_memcached_driver(d);
+  } else {
+    s.server = LocalServer::start_redis(ss);
+    d.address = s.server->address();
+    d.server_pid = s.server->pid();
+    s.driver = make_redis_driver(d);
+  }
+  return s;
+}
+
+// Posts everything in `ops` spread over the clients, `window` deep, and polls to the end.
+void run_all(Driver& d, size_t n, uint32_t window, const std::function<bool(size_t c, size_t i, Completion)>& post) {
+  std::vector<uint32_t> in_flight(d.clients(), 0);
+  size_t next = 0, done = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (done < n) {
+    for (size_t c = 0; c < d.clients(); ++c) {
+      while (in_flight[c] < window && next < n) {
+        size_t i = next++;
+        ASSERT_TRUE(post(c, i, [&, c](OpStatus, std::string_view) { in_flight[c]--, done++; }))
+            << d.error();
+        in_flight[c]++;
+      }
+      d.poll(c);
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "requests did not complete: " << d.error();
+  }
+}
+
+}  // namespace
+
+class DriverTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string& s = GetParam();
+    if (s == "memcached" && find_executable("memcached").empty())
+      GTEST_SKIP() << "memcached is not installed (apt-get install memcached)";
+    if (s == "redis" && find_executable("redis-server").empty())
+      GTEST_SKIP() << "redis-server is not installed (apt-get install redis-server)";
+  }
+};
+
+TEST_P(DriverTest, ReturnsTheValuesItWroteAndNotFoundForOthers) {
+  auto s = start(GetParam(), 4, 4);
+  Driver& d = *s.driver;
+  const uint32_t key_size = 16, value_size = 40;
+  const size_t n = 400;
+  // Every key written twice: version 0, then version i+1 for odd keys (pipelined in order on
+  // one client, so the second write wins).
+  run_all(d, 2 * n, 4, [&](size_t, size_t i, Completion done) {
+    uint64_t id = i % n;
+    uint32_t version = i < n ? 0 : (id % 2 ? static_cast<uint32_t>(id + 1) : 0);
+    std::string v;
+    make_value(id, version, value_size, &v);
+    size_t c = id % d.clients();  // both writes of a key on the same connection, in order
+    return d.put(c, make_key(id, key_size), v, [done, id](OpStatus st, std::string_view x) {
+      EXPECT_EQ(st, OpStatus::kOk) << "put " << id;
+      done(st, x);
+    });
+  });
+  std::map<uint64_t, std::string> got;
+  size_t missing = 0;
+  run_all(d, n + 50, 4, [&](size_t c, size_t i, Completion done) {
+    uint64_t id = i < n ? i : 1'000'000 + i;  // the last 50 were never written
+    return d.get(c, make_key(id, key_size), [&, done, id](OpStatus st, std::string_view v) {
+      if (id < n) {
+        EXPECT_EQ(st, OpStatus::kOk) << "get " << id;
+        got[id] = std::string(v);
+      } else {
+        EXPECT_EQ(st, OpStatus::kNotFound) << "get of a key never written " << id;
+        missing += st == OpStatus::kNotFound;
+      }
+      done(st, v);
+    });
+  });
+  ASSERT_EQ(got.size(), n);
+  EXPECT_EQ(missing, 50u);
+  for (uint64_t id = 0; id < n; ++id) {
+    std::string expect;
+    make_value(id, id % 2 ? static_cast<uint32_t>(id + 1) : 0, value_size, &expect);
+    EXPECT_EQ(got[id], expect) << "key " << id;
+  }
+  EXPECT_EQ(d.error(), "");
+}
+
+TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
+  auto s = start(GetParam(), 4, 2);
+  Runner runner(*s.driver, -1);
+  RunSpec spec;
+  spec.workload.keys = 2000;
+  spec.workload.read_ratio = 0.5;
+  spec.workload.read_modify_write = true;  // YCSB F: GET then PUT per op, both checked
+  spec.workload.name = "F";
+  spec.clients = 3;  // fewer than the driver has: only those count
+  spec.window = 2;
+  spec.warmup_s = 0.1;
+  spec.duration_s = 0.4;
+  runner.load(spec.workload, 2, nullptr);
+  RunResult r = runner.run(spec, nullptr);
+  EXPECT_GT(r.ops, 100u);
+  EXPECT_GT(r.check.checked, 100u);
+  EXPECT_EQ(r.check.mismatches, 0u);
+  EXPECT_EQ(r.check.unexpected_misses, 0u);
+  ASSERT_EQ(r.per_client_ops.size(), 3u);
+  for (uint64_t o : r.per_client_ops) EXPECT_GT(o, 0u);
+  EXPECT_GT(r.puts, 0u);
+  EXPECT_GT(r.requests, r.ops) << "a read-modify-write is one op of two requests";
+  ASSERT_TRUE(r.server_cpu_s.has_value()) << "we started the server: its CPU is known";
+  EXPECT_GE(*r.server_cpu_s, 0.0);
+
+  RunContext ctx;
+  ctx.system = s.driver->system();
+  ctx.protocol = s.driver->protocol();
+  ctx.provider = "shm";
+  ctx.spec = spec;
+  nlohmann::json rec = make_record(ctx, r);
+  EXPECT_EQ(validate_record(rec), std::vector<std::string>{}) << rec.dump(2);
+  if (GetParam() == "fabkv") {
+    // HERD (sec. 3-4): a request is one client WRITE, one server SEND, one RECV; no READs.
+    ASSERT_TRUE(rec["fabric_ops_per_request"].is_object());
+    EXPECT_NEAR(rec["fabric_ops_per_request"]["write"].get<double>(), 1.0, 0.05);
+    EXPECT_NEAR(rec["fabric_ops_per_request"]["send"].get<double>(), 1.0, 0.05);
+    EXPECT_NEAR(rec["fabric_ops_per_request"]["recv"].get<double>(), 1.0, 0.05);
+    EXPECT_EQ(rec["fabric_ops_per_request"]["read"].get<double>(), 0.0);
+  } else {
+    EXPECT_TRUE(rec["fabric_ops_per_request"].is_null());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcached", "redis"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Record, ValidationCatchesMissingAndMistypedFields) {
+  RunContext ctx;
+  ctx.system = "memcached";
+  ctx.protocol = "text";
+  RunResult r;
+  r.per_client_ops = {10, 20};
+  ctx.spec.clients = 2;
+  r.ops = 30;
+  r.elapsed_s = 1;
+  nlohmann::json rec = make_record(ctx, r);
+  EXPECT_TRUE(validate_record(rec).empty());
+  EXPECT_DOUBLE_EQ(rec["uniformity_ratio"].get<double>(), 2.0);
+  for (const char* k : {"system", "workload", "latency_us", "per_client_ops", "server_cpu_s",
+                        "fabric_ops_per_request", "uniformity_ratio", "throughput_ops"}) {
+    nlohmann::json bad = rec;
+    bad.erase(k);
+    EXPECT_FALSE(validate_record(bad).empty()) << k;
+  }
+  nlohmann::json bad = rec;
+  bad["workload"].erase("read_ratio");
+  EXPECT_FALSE(validate_record(bad).empty());
+  bad = rec;
+  bad["latency_us"]["p999"] = "fast";
+  EXPECT_FALSE(validate_record(bad).empty());
+  bad = rec;
+  bad["per_client_ops"] = {1};
+  EXPECT_FALSE(validate_record(bad).empty()) << "one entry per client";
+  r.per_client_ops = {0, 5};
+  EXPECT_TRUE(make_record(ctx, r)["uniformity_ratio"].is_null()) << "a starved client: no ratio";
+}
+
+TEST(Servers, ABaselineThatFailsToStartIsOneLine) {
+  ServerSpec ss;
+  ss.core = -1;
+  ss.memcached_bin = "/bin/false";
+  try {
+    LocalServer::start_memcached(ss);
+    FAIL() << "started /bin/false as memcached";
+  } catch (const std::runtime_error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("memcached failed to start"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+TEST(Servers, AFabkvServerThatIsNotThereIsAnError) {
+  DriverOptions d;
+  d.address = "127.0.0.1:" + std::to_string(free_loopback_port());
+  d.protocol = "herd";
+  d.provider = "shm";
+  d.timeout_ms = 1000;
+  EXPECT_THROW(make_fabkv_driver(d), std::runtime_error);
+  EXPECT_THROW(make_memcached_driver(d), std::runtime_error);
+}
