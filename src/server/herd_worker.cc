@@ -185,6 +185,7 @@ void HerdWorker::run_st(const std::atomic<bool>& stop) {
     poll_cqs_st();
     if (transport_ == RequestTransport::kWrite) scan_region_st();
     if (!batch_.empty() || !out_.empty()) execute_st();
+    else repost_rx_st();
   }
   // Finish what is in hand: answer collected requests and let the last SENDs go out.
   poll_cqs_st();
@@ -194,10 +195,24 @@ void HerdWorker::run_st(const std::atomic<bool>& stop) {
 }
 
 void HerdWorker::poll_cqs_st() {
+  // First what was reaped while posting (see reap_st), then whatever is new.
+  for (size_t i = 0; i < deferred_.size(); ++i) on_completion_st(deferred_[i]);
+  deferred_.clear();
   fabric::Completion comps[32];
   for (auto& ep : eps_) {
     size_t n = ep->poll(comps);
     for (size_t i = 0; i < n; ++i) on_completion_st(comps[i]);
+  }
+}
+
+// Drives progress while in the middle of posting (a full queue): completions are kept for the
+// next poll_cqs_st instead of being handled here, where they could add requests or responses
+// to the lists being walked.
+void HerdWorker::reap_st() {
+  fabric::Completion comps[32];
+  for (auto& ep : eps_) {
+    size_t n = ep->poll(comps);
+    for (size_t i = 0; i < n; ++i) deferred_.push_back(std::move(comps[i]));
   }
 }
 
@@ -221,8 +236,12 @@ void HerdWorker::on_completion_st(fabric::Completion& c) {
     }
     return;
   }
-  if (is_rx && c.inbound) {
-    if (c.len > 0 && c.buf != nullptr) on_message_st(static_cast<const char*>(c.buf), c.len);
+  if (is_rx) {
+    // A message, a buffer-release notice, or both: shm releases a multi-recv buffer with a
+    // completion of its own that carries FI_MULTI_RECV and no FI_RECV; tcp;ofi_rxm flags the
+    // last message.
+    if (c.inbound && c.len > 0 && c.buf != nullptr)
+      on_message_st(static_cast<const char*>(c.buf), c.len);
     if (c.multi_recv_done) rx_repost_[ctx->tag] = true;
     return;
   }
@@ -381,7 +400,7 @@ void HerdWorker::accept_request_st(uint32_t c, uint32_t seq, const char* msg, si
     while ((ret = eps_[0]->read(staging_->local(size_t{slot_index} * staging_slot_, ib.length),
                                 s.peer, ib.addr, ib.rkey, &ctx)) == fabric::kAgain &&
            !d.expired()) {
-      poll_cqs_st();
+      reap_st();
     }
     if (ret != 0) {
       delete static_cast<Pending*>(ctx.user);
@@ -420,10 +439,9 @@ void HerdWorker::reply_error_st(uint32_t c, uint32_t seq, uint8_t op, WireStatus
 void HerdWorker::execute_st() {
   if (!batch_.empty()) {
     counters_.batches.fetch_add(1, std::memory_order_relaxed);
-    std::vector<store::Request> reqs;
-    reqs.reserve(batch_.size());
-    for (const Pending& p : batch_) reqs.push_back(p.req);
-    engine_->run_batch(reqs, [&](size_t i, const store::Response& r) {
+    reqs_.clear();
+    for (const Pending& p : batch_) reqs_.push_back(p.req);
+    engine_->run_batch(reqs_, [&](size_t i, const store::Response& r) {
       const Pending& p = batch_[i];
       char* out = tx_slot(p.client, p.seq);
       ResponseHeader h{};
@@ -448,17 +466,23 @@ void HerdWorker::execute_st() {
     batch_.clear();
   }
   send_responses_st();
-  if (rx_) {
-    // Receive buffers whose messages were all consumed go back to the provider.
-    const size_t per = rx_->size() / kRxBuffers;
-    for (size_t i = 0; i < kRxBuffers; ++i) {
-      if (!rx_repost_[i]) continue;
-      rx_repost_[i] = false;
-      long ret;
-      while ((ret = eps_[0]->recv_multi(rx_->local(i * per, per), &rx_ctx_[i])) == fabric::kAgain) {
-      }
-      if (ret != 0) spdlog::error("worker {}: cannot repost a receive buffer: {}", index_, fabric::error_text(ret));
-    }
+  repost_rx_st();
+}
+
+// Receive buffers whose messages were all consumed (the batch that used them has run) go back
+// to the provider. Called every round, so a buffer released by a message that produced no
+// work (a dropped one) is reposted too.
+void HerdWorker::repost_rx_st() {
+  if (!rx_) return;
+  const size_t per = rx_->size() / kRxBuffers;
+  for (size_t i = 0; i < kRxBuffers; ++i) {
+    if (!rx_repost_[i]) continue;
+    rx_repost_[i] = false;
+    long ret;
+    while ((ret = eps_[0]->recv_multi(rx_->local(i * per, per), &rx_ctx_[i])) == fabric::kAgain)
+      reap_st();
+    if (ret != 0)
+      spdlog::error("worker {}: cannot repost a receive buffer: {}", index_, fabric::error_text(ret));
   }
 }
 
@@ -473,13 +497,7 @@ long HerdWorker::post_send_st(uint32_t c, size_t offset, size_t len, bool more) 
   Deadline d = Deadline::after_ms(1000);
   while ((ret = ep.send(tx_->local(offset, len), clients_[c].peer, nullptr, po)) == fabric::kAgain &&
          !d.expired()) {
-    // The transmit queue is full: reap completions (they only free credits here) and retry.
-    fabric::Completion comps[32];
-    for (auto& e : eps_) {
-      size_t n = e->poll(comps);
-      for (size_t i = 0; i < n; ++i)
-        if (comps[i].error != 0) counters_.send_errors.fetch_add(1, std::memory_order_relaxed);
-    }
+    reap_st();  // the transmit queue is full: progress, then retry
   }
   sent_++;
   return ret;

@@ -59,6 +59,7 @@ class HerdWorker {
 
   void drain_events_st();
   void poll_cqs_st();
+  void reap_st();
   void on_completion_st(fabric::Completion& c);
   void scan_region_st();
   bool take_slot_st(uint32_t c);
@@ -67,6 +68,7 @@ class HerdWorker {
   void reply_error_st(uint32_t c, uint32_t seq, uint8_t op, herd::WireStatus st);
   void execute_st();
   void send_responses_st();
+  void repost_rx_st();
   long post_send_st(uint32_t c, size_t offset, size_t len, bool more);
   char* tx_slot(uint32_t c, uint32_t seq);
   size_t tx_offset(uint32_t c, uint32_t seq) const;
@@ -91,6 +93,8 @@ class HerdWorker {
 
   std::vector<ClientSlotState> clients_;
   std::vector<Pending> batch_;      // requests collected this round
+  std::vector<store::Request> reqs_;  // batch_'s engine requests (kept to avoid reallocation)
+  std::vector<fabric::Completion> deferred_;  // reaped by reap_st, handled by poll_cqs_st
   struct Outgoing {
     uint32_t client;
     size_t offset, len;

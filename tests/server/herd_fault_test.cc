@@ -172,5 +172,40 @@ TEST_P(HerdFaults, ServerStopsCleanlyOnSigterm) {
 
 INSTANTIATE_TEST_SUITE_P(Providers, HerdFaults, ::testing::Values("shm", "tcp"));
 
+// The SEND transport: garbage messages are dropped and counted, and enough of them to use up
+// every receive buffer (each is reposted even when its messages produced no work) leave the
+// worker serving.
+class HerdSendFaults : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HerdSendFaults, GarbageMessagesAreDroppedAndReceiveBuffersRecycled) {
+  ServerProcess server(GetParam(), {"--transport", "send"});
+  RawClient c(GetParam(), server.address());
+  ASSERT_EQ(c.layout.at("transport"), "send");
+  char junk[1024];
+  std::mt19937_64 rng(7);
+  for (auto& b : junk) b = static_cast<char>(rng());
+  herd::store<uint16_t>(junk + 4, 999);  // a client index that does not exist
+  c.send_raw(0, junk, 10);               // shorter than a header
+  const int kMessages = 9000;            // > the worker's two 4 MiB receive buffers
+  for (int i = 0; i < kMessages; ++i) c.send_raw(0, junk, sizeof(junk));
+  // A well-formed request still gets through.
+  char req[256];
+  size_t n = c.build(1, OpCode::kPut, "after-junk", "ok", req);
+  c.send_raw(c.worker_of("after-junk"), req, n);
+  auto r = c.response(20000);
+  ASSERT_TRUE(r.has_value()) << "the worker stopped taking messages: " << c.stats()["workers"][0].dump();
+  EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kOk));
+  auto st = c.stats();
+  uint64_t unknown = 0, malformed = 0;
+  for (const auto& w : st.at("workers")) {
+    unknown += w.at("unknown_client").get<uint64_t>();
+    malformed += w.at("malformed").get<uint64_t>();
+  }
+  EXPECT_EQ(unknown, static_cast<uint64_t>(kMessages));
+  EXPECT_EQ(malformed, 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, HerdSendFaults, ::testing::Values("shm", "tcp"));
+
 }  // namespace
 }  // namespace fabkv::testing

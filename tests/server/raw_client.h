@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
@@ -148,7 +149,12 @@ class RawClient {
     Deadline d = Deadline::after_ms(ms);
     fabric::Completion c[8];
     while (!d.expired()) {
-      size_t n = ep_->poll(c);
+      size_t n = 0;
+      while (n < 8 && !early_.empty()) {
+        c[n++] = std::move(early_.front());
+        early_.pop_front();
+      }
+      if (n == 0) n = ep_->poll(c);
       for (size_t i = 0; i < n; ++i) {
         if (c[i].error != 0) throw std::runtime_error("completion error: " + c[i].error_text);
         if (c[i].inbound && c[i].verb == fabric::Verb::kRecv) {
@@ -180,11 +186,16 @@ class RawClient {
   void post(P&& p) {
     Deadline d = Deadline::after_ms(5000);
     long ret;
-    while ((ret = p()) == fabric::kAgain && !d.expired()) {
-      fabric::Completion c[8];
-      ep_->poll(c);  // only local completions of our WRITEs/SENDs can be lost here
-    }
+    while ((ret = p()) == fabric::kAgain && !d.expired()) reap();
     if (ret != 0) throw std::runtime_error("post failed");
+    reap();  // keep our completion queue drained however many requests we post
+  }
+  // Local completions are dropped; responses (and errors) are kept for response().
+  void reap() {
+    fabric::Completion c[16];
+    size_t n = ep_->poll(c);
+    for (size_t i = 0; i < n; ++i)
+      if (c[i].inbound || c[i].error != 0) early_.push_back(std::move(c[i]));
   }
   void post_recv(size_t i) {
     long ret = ep_->recv(buf_->local(i * recv_size, recv_size), &rx_ctx_[i]);
@@ -199,6 +210,7 @@ class RawClient {
   std::vector<fabric::RemoteRegion> regions_;
   std::vector<fabric::OpContext> rx_ctx_;
   fabric::OpContext wctx_;
+  std::deque<fabric::Completion> early_;
 };
 
 }  // namespace fabkv::testing
