@@ -96,6 +96,8 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   read_ctx_.resize(slots);
   for (size_t i = 0; i < slots; ++i) read_ctx_[i].tag = i;
   clients_.resize(max_clients_);
+  idle_ = std::make_unique<std::atomic<bool>[]>(max_clients_);
+  for (uint32_t c = 0; c < max_clients_; ++c) idle_[c].store(true);
 
   if (transport_ == RequestTransport::kSend) {
     const size_t per = std::max<size_t>(size_t{4} << 20, 8 * eo.min_multi_recv);
@@ -120,6 +122,7 @@ std::vector<std::vector<uint8_t>> HerdWorker::endpoint_names() const {
 }
 
 void HerdWorker::add_client(ClientInfo c) {
+  if (c.index < max_clients_) idle_[c.index].store(false, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   events_.push_back({true, std::move(c)});
   events_pending_.store(true, std::memory_order_release);
@@ -147,10 +150,14 @@ void HerdWorker::drain_events_st() {
     if (c >= max_clients_) continue;
     ClientSlotState& s = clients_[c];
     if (!e.add) {
-      // The client is gone (its control connection closed): stop serving its slots. Its
-      // address stays in the AV until the index is reused (in-flight SENDs may still use it).
+      // The client is gone (its control connection closed): stop serving its slots and clear
+      // them, so nothing it left there is taken for the next client of this index. Its address
+      // stays in the AV until the index is reused (in-flight SENDs may still use it).
       if (s.active) active_clients_.fetch_sub(1, std::memory_order_relaxed);
       s.active = false;
+      std::memset(region_->data() + herd::slot_offset(c, window_, slot_size_, 0), 0,
+                  size_t{window_} * slot_size_);
+      idle_[c].store(true, std::memory_order_release);
       continue;
     }
     if (s.peer != fabric::kNoPeer) {
@@ -165,10 +172,6 @@ void HerdWorker::drain_events_st() {
       spdlog::warn("worker {}: client {} has an unusable address: {}", index_, c, ex.what());
       continue;
     }
-    // A reused index starts clean: clear its slots so nothing of the previous client's
-    // requests is taken for the new one's.
-    std::memset(region_->data() + herd::slot_offset(c, window_, slot_size_, 0), 0,
-                size_t{window_} * slot_size_);
     if (!s.active) active_clients_.fetch_add(1, std::memory_order_relaxed);
     s.active = true;
     s.epoch = e.info.epoch;
@@ -288,6 +291,12 @@ bool HerdWorker::take_slot_st(uint32_t c) {
     bool fits = body <= slot_size_ && toff + sizeof(herd::RequestTrailer) <= slot_size_;
     if (fits && herd::load<uint32_t>(slot + toff) == seq &&
         herd::request_check(seq, slot + sizeof(RequestHeader), body) == h.check) {
+      if (h.epoch != s.epoch) {
+        // A whole request of an earlier client of this index that landed after its slots were
+        // cleared (tcp places data at our progress): not ours to answer or to call garbage.
+        s.stall = 0;
+        return false;
+      }
       s.stall = 0;
       s.exp = exp + 1 == 0 ? 1 : exp + 1;
       accept_request_st(c, seq, slot, toff, true);

@@ -44,6 +44,10 @@ class HerdWorker {
 
   void add_client(ClientInfo c);
   void remove_client(uint32_t index);
+  // True once a client index is free on this worker: never used, or its removal has been
+  // processed (its slots cleared). The server reuses an index only when every worker says so,
+  // so that clearing a departed client's slots can never erase a new client's first request.
+  bool idle(uint32_t index) const { return idle_[index].load(std::memory_order_acquire); }
   nlohmann::json stats() const;
 
   // The worker loop; returns after `stop` is set and the work in hand is answered.
@@ -112,6 +116,7 @@ class HerdWorker {
   };
   Counters counters_;
   std::atomic<uint32_t> active_clients_{0};
+  std::unique_ptr<std::atomic<bool>[]> idle_;
 };
 
 }  // namespace fabkv::server

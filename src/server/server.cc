@@ -108,7 +108,13 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
   uint16_t epoch = 0;
   {
     std::lock_guard lock(mu_);
-    while (index < clients_.size() && clients_[index].used) ++index;
+    auto free_everywhere = [&](uint32_t i) {
+      if (clients_[i].used) return false;
+      for (const auto& wk : workers_)
+        if (!wk->idle(i)) return false;  // a worker has not yet cleared its last client's slots
+      return true;
+    };
+    while (index < clients_.size() && !free_everywhere(index)) ++index;
     if (index == clients_.size()) {
       w.status = control::Status::kServerBusy;
       w.message = fmt::format("all {} client slots are taken (--max-clients)", o_.max_clients);

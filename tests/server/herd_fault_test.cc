@@ -139,10 +139,6 @@ TEST_P(HerdFaults, OversizedKeyOrValueIsTooLargeAndNothingIsWritten) {
 }
 
 TEST_P(HerdFaults, WrongHandshakesGetClearErrors) {
-  fabric::FabricOptions fo;
-  fo.provider = GetParam();
-  fo.quiet = true;
-  auto f = fabric::Fabric::open(fo);
   auto expect_reject = [&](const std::string& service, const std::string& payload,
                            const std::string& needle) {
     control::Hello h;
