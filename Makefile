@@ -1,6 +1,7 @@
 # fabkv: the two set-up commands of the README, plus the build they share.
 #   make        build everything into build/ (executables in build/bin/)
-#   make demo   the main job: fabkv-perf on shm (a local server plus its clients)
+#   make demo   the main job: a local fabkv-server on shm, memcached and redis, a short
+#               fabkv-bench matrix against all three, the summary table and a report with plots
 #   make test   build, run every test, then again under ASan+UBSan (clang) with a short fuzz
 #               run, and the threaded control channel under TSan
 # Each target first installs missing Debian packages (scripts/install-deps.sh).
@@ -23,8 +24,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
-	@$(BUILD)/bin/fabkv-perf --provider shm --json $(BUILD)/perf-demo.jsonl
-	@echo "fabkv-perf: results appended to $(BUILD)/perf-demo.jsonl"
+	@BUILD=$(CURDIR)/$(BUILD) scripts/demo-bench.sh
 
 test: test-release test-asan test-tsan
 
