@@ -465,7 +465,9 @@ struct Client::Impl {
     s.cb = std::move(cb);
     s.awaiting = true;
     s.tx_pending = true;
-    s.deadline = d.at();
+    // Not expirable until posted: the retry loop below polls, and an expiry there would run
+    // the callback of a request that then reports "not sent".
+    s.deadline = Clock::time_point::max();
     in_flight++;
     fabric::PostOptions po;
     po.inlined = src.len <= ep->inject_size();
@@ -481,7 +483,10 @@ struct Client::Impl {
       check_control(false);
       if (gone || d.expired()) break;
     }
-    if (ret == 0) return Status::kOk;
+    if (ret == 0) {
+      s.deadline = d.at();
+      return Status::kOk;
+    }
     // Not posted: nothing reaches the server, the callback will not run.
     if (s.awaiting) in_flight--;
     s.awaiting = false;

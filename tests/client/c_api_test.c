@@ -1,0 +1,49 @@
+/* The C interface compiles as C (this file is built by the C compiler) and fails cleanly
+ * against a server that is not there. */
+#include <stdio.h>
+#include <string.h>
+
+#include "client/fabkv.h"
+
+#define CHECK(cond)                                              \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      return 1;                                                  \
+    }                                                            \
+  } while (0)
+
+int main(void) {
+  char err[256];
+  char buf[16];
+  size_t vlen = 0;
+  int s;
+  fabkv_client* c;
+
+  /* Nothing listens on port 1. */
+  err[0] = '\0';
+  c = fabkv_connect("127.0.0.1:1", "tcp", NULL, 1000, err, sizeof err);
+  CHECK(c == NULL);
+  CHECK(strlen(err) > 0);
+  printf("fabkv_connect: %s\n", err);
+
+  /* A malformed address, a tiny error buffer (truncated, still terminated), no buffer. */
+  memset(err, 'x', sizeof err);
+  c = fabkv_connect("no port here", "auto", "secret", 500, err, 8);
+  CHECK(c == NULL);
+  CHECK(strlen(err) == 7);
+  CHECK(fabkv_connect(NULL, NULL, NULL, 0, NULL, 0) == NULL);
+
+  /* Every call on a NULL client fails cleanly. */
+  CHECK(fabkv_get(NULL, "k", 1, buf, sizeof buf, &vlen) == FABKV_INVALID_ARGUMENT);
+  CHECK(fabkv_put(NULL, "k", 1, "v", 1) == FABKV_INVALID_ARGUMENT);
+  CHECK(fabkv_del(NULL, "k", 1) == FABKV_INVALID_ARGUMENT);
+  CHECK(fabkv_max_value(NULL) == 0);
+  fabkv_close(NULL);
+
+  for (s = FABKV_OK; s <= FABKV_INVALID_ARGUMENT; ++s)
+    CHECK(strcmp(fabkv_strerror(s), "unknown status") != 0);
+  CHECK(strcmp(fabkv_strerror(-1), "unknown status") == 0);
+  CHECK(strcmp(fabkv_strerror(FABKV_NOT_FOUND), "not found") == 0);
+  return 0;
+}

@@ -1,0 +1,179 @@
+// The client's request encoding without a peer: header/trailer/checksum, inline vs indirect,
+// sequence wrap, status mapping, response parsing, local validation.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "client/client.h"
+#include "client/request.h"
+#include "store/limits.h"
+
+namespace fabkv::client_detail {
+namespace {
+
+RequestFields fields(uint32_t seq, herd::OpCode op) {
+  RequestFields f;
+  f.seq = seq;
+  f.client = 7;
+  f.epoch = 3;
+  f.op = op;
+  f.expire_at = 1234;
+  f.expected_version = 99;
+  return f;
+}
+
+TEST(Encoding, InlineRequestHasHeaderBodyTrailerAndCheck) {
+  const std::string key = "hello", value = "world!!";  // 12 body bytes -> trailer at 44
+  char buf[256];
+  std::memset(buf, 0xAB, sizeof(buf));
+  size_t n = encode_inline(buf, fields(42, herd::OpCode::kPut), key, value);
+  EXPECT_EQ(n, herd::request_bytes(12));
+  EXPECT_EQ(n, 48u);
+  auto h = herd::load<herd::RequestHeader>(buf);
+  EXPECT_EQ(h.seq, 42u);
+  EXPECT_EQ(h.client, 7u);
+  EXPECT_EQ(h.epoch, 3u);
+  EXPECT_EQ(h.op, static_cast<uint8_t>(herd::OpCode::kPut));
+  EXPECT_EQ(h.flags, 0u);
+  EXPECT_EQ(h.key_len, 5u);
+  EXPECT_EQ(h.value_len, 7u);
+  EXPECT_EQ(h.expire_at, 1234u);
+  EXPECT_EQ(h.expected_version, 99u);
+  EXPECT_EQ(std::string(buf + 32, 12), "helloworld!!");
+  EXPECT_EQ(h.check, herd::request_check(42, buf + 32, 12));
+  EXPECT_EQ(herd::load<herd::RequestTrailer>(buf + herd::trailer_offset(12)).seq, 42u);
+  // Nothing written past the request.
+  EXPECT_EQ(static_cast<unsigned char>(buf[n]), 0xABu);
+}
+
+TEST(Encoding, PaddingBeforeTrailerIsZeroed) {
+  char buf[128];
+  std::memset(buf, 0xFF, sizeof(buf));
+  size_t n = encode_inline(buf, fields(1, herd::OpCode::kGet), "abc", "");  // body 3, pad 1
+  EXPECT_EQ(n, herd::request_bytes(3));
+  EXPECT_EQ(herd::trailer_offset(3), 36u);
+  EXPECT_EQ(buf[35], 0);
+  EXPECT_EQ(herd::load<herd::RequestTrailer>(buf + 36).seq, 1u);
+}
+
+TEST(Encoding, CheckIsSeededWithSeq) {
+  char a[128], b[128];
+  encode_inline(a, fields(1, herd::OpCode::kGet), "key", "");
+  encode_inline(b, fields(2, herd::OpCode::kGet), "key", "");
+  EXPECT_NE(herd::load<herd::RequestHeader>(a).check, herd::load<herd::RequestHeader>(b).check);
+}
+
+TEST(Encoding, IndirectRequestCarriesTheBodyDescriptor) {
+  char buf[128];
+  herd::IndirectBody ib{0x1000, 77, 250 + 60000};
+  size_t n = encode_indirect(buf, fields(5, herd::OpCode::kPut), 250, 60000, ib);
+  EXPECT_EQ(n, herd::request_bytes(sizeof(herd::IndirectBody)));
+  EXPECT_EQ(n, 60u);
+  auto h = herd::load<herd::RequestHeader>(buf);
+  EXPECT_EQ(h.flags, herd::kFlagIndirect);
+  EXPECT_EQ(h.key_len, 250u);
+  EXPECT_EQ(h.value_len, 60000u);
+  EXPECT_EQ(herd::request_body_bytes(h.flags, h.key_len, h.value_len), sizeof(herd::IndirectBody));
+  auto got = herd::load<herd::IndirectBody>(buf + 32);
+  EXPECT_EQ(got.addr, 0x1000u);
+  EXPECT_EQ(got.rkey, 77u);
+  EXPECT_EQ(got.length, 60250u);
+  EXPECT_EQ(h.check, herd::request_check(5, buf + 32, sizeof(herd::IndirectBody)));
+  EXPECT_EQ(herd::load<herd::RequestTrailer>(buf + 56).seq, 5u);
+}
+
+TEST(Encoding, InlineOrIndirectByRequestSize) {
+  // A 1024-byte slot: 32 header + body + pad + 4 trailer.
+  EXPECT_TRUE(fits_inline(1024, 250, 1024 - 32 - 4 - 250));
+  EXPECT_FALSE(fits_inline(1024, 250, 1024 - 32 - 4 - 250 + 1));
+  EXPECT_TRUE(fits_inline(1024, 1, 0));
+  EXPECT_FALSE(fits_inline(1024, 10, 60000));
+  // Whatever the slot, an indirect request always fits one the client accepts.
+  EXPECT_LE(herd::request_bytes(sizeof(herd::IndirectBody)), 64u);
+}
+
+TEST(Encoding, SeqStartsAtOneAndSkipsZeroOnWrap) {
+  EXPECT_EQ(next_seq(0), 1u);  // the first request
+  EXPECT_EQ(next_seq(1), 2u);
+  EXPECT_EQ(next_seq(0xfffffffeu), 0xffffffffu);
+  EXPECT_EQ(next_seq(0xffffffffu), 1u);
+  // Around the wrap, W consecutive seqs are distinct and never 0, so a slot's next seq
+  // always differs from its previous one.
+  uint32_t s = 0xfffffff0u;
+  std::vector<uint32_t> seen;
+  for (int i = 0; i < 40; ++i) {
+    s = next_seq(s);
+    EXPECT_NE(s, 0u);
+    seen.push_back(s);
+  }
+  for (size_t i = 4; i < seen.size(); ++i) EXPECT_NE(seen[i], seen[i - 4]);
+  EXPECT_EQ(herd::slot_offset(3, 4, 1024, 5), (3u * 4 + 1) * 1024);
+}
+
+TEST(Validation, EmptyAndOversizedKeysAndValues) {
+  EXPECT_EQ(validate("", 0, 1000), Status::kInvalidKey);
+  EXPECT_EQ(validate(std::string(store::kMaxKeySize, 'k'), 0, 1000), Status::kOk);
+  EXPECT_EQ(validate(std::string(store::kMaxKeySize + 1, 'k'), 0, 1000), Status::kTooLarge);
+  EXPECT_EQ(validate("k", 1000, 1000), Status::kOk);
+  EXPECT_EQ(validate("k", 1001, 1000), Status::kTooLarge);
+}
+
+TEST(Responses, StatusMappingAndParsing) {
+  EXPECT_EQ(from_wire(0), Status::kOk);
+  EXPECT_EQ(from_wire(1), Status::kNotFound);
+  EXPECT_EQ(from_wire(2), Status::kTooLarge);
+  EXPECT_EQ(from_wire(3), Status::kInvalidKey);
+  EXPECT_EQ(from_wire(4), Status::kNoSpace);
+  EXPECT_EQ(from_wire(5), Status::kVersionMismatch);
+  EXPECT_EQ(from_wire(6), Status::kMalformed);
+  EXPECT_EQ(from_wire(7), Status::kError);
+  EXPECT_EQ(from_wire(200), Status::kError);
+
+  char buf[64] = {};
+  herd::ResponseHeader h{};
+  h.seq = 9;
+  h.value_len = 5;
+  h.version = 17;
+  herd::store(buf, h);
+  std::memcpy(buf + 24, "value", 5);
+  ParsedResponse r;
+  ASSERT_TRUE(parse_response(buf, 29, &r));
+  EXPECT_EQ(r.header.seq, 9u);
+  EXPECT_EQ(r.value, "value");
+  EXPECT_FALSE(parse_response(buf, 28, &r));  // value runs past the message
+  EXPECT_FALSE(parse_response(buf, 23, &r));  // shorter than a header
+}
+
+TEST(Client, StatusNames) {
+  for (int s = 0; s <= static_cast<int>(Status::kError); ++s)
+    EXPECT_STRNE(to_string(static_cast<Status>(s)), "unknown status");
+}
+
+TEST(Client, ConnectFailuresThrowClientError) {
+  ClientOptions o;
+  o.server = "not-an-address";
+  EXPECT_THROW(Client::connect(o), ClientError);
+  o.server = "127.0.0.1:7000";
+  o.protocol = "pilaf";
+  EXPECT_THROW(Client::connect(o), ClientError);
+  o.protocol = "herd";
+  o.transport = "carrier-pigeon";
+  EXPECT_THROW(Client::connect(o), ClientError);
+  // Nothing listens on port 1: refused, quickly, as "server gone".
+  o.transport = "";
+  o.provider = "tcp";
+  o.server = "127.0.0.1:1";
+  o.connect_timeout_ms = 2000;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    Client::connect(o);
+    FAIL() << "connected to nothing";
+  } catch (const ClientError& e) {
+    EXPECT_EQ(e.status(), Status::kServerGone) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+}
+
+}  // namespace
+}  // namespace fabkv::client_detail
