@@ -200,6 +200,11 @@ def summary(table, runs, out, plot_names):
     lines.append(f"Machine: {m.get('model', '?')}, {m.get('cpus', '?')} CPUs, kernel "
                  f"{m.get('kernel', '?')}. Runs: {len(runs)} "
                  f"({runs[0].get('timestamp', '?')} .. {runs[-1].get('timestamp', '?')}).")
+    loads = [r.get("machine", {}).get("loadavg_1m") for r in runs]
+    loads = [x for x in loads if x is not None]
+    if loads:
+        lines.append(f"1-minute load average during the runs: {min(loads):.1f} .. {max(loads):.1f} "
+                     f"(on {m.get('cpus', '?')} CPUs; above ~2 other work shared the cores).")
     cmds = sorted({r.get("command", "") for r in runs if r.get("command")})
     if cmds:
         lines += ["", "Commands:", ""] + [f"    {c}" for c in cmds]

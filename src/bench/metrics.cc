@@ -39,6 +39,10 @@ json machine_info() {
     }
   utsname u{};
   if (::uname(&u) == 0) m["kernel"] = std::string(u.release);
+  // The 1-minute load average when the run ended: on a shared machine, how much else ran.
+  std::ifstream la("/proc/loadavg");
+  double one = 0;
+  m["loadavg_1m"] = (la >> one) ? nlohmann::json(one) : nlohmann::json(nullptr);
   return m;
 }
 

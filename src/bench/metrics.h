@@ -29,7 +29,7 @@ nlohmann::json make_record(const RunContext& ctx, const RunResult& r);
 // The ARCHITECTURE.md fields and their types; returns what is missing or mistyped (empty: valid).
 std::vector<std::string> validate_record(const nlohmann::json& j);
 
-// {"hostname","cpus","model","kernel"} of this machine.
+// {"hostname","cpus","model","kernel","loadavg_1m"} of this machine.
 nlohmann::json machine_info();
 
 // max/min of per-client ops; -1 when a client has 0 ops (written as null).
