@@ -178,6 +178,7 @@ int run_bench(const BenchOptions& o) {
                                                 value_size, name.label(), driver->max_value()));
 
       Runner runner(*driver, o.client_core);
+      runner.set_stop_flag(o.stop);
       std::vector<WorkloadSpec> workloads = expand(o, value_size);
       runner.load(workloads.front(), o.window, progress_printer(name.label(), o.quiet));
       for (const WorkloadSpec& w : workloads) {

@@ -3,6 +3,7 @@
 // and appends one JSON line per completed run. docs/bench.md is the user's guide.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,8 @@ struct BenchOptions {
   std::string fabkv_server_bin, memcached_bin, redis_bin;  // "" = defaults
   std::string command;    // for the records
   bool quiet = false;     // no progress lines
+  // Set by a signal handler: the current run is abandoned (no line written), servers stopped.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Runs everything. Throws std::invalid_argument (bad parameters, before anything runs) or

@@ -41,7 +41,8 @@ double Runner::load(const WorkloadSpec& w, uint32_t window, const LoadProgress& 
   std::string value;
   const int64_t t0 = now_ns();
   int64_t last_report = t0;
-  while (done < total && !failed) {
+  auto stopped = [this] { return stop_ && stop_->load(std::memory_order_relaxed); };
+  while (done < total && !failed && !stopped()) {
     for (size_t c = 0; c < clients; ++c) {
       while (in_flight[c] < window && next[c] < total) {
         uint64_t id = next[c];
@@ -71,6 +72,7 @@ double Runner::load(const WorkloadSpec& w, uint32_t window, const LoadProgress& 
     }
   }
   drain(driver_, clients, outstanding, Deadline::after_ms(10000));
+  if (stopped()) throw std::runtime_error("interrupted");
   if (failed) {
     std::string why = driver_.error();
     throw std::runtime_error("load phase failed: " + (why.empty() ? "a PUT was refused" : why));
@@ -176,7 +178,8 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
   fabric::VerbSnapshot client_before;
   ServerSample server_before;
   bool measuring = false;
-  while (!failed) {
+  auto stopped = [this] { return stop_ && stop_->load(std::memory_order_relaxed); };
+  while (!failed && !stopped()) {
     int64_t t = now_ns();
     if (!measuring && t >= warm_until) {
       // Sample, then open the interval: the stats round trip is not charged to it.
@@ -210,6 +213,7 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
     r.evictions = after.evictions;
   }
   bool drained = drain(driver_, spec.clients, outstanding, Deadline::after_ms(10000));
+  if (stopped()) throw std::runtime_error("interrupted");
   if (failed || !drained) {
     std::string why = driver_.error();
     if (why.empty()) why = failed ? "a request failed" : "requests did not complete within 10 s";

@@ -9,6 +9,7 @@
 // the interval's edges. Every GET is checked against the generator's values.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,6 +59,9 @@ class Runner {
   // `core`: the load generator's core (-1: unpinned); the calling thread is pinned for the
   // duration of load() and run().
   Runner(Driver& driver, int core) : driver_(driver), core_(core) {}
+  // When *stop becomes true (a signal handler), load() and run() drain what is in flight and
+  // throw std::runtime_error("interrupted"), so servers and endpoints are closed on the way out.
+  void set_stop_flag(const std::atomic<bool>* stop) { stop_ = stop; }
 
   // Writes version 0 of keys [0, ceil(fill*keys)) with every client pipelining `window`
   // PUTs. Returns the seconds it took. Throws std::runtime_error on a failed request.
@@ -68,6 +72,7 @@ class Runner {
  private:
   Driver& driver_;
   int core_;
+  const std::atomic<bool>* stop_ = nullptr;
   std::vector<uint8_t> stored_;  // key id -> known to be in the store (loaded or PUT)
 };
 

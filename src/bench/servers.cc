@@ -74,8 +74,9 @@ std::string last_line(const std::string& path) {
   return last.empty() ? "(no output)" : last;
 }
 
-// `sh -c 'exec [taskset -c CORE] prog args... REDIRECTS'`: exec keeps the pid (taskset execs
-// the program in turn), so the pid we hold is the server's own, for CPU accounting and signals.
+// `sh -c 'exec [setpriv --pdeathsig TERM] [taskset -c CORE] prog args... REDIRECTS'`: exec keeps
+// the pid (setpriv and taskset exec the program in turn), so the pid we hold is the server's
+// own, for CPU accounting and signals.
 std::unique_ptr<perf::ChildProcess> spawn(const std::string& what, std::vector<std::string> argv,
                                           int core, const std::string& redirects) {
   if (core >= 0) {
@@ -84,6 +85,10 @@ std::unique_ptr<perf::ChildProcess> spawn(const std::string& what, std::vector<s
       throw std::runtime_error(what + " failed to start: taskset (util-linux) is not installed");
     argv.insert(argv.begin(), {taskset, "-c", std::to_string(core)});
   }
+  // setpriv --pdeathsig TERM: the server gets SIGTERM when fabkv-bench dies however it dies
+  // (Ctrl-C, a crash, SIGKILL), so no busy-polling fabkv-server or stray baseline outlives it.
+  std::string setpriv = find_executable("setpriv");
+  if (!setpriv.empty()) argv.insert(argv.begin(), {setpriv, "--pdeathsig", "TERM"});
   std::string cmd = "exec";
   for (const auto& a : argv) cmd += " " + shell_quote(a);
   cmd += " " + redirects;

@@ -2,6 +2,10 @@
 //   fabkv-bench --systems fabkv:herd,memcached,redis --read-ratio 0.95 --clients 8 --json r.jsonl
 //   fabkv-bench matrix --json r.jsonl        (clients x read ratio x distribution x value size)
 //   fabkv-bench report --input r.jsonl --out reports/x
+#include <signal.h>
+
+#include <atomic>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -11,6 +15,12 @@
 
 using namespace fabkv;
 using namespace fabkv::bench;
+
+namespace {
+// Ctrl-C / SIGTERM: finish the request in flight, stop the servers, write nothing partial.
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+}  // namespace
 
 int main(int argc, char** argv) {
   init_logging("fabkv-bench");
@@ -81,6 +91,11 @@ int main(int argc, char** argv) {
                       : sweep ? std::vector<std::string>{"uniform", "zipf"} : std::vector<std::string>{"uniform"};
     o.clients = !clients.empty() ? clients : sweep ? std::vector<size_t>{1, 4, 8} : std::vector<size_t>{8};
     o.value_sizes = !value_sizes.empty() ? value_sizes : std::vector<uint32_t>{32};
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    o.stop = &g_stop;
     for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
     return run_bench(o);
   } catch (const std::invalid_argument& e) {
@@ -88,6 +103,6 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "fabkv-bench: {}\n", e.what());
-    return 1;
+    return g_stop.load() ? 130 : 1;
   }
 }

@@ -12,6 +12,10 @@
 
 #include "bench/metrics.h"
 #include "bench/servers.h"
+#include "perf/process.h"
+
+#include <signal.h>
+#include <thread>
 
 namespace fs = std::filesystem;
 using fabkv::bench::validate_record;
@@ -148,4 +152,24 @@ TEST_F(BenchCli, ReportRendersFromARecordedResultsFile) {
   bad = run("report --input " + (dir_ / "broken.jsonl").string() + " --out " + out.string());
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("missing"), std::string::npos) << bad.err;
+}
+
+TEST_F(BenchCli, InterruptStopsCleanlyAndWritesNothingPartial) {
+  fs::path json = dir_ / "r.jsonl";
+  std::vector<std::string> argv = {FABKV_BENCH_BIN, "--systems", "fabkv:herd", "--duration", "60",
+                                   "--keys", "1000", "--clients", "2", "--client-core", "-1",
+                                   "--server-core", "-1", "--server-memory", "32M", "--quiet",
+                                   "--json", json.string()};
+  fabkv::perf::ChildProcess bench(argv);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // inside the 60 s run
+  bench.kill(SIGINT);
+  int st = bench.wait(fabkv::Deadline::after_ms(20000));
+  // 130 also when SIGINT simply killed it; the /dev/shm check below tells the two apart (a
+  // killed process leaves its endpoints' regions behind).
+  EXPECT_EQ(st, 130) << "interrupted runs exit 130 after stopping their servers";
+  EXPECT_FALSE(fs::exists(json)) << "no line for a run that did not complete";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev/shm", ec))
+    EXPECT_NE(e.path().filename().string().rfind(std::to_string(bench.pid()) + ":", 0), 0u)
+        << "fabkv-bench left " << e.path() << " behind";
 }
