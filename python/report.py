@@ -120,12 +120,12 @@ def plots(table, out):
         for i, d in enumerate(dists):
             for j, rr in enumerate(ratios):
                 ax = axes[i][j]
-                for s in systems:
-                    for name, style, f in series:
+                for si, s in enumerate(systems):
+                    for name, style, f in series:  # one colour per system, a style per series
                         pts = sorted((k[4], f(v)) for k, v in sel(s, d, rr).items() if f(v) is not None)
                         if pts:
                             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o",
-                                    label=f"{s}{name}")
+                                    color=f"C{si}", label=f"{s}{name}")
                 ax.set_title(f"{d}, {rr * 100:.0f}% GET", fontsize=9)
                 ax.set_xlabel("clients")
                 ax.set_ylabel(ylabel)
