@@ -142,8 +142,10 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
   spec.duration_s = 0.4;
   runner.load(spec.workload, 2, nullptr);
   RunResult r = runner.run(spec, nullptr);
-  EXPECT_GT(r.ops, 100u);
-  EXPECT_GT(r.check.checked, 100u);
+  // How many ops fit in 0.4 s depends on the machine's load (71 seen in CI with load 12):
+  // this test checks correctness, so it only needs some of each.
+  EXPECT_GT(r.ops, 0u);
+  EXPECT_GT(r.check.checked, 0u);
   EXPECT_EQ(r.check.mismatches, 0u);
   EXPECT_EQ(r.check.unexpected_misses, 0u);
   ASSERT_EQ(r.per_client_ops.size(), 3u);
