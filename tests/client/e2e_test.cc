@@ -334,7 +334,8 @@ TEST_P(ClientE2E, Cli) {
     return a;
   };
   std::string out;
-  EXPECT_EQ(run_cli(with({"put", "cli-key", "cli value"})), 0);
+  // ChildProcess reads whole lines, and get adds no newline when stdout is a pipe: store one.
+  EXPECT_EQ(run_cli(with({"put", "cli-key", "cli value\n"})), 0);
   EXPECT_EQ(run_cli(with({"get", "cli-key"}), &out), 0);
   EXPECT_EQ(out, "cli value");
   EXPECT_EQ(run_cli(with({"get", "cli-missing"})), 1);
