@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,7 +13,6 @@
 #include <stdexcept>
 #include <thread>
 
-extern char** environ;
 
 namespace fabkv::perf {
 
@@ -30,21 +29,29 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
   int in[2], out[2];
   if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  // fork + exec rather than posix_spawn: the child asks the kernel to kill it when its parent
+  // dies (PR_SET_PDEATHSIG), so a crashed test or coordinator never leaves busy-polling
+  // servers behind. Only async-signal-safe calls between fork and exec.
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  int rc = posix_spawn(&pid_, argv[0].c_str(), &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t parent = ::getpid();
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
   ::close(in[0]);
   ::close(out[1]);
-  if (rc != 0) {
+  if (pid_ < 0) {
+    int err = errno;
     ::close(in[1]);
     ::close(out[0]);
-    throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
+    throw std::runtime_error("fork " + argv[0] + ": " + std::strerror(err));
   }
   in_ = in[1];
   out_ = out[0];
