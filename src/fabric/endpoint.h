@@ -141,6 +141,10 @@ class Endpoint {
   void open_common(fi_info* info);
   OpContext* scratch(OpContext* ctx, Verb verb);
   uint64_t flags_for(const PostOptions& o, bool imm) const;
+  long post_rma(Verb verb, LocalBuffer buf, PeerAddr peer, uint64_t raddr, uint64_t rkey,
+                OpContext* ctx, const PostOptions& o, const uint64_t* imm);
+  long post_msg(LocalBuffer buf, PeerAddr peer, OpContext* ctx, const PostOptions& o,
+                const uint64_t* imm);
   void count_post(Verb v, size_t bytes, const PostOptions& o, bool imm);
   void to_completion(const void* entry, Completion* c);
 

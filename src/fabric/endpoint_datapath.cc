@@ -52,12 +52,13 @@ long too_big(VerbCounters& counters) {
 
 }  // namespace
 
-long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rkey,
-                    OpContext* ctx, PostOptions o) {
-  o.inlined = false;  // nothing to inline in a READ
-  iovec iov{dst.addr, dst.len};
-  fi_rma_iov rma{raddr, dst.len, rkey};
-  void* desc = dst.desc;
+// One RMA post through fi_readmsg/fi_writemsg; READ, WRITE and WRITE-with-immediate differ
+// only in the call, the verb and whether immediate data rides along.
+long Endpoint::post_rma(Verb verb, LocalBuffer buf, PeerAddr peer, uint64_t raddr, uint64_t rkey,
+                        OpContext* ctx, const PostOptions& o, const uint64_t* imm) {
+  iovec iov{buf.addr, buf.len};
+  fi_rma_iov rma{raddr, buf.len, rkey};
+  void* desc = buf.desc;
   fi_msg_rma msg{};
   msg.msg_iov = &iov;
   msg.desc = &desc;
@@ -65,8 +66,16 @@ long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rke
   msg.addr = peer;
   msg.rma_iov = &rma;
   msg.rma_iov_count = 1;
-  msg.context = scratch(ctx, Verb::kRead);
-  long ret = fi_readmsg(ep_, &msg, flags_for(o, false));
+  msg.context = scratch(ctx, verb);
+  msg.data = imm ? *imm : 0;
+  uint64_t flags = flags_for(o, imm != nullptr);
+  return verb == Verb::kRead ? fi_readmsg(ep_, &msg, flags) : fi_writemsg(ep_, &msg, flags);
+}
+
+long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rkey,
+                    OpContext* ctx, PostOptions o) {
+  o.inlined = false;  // nothing to inline in a READ
+  long ret = post_rma(Verb::kRead, dst, peer, raddr, rkey, ctx, o, nullptr);
   if (ret == 0) count_post(Verb::kRead, dst.len, o, false);
   else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kRead);
   return ret;
@@ -74,23 +83,9 @@ long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rke
 
 long Endpoint::write(LocalBuffer src, PeerAddr peer, uint64_t raddr, uint64_t rkey,
                      OpContext* ctx, PostOptions o) {
-  long ret;
-  if (use_inject_call(o) && src.len <= inject_size_) {
-    ret = fi_inject_write(ep_, src.addr, src.len, peer, raddr, rkey);
-  } else {
-    iovec iov{src.addr, src.len};
-    fi_rma_iov rma{raddr, src.len, rkey};
-    void* desc = src.desc;
-    fi_msg_rma msg{};
-    msg.msg_iov = &iov;
-    msg.desc = &desc;
-    msg.iov_count = 1;
-    msg.addr = peer;
-    msg.rma_iov = &rma;
-    msg.rma_iov_count = 1;
-    msg.context = scratch(ctx, Verb::kWrite);
-    ret = fi_writemsg(ep_, &msg, flags_for(o, false));
-  }
+  long ret = use_inject_call(o) && src.len <= inject_size_
+                 ? fi_inject_write(ep_, src.addr, src.len, peer, raddr, rkey)
+                 : post_rma(Verb::kWrite, src, peer, raddr, rkey, ctx, o, nullptr);
   if (ret == 0) count_post(Verb::kWrite, src.len, o, false);
   else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kWrite);
   return ret;
@@ -98,45 +93,35 @@ long Endpoint::write(LocalBuffer src, PeerAddr peer, uint64_t raddr, uint64_t rk
 
 long Endpoint::write_imm(LocalBuffer src, uint64_t imm, PeerAddr peer, uint64_t raddr,
                          uint64_t rkey, OpContext* ctx, PostOptions o) {
-  long ret;
-  if (use_inject_call(o) && src.len <= inject_size_) {
-    ret = fi_inject_writedata(ep_, src.addr, src.len, imm, peer, raddr, rkey);
-  } else {
-    iovec iov{src.addr, src.len};
-    fi_rma_iov rma{raddr, src.len, rkey};
-    void* desc = src.desc;
-    fi_msg_rma msg{};
-    msg.msg_iov = &iov;
-    msg.desc = &desc;
-    msg.iov_count = 1;
-    msg.addr = peer;
-    msg.rma_iov = &rma;
-    msg.rma_iov_count = 1;
-    msg.context = scratch(ctx, Verb::kWrite);
-    msg.data = imm;
-    ret = fi_writemsg(ep_, &msg, flags_for(o, true));
-  }
+  long ret = use_inject_call(o) && src.len <= inject_size_
+                 ? fi_inject_writedata(ep_, src.addr, src.len, imm, peer, raddr, rkey)
+                 : post_rma(Verb::kWrite, src, peer, raddr, rkey, ctx, o, &imm);
   if (ret == 0) count_post(Verb::kWrite, src.len, o, true);
   else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kWrite);
   return ret;
 }
 
+// One message post through fi_sendmsg; a zero-length payload carries no iov (the
+// Guidelines' header-only SEND, immediate data only).
+long Endpoint::post_msg(LocalBuffer buf, PeerAddr peer, OpContext* ctx, const PostOptions& o,
+                        const uint64_t* imm) {
+  iovec iov{buf.addr, buf.len};
+  void* desc = buf.desc;
+  fi_msg msg{};
+  msg.msg_iov = buf.len > 0 ? &iov : nullptr;
+  msg.desc = buf.len > 0 ? &desc : nullptr;
+  msg.iov_count = buf.len > 0 ? 1 : 0;
+  msg.addr = peer;
+  msg.context = scratch(ctx, Verb::kSend);
+  msg.data = imm ? *imm : 0;
+  return fi_sendmsg(ep_, &msg, flags_for(o, imm != nullptr));
+}
+
 long Endpoint::send(LocalBuffer src, PeerAddr peer, OpContext* ctx, PostOptions o) {
   if (src.len > fabric_.max_msg_size()) return too_big(counters_);
-  long ret;
-  if (use_inject_call(o) && src.len <= inject_size_) {
-    ret = fi_inject(ep_, src.addr, src.len, peer);
-  } else {
-    iovec iov{src.addr, src.len};
-    void* desc = src.desc;
-    fi_msg msg{};
-    msg.msg_iov = &iov;
-    msg.desc = &desc;
-    msg.iov_count = 1;
-    msg.addr = peer;
-    msg.context = scratch(ctx, Verb::kSend);
-    ret = fi_sendmsg(ep_, &msg, flags_for(o, false));
-  }
+  long ret = use_inject_call(o) && src.len <= inject_size_
+                 ? fi_inject(ep_, src.addr, src.len, peer)
+                 : post_msg(src, peer, ctx, o, nullptr);
   if (ret == 0) count_post(Verb::kSend, src.len, o, false);
   else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kSend);
   return ret;
@@ -145,21 +130,9 @@ long Endpoint::send(LocalBuffer src, PeerAddr peer, OpContext* ctx, PostOptions 
 long Endpoint::send_imm(LocalBuffer src, uint64_t imm, PeerAddr peer, OpContext* ctx,
                         PostOptions o) {
   if (src.len > fabric_.max_msg_size()) return too_big(counters_);
-  long ret;
-  if (use_inject_call(o) && src.len <= inject_size_) {
-    ret = fi_injectdata(ep_, src.addr, src.len, imm, peer);
-  } else {
-    iovec iov{src.addr, src.len};
-    void* desc = src.desc;
-    fi_msg msg{};
-    msg.msg_iov = src.len > 0 ? &iov : nullptr;
-    msg.desc = src.len > 0 ? &desc : nullptr;
-    msg.iov_count = src.len > 0 ? 1 : 0;
-    msg.addr = peer;
-    msg.context = scratch(ctx, Verb::kSend);
-    msg.data = imm;
-    ret = fi_sendmsg(ep_, &msg, flags_for(o, true));
-  }
+  long ret = use_inject_call(o) && src.len <= inject_size_
+                 ? fi_injectdata(ep_, src.addr, src.len, imm, peer)
+                 : post_msg(src, peer, ctx, o, &imm);
   if (ret == 0) count_post(Verb::kSend, src.len, o, true);
   else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kSend);
   return ret;
