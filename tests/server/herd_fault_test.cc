@@ -134,7 +134,8 @@ TEST_P(HerdFaults, OversizedKeyOrValueIsTooLargeAndNothingIsWritten) {
   EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kTooLarge));
   EXPECT_EQ(worker_stat(c.stats(), "puts"), 2u);  // seen, both refused
   uint64_t items = 0;
-  for (const auto& w : c.stats().at("workers")) items += w.at("engine").at("puts").get<uint64_t>();
+  const nlohmann::json st = c.stats();  // named: a range-for over a temporary's member dangles
+  for (const auto& w : st.at("workers")) items += w.at("engine").at("puts").get<uint64_t>();
   EXPECT_EQ(items, 0u);
 }
 
