@@ -17,9 +17,9 @@ DURATION=${DURATION:-3}
 KEYS=${KEYS:-100000}
 ninja -C "$BUILD" fabkv-bench fabkv-server fabkv-perf >/dev/null
 
-echo "== raw echo (fabkv-perf, WRITE request + SEND response), $PROVIDER"
+echo "== raw echo (fabkv-perf: one client process, window 4xW, 48 B each way), $PROVIDER"
 "$BUILD/bin/fabkv-perf" --provider "$PROVIDER" --mode echo --echo write-send,send-send \
-  --clients 4 --window "$WINDOW" --sizes 48 --duration "$DURATION" 2>/dev/null | grep -v " info "
+  --clients 1 --window $((WINDOW * 4)) --sizes 48 --duration "$DURATION" 2>/dev/null | grep -v " info "
 
 run() {  # label, then fabkv-server flags
   local label=$1
