@@ -173,9 +173,10 @@ int run_bench(const BenchOptions& o) {
         d.server_pid = server->pid();
         driver = make_redis_driver(d);
       }
-      if (value_size > driver->max_value())
-        throw std::invalid_argument(fmt::format("--value-size {} exceeds the {} server's max_value {}",
-                                                value_size, name.label(), driver->max_value()));
+      const uint32_t largest = std::max(value_size, o.base.value_size_max);
+      if (largest > driver->max_value())
+        throw std::invalid_argument(fmt::format("values of {} bytes exceed the {} server's max_value {}",
+                                                largest, name.label(), driver->max_value()));
 
       Runner runner(*driver, o.client_core);
       runner.set_stop_flag(o.stop);

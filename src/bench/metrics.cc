@@ -62,6 +62,7 @@ json make_record(const RunContext& ctx, const RunResult& r) {
                    {"fill", w.fill},
                    {"key_size", w.key_size},
                    {"value_size", w.value_size},
+                   {"value_size_max", w.value_size_max > w.value_size ? json(w.value_size_max) : json(nullptr)},
                    {"seed", w.seed}};
   j["clients"] = ctx.spec.clients;
   j["window"] = ctx.spec.window;

@@ -47,7 +47,7 @@ double Runner::load(const WorkloadSpec& w, uint32_t window, const LoadProgress& 
       while (in_flight[c] < window && next[c] < total) {
         uint64_t id = next[c];
         next[c] += clients;
-        make_value(id, 0, w.value_size, &value);
+        make_value(id, 0, value_size_for(w, id, 0), &value);
         bool ok = driver_.put(c, make_key(id, w.key_size), value,
                               [&, id, c](OpStatus s, std::string_view) {
                                 in_flight[c]--;
@@ -120,7 +120,7 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
     if (in_interval()) r.gets++;
     if (s == OpStatus::kOk) {
       r.check.checked++;
-      if (!check_value(id, w.value_size, v)) r.check.mismatches++;
+      if (!check_value(id, w, v)) r.check.mismatches++;
     } else if (s == OpStatus::kNotFound) {
       r.check.misses++;
       if (was_stored) r.check.unexpected_misses++;
@@ -142,7 +142,10 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
           complete(c, posted_at, false);
         });
       case OpKind::kPut: {
-        make_value(id, streams[c].next_version(), w.value_size, &value);
+        {
+          uint32_t version = streams[c].next_version();
+          make_value(id, version, value_size_for(w, id, version), &value);
+        }
         return driver_.put(c, key, value, [&, c, id, posted_at](OpStatus s, std::string_view) {
           if (in_interval()) r.puts++;
           if (s == OpStatus::kOk) stored_[id] = 1;
@@ -156,7 +159,8 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
         return driver_.get(c, key, [&, c, id, key, posted_at, was = stored_[id] != 0](OpStatus s, std::string_view v) {
           check_get(id, was, s, v);
           std::string nv;
-          make_value(id, streams[c].next_version(), w.value_size, &nv);
+          uint32_t version = streams[c].next_version();
+          make_value(id, version, value_size_for(w, id, version), &nv);
           bool ok = driver_.put(c, key, nv, [&, c, id, posted_at](OpStatus s2, std::string_view) {
             if (in_interval()) r.puts++;
             if (s2 == OpStatus::kOk) stored_[id] = 1;

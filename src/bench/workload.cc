@@ -56,6 +56,9 @@ void validate(const WorkloadSpec& s) {
   if (s.key_size < 1 + digits(s.keys - 1) || s.key_size > 250)
     throw std::invalid_argument(fmt::format("--key-size {} cannot hold {} keys (need {}..250)",
                                             s.key_size, s.keys, 1 + digits(s.keys - 1)));
+  if (s.value_size_max != 0 && s.value_size_max < s.value_size)
+    throw std::invalid_argument(fmt::format("--value-size-max {} is below --value-size {}",
+                                            s.value_size_max, s.value_size));
   if (s.value_size < kMinValueSize)
     throw std::invalid_argument(fmt::format("--value-size {} is below {} (values carry their "
                                             "version so GETs can be checked)", s.value_size,
@@ -148,20 +151,42 @@ void make_value(uint64_t id, uint32_t version, uint32_t value_size, std::string*
   }
 }
 
-bool check_value(uint64_t id, uint32_t value_size, std::string_view value) {
-  if (value.size() != value_size || value_size < kMinValueSize) return false;
-  uint32_t version = 0;
+namespace {
+// The version a value carries in its first 8 hex digits; false when they are not hex.
+bool parse_version(std::string_view value, uint32_t* version) {
+  if (value.size() < kMinValueSize) return false;
+  uint32_t v = 0;
   for (int i = 0; i < 8; ++i) {
     char c = value[i];
     uint32_t d;
     if (c >= '0' && c <= '9') d = c - '0';
     else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
     else return false;
-    version = version << 4 | d;
+    v = v << 4 | d;
   }
+  *version = v;
+  return true;
+}
+}  // namespace
+
+bool check_value(uint64_t id, uint32_t value_size, std::string_view value) {
+  uint32_t version = 0;
+  if (value.size() != value_size || !parse_version(value, &version)) return false;
   std::string expect;
   make_value(id, version, value_size, &expect);
   return expect == value;
+}
+
+uint32_t value_size_for(const WorkloadSpec& w, uint64_t id, uint32_t version) {
+  if (w.value_size_max <= w.value_size) return w.value_size;
+  uint64_t h = fnv_hash64(id * 0x100000001B3ULL ^ version);
+  return w.value_size + static_cast<uint32_t>(h % (w.value_size_max - w.value_size + 1));
+}
+
+bool check_value(uint64_t id, const WorkloadSpec& w, std::string_view value) {
+  uint32_t version = 0;
+  if (!parse_version(value, &version)) return false;
+  return check_value(id, value_size_for(w, id, version), value);
 }
 
 std::shared_ptr<const ScrambledZipfian> make_zipf(const WorkloadSpec& spec) {

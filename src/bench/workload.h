@@ -29,6 +29,9 @@ struct WorkloadSpec {
   double fill = 1.0;         // fraction of the key space the load phase writes
   uint32_t key_size = 16;    // bytes per key
   uint32_t value_size = 32;  // bytes per value (>= kMinValueSize: values carry their version)
+  // When above value_size: value sizes are a distribution, uniform over
+  // [value_size, value_size_max], drawn per (key, version) so that a reader can recompute them.
+  uint32_t value_size_max = 0;
   uint64_t seed = 0x5eed;    // client c draws from stream seed + c
 };
 
@@ -105,6 +108,10 @@ std::string make_key(uint64_t id, uint32_t key_size);
 void make_value(uint64_t id, uint32_t version, uint32_t value_size, std::string* out);
 // True when `value` is what make_value(id, v, size) gives for the version it carries.
 bool check_value(uint64_t id, uint32_t value_size, std::string_view value);
+// The size of (key id, version)'s value under the workload's value-size distribution.
+uint32_t value_size_for(const WorkloadSpec& w, uint64_t id, uint32_t version);
+// check_value with the size the workload gives the version the value carries.
+bool check_value(uint64_t id, const WorkloadSpec& w, std::string_view value);
 
 enum class OpKind : uint8_t { kGet, kPut, kReadModifyWrite };
 

@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
   app.add_option("--fill", o.base.fill, "fraction of the key space loaded before measuring")->capture_default_str();
   app.add_option("--key-size", o.base.key_size, "bytes per key")->capture_default_str();
   app.add_option("--value-size", value_sizes, "bytes per value, >= 8 (list: a sweep) [32]")->delimiter(',');
+  app.add_option("--value-size-max", o.base.value_size_max,
+                 "value sizes uniform in [--value-size, this] (fixed per key and version); 0: fixed")
+      ->capture_default_str();
   app.add_option("--seed", o.base.seed, "workload seed (client c uses seed+c)")->capture_default_str();
   app.add_option("--clients", clients, "logical clients, each its own connection/endpoint "
                  "(list: a sweep) [8]")->delimiter(',');

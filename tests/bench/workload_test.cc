@@ -190,3 +190,34 @@ TEST(Workload, KeysAndValuesAreDeterministicAndChecked) {
     EXPECT_FALSE(check_value(42, 32, bad)) << "byte " << i;
   }
 }
+
+namespace fabkv::bench {
+namespace {
+
+TEST(ValueSizes, ADistributionIsUniformInItsRangeAndRecomputableByReaders) {
+  WorkloadSpec w;
+  w.value_size = 16;
+  w.value_size_max = 47;  // 32 possible sizes
+  std::vector<int> seen(48, 0);
+  for (uint64_t id = 0; id < 32000; ++id) {
+    uint32_t version = static_cast<uint32_t>(id % 5);
+    uint32_t n = value_size_for(w, id, version);
+    ASSERT_GE(n, 16u);
+    ASSERT_LE(n, 47u);
+    seen[n]++;
+    std::string v;
+    make_value(id, version, n, &v);
+    ASSERT_TRUE(check_value(id, w, v)) << "a reader recomputes the size from the version";
+    ASSERT_FALSE(check_value(id + 1, w, v));
+  }
+  for (uint32_t n = 16; n <= 47; ++n) EXPECT_NEAR(seen[n], 1000, 200) << "size " << n;
+  // Fixed sizes are unchanged by the distribution machinery.
+  WorkloadSpec fixed;
+  fixed.value_size = 32;
+  EXPECT_EQ(value_size_for(fixed, 7, 3), 32u);
+  w.value_size_max = 8;
+  EXPECT_THROW(validate(w), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fabkv::bench
