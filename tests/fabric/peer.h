@@ -15,43 +15,20 @@
 #include "perf/perf.h"
 #include "perf/process.h"
 #include "perf/wire.h"
+#include "support/ready_process.h"
 
 namespace fabkv::testing {
 
 // The fabkv-perf executable, from the build (CMake passes its path).
 inline std::string perf_binary() { return FABKV_PERF_BIN; }
 
-class PeerServer {
+// A `fabkv-perf serve` peer; stops on a STOP line.
+class PeerServer : public ReadyProcess {
  public:
-  explicit PeerServer(const std::string& provider) {
-    proc_ = std::make_unique<perf::ChildProcess>(std::vector<std::string>{
-        perf_binary(), "serve", "--provider", provider, "--listen", "127.0.0.1:0", "--core",
-        "-1", "--stdin-control"});
-    std::string line;
-    if (!proc_->read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
-      throw std::runtime_error("fabkv-perf serve did not start: " + line);
-    address_ = line.substr(6);
-  }
-  ~PeerServer() { stop(); }
-  void stop() {
-    if (!proc_) return;
-    proc_->write_line("STOP");
-    if (proc_->wait(Deadline::after_ms(5000)) < 0) proc_->kill(SIGKILL);
-    proc_.reset();
-  }
-  void kill() {
-    shm_leftovers_of_ = proc_->pid();
-    proc_->kill(SIGKILL);
-    proc_->wait(Deadline::after_ms(5000));
-    proc_.reset();
-    perf::remove_shm_leftovers(shm_leftovers_of_);
-  }
-  const std::string& address() const { return address_; }
-
- private:
-  std::unique_ptr<perf::ChildProcess> proc_;
-  std::string address_;
-  pid_t shm_leftovers_of_ = 0;
+  explicit PeerServer(const std::string& provider)
+      : ReadyProcess({perf_binary(), "serve", "--provider", provider, "--listen", "127.0.0.1:0",
+                      "--core", "-1", "--stdin-control"},
+                     Stop::kStdinLine) {}
 };
 
 // Our side: a fabric, an endpoint, a local registered buffer, and the peer's regions.

@@ -18,45 +18,25 @@
 #include "perf/process.h"
 #include "proto/herd/wire.h"
 #include "store/hash.h"
+#include "support/ready_process.h"
 
 namespace fabkv::testing {
 
-class ServerProcess {
+// A fabkv-server (64 MiB, unpinned) plus `extra` flags; stops on SIGTERM.
+class ServerProcess : public ReadyProcess {
  public:
-  explicit ServerProcess(const std::string& provider, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                     "127.0.0.1:0", "--memory", "64M", "--cores", "-1"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    proc_ = std::make_unique<perf::ChildProcess>(argv);
-    std::string line;
-    if (!proc_->read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
-      throw std::runtime_error("fabkv-server did not start: " + line);
-    address_ = line.substr(6);
-  }
-  ~ServerProcess() {
-    if (!proc_) return;
-    proc_->kill(SIGTERM);
-    if (proc_->wait(Deadline::after_ms(10000)) < 0) proc_->kill(SIGKILL);
-  }
-  int terminate() {
-    proc_->kill(SIGTERM);
-    int rc = proc_->wait(Deadline::after_ms(10000));
-    proc_.reset();
-    return rc;
-  }
-  void kill() {
-    shm_leftovers_of_ = proc_->pid();
-    proc_->kill(SIGKILL);
-    proc_->wait(Deadline::after_ms(5000));
-    proc_.reset();
-    perf::remove_shm_leftovers(shm_leftovers_of_);
-  }
-  const std::string& address() const { return address_; }
+  explicit ServerProcess(const std::string& provider, const std::vector<std::string>& extra = {})
+      : ReadyProcess(argv(provider, extra), Stop::kSigterm) {}
+  int terminate() { return stop(); }
 
  private:
-  std::unique_ptr<perf::ChildProcess> proc_;
-  std::string address_;
-  pid_t shm_leftovers_of_ = 0;
+  static std::vector<std::string> argv(const std::string& provider,
+                                       const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
+                                  "127.0.0.1:0", "--memory", "64M", "--cores", "-1"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
 };
 
 struct RawResponse {
