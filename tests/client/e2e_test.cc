@@ -13,11 +13,13 @@
 #include "client/client.h"
 #include "client/fabkv.h"
 #include "perf/process.h"
+#include "support/ready_process.h"
 
 namespace fabkv {
 namespace {
 
 using std::chrono::milliseconds;
+using fabkv::testing::ReadyProcess;
 
 struct Param {
   std::string provider;
@@ -28,31 +30,18 @@ std::string name(const ::testing::TestParamInfo<Param>& p) {
 }
 
 // One fabkv-server on an ephemeral port; the first stdout line says where.
-class Server {
+class Server : public ReadyProcess {
  public:
-  Server(const Param& p, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {FABKV_SERVER_BIN, "--provider", p.provider, "--listen",
-                                     "127.0.0.1:0", "--transport", p.transport, "--log", "warn"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    // A few tries: shm's fi_enable has been seen failing with EBUSY now and then on a busy
-    // host (reported to the server side); that is not what these tests are about.
-    std::string line;
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      proc_ = std::make_unique<perf::ChildProcess>(argv);
-      line.clear();
-      if (proc_->read_line(&line, Deadline::after_ms(20000)) && line.rfind("READY ", 0) == 0) {
-        address_ = line.substr(6);
-        return;
-      }
-    }
-    throw std::runtime_error("fabkv-server did not start: '" + line + "'");
-  }
-  const std::string& address() const { return address_; }
-  perf::ChildProcess& proc() { return *proc_; }
+  Server(const Param& p, const std::vector<std::string>& extra)
+      : ReadyProcess(argv(p, extra), Stop::kSigterm) {}
 
  private:
-  std::unique_ptr<perf::ChildProcess> proc_;
-  std::string address_;
+  static std::vector<std::string> argv(const Param& p, const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", p.provider, "--listen",
+                                  "127.0.0.1:0", "--transport", p.transport, "--log", "warn"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
 };
 
 class ClientE2E : public ::testing::TestWithParam<Param> {
@@ -268,8 +257,7 @@ TEST_P(ClientE2E, KilledServerGivesServerGoneOrTimeoutWithinTheTimeout) {
                              if (s == Status::kServerGone || s == Status::kTimeout) failures++;
                            }),
               Status::kOk);
-  server_->proc().kill(SIGKILL);
-  server_->proc().wait(Deadline::after_ms(5000));
+  server_->kill();
   auto t0 = std::chrono::steady_clock::now();
   c->flush();
   EXPECT_EQ(callbacks, 6);  // every callback ran, success (answered before the kill) or not
