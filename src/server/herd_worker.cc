@@ -155,15 +155,15 @@ void HerdWorker::drain_events_st() {
       // stays in the AV until the index is reused (in-flight SENDs may still use it).
       if (s.active) active_clients_.fetch_sub(1, std::memory_order_relaxed);
       s.active = false;
+      retire_peer_st(s.peer);
+      s.peer = fabric::kNoPeer;
       std::memset(region_->data() + herd::slot_offset(c, window_, slot_size_, 0), 0,
                   size_t{window_} * slot_size_);
       idle_[c].store(true, std::memory_order_release);
       continue;
     }
-    if (s.peer != fabric::kNoPeer) {
-      for (auto& ep : eps_) ep->remove_peer(s.peer);
-      s.peer = fabric::kNoPeer;
-    }
+    retire_peer_st(s.peer);
+    s.peer = fabric::kNoPeer;
     try {
       fabric::PeerAddr peer = fabric::kNoPeer;
       for (auto& ep : eps_) peer = ep->insert_peer(e.info.address);  // one AV per endpoint, same index
@@ -181,9 +181,26 @@ void HerdWorker::drain_events_st() {
   }
 }
 
+// A departed client's address leaves the AV only a while later: the provider may still hold
+// operations to it (an unsignaled response SEND, a shm command in flight), and shm unmaps the
+// peer's region on fi_av_remove, which such an operation would then touch (seen: SIGSEGV in
+// shm's progress under quick connect/disconnect churn).
+void HerdWorker::retire_peer_st(fabric::PeerAddr peer) {
+  if (peer != fabric::kNoPeer) retired_.push_back({peer, Deadline::after_ms(1000)});
+}
+
+void HerdWorker::bury_retired_st() {
+  while (!retired_.empty() && retired_.front().until.expired()) {
+    for (auto& ep : eps_) ep->remove_peer(retired_.front().peer);
+    retired_.pop_front();
+  }
+}
+
 void HerdWorker::run_st(const std::atomic<bool>& stop) {
   if (!pin_this_thread(core_)) spdlog::warn("worker {}: could not pin to core {}", index_, core_);
+  uint32_t rounds = 0;
   while (!stop.load(std::memory_order_relaxed)) {
+    if ((++rounds & 1023) == 0) bury_retired_st();
     drain_events_st();
     poll_cqs_st();
     if (transport_ == RequestTransport::kWrite) scan_region_st();

@@ -62,6 +62,8 @@ class HerdWorker {
   };
 
   void drain_events_st();
+  void retire_peer_st(fabric::PeerAddr peer);
+  void bury_retired_st();
   void poll_cqs_st();
   void reap_st();
   void on_completion_st(fabric::Completion& c);
@@ -104,6 +106,11 @@ class HerdWorker {
     size_t offset, len;
   };
   std::vector<Outgoing> out_;       // responses built this round
+  struct Retired {
+    fabric::PeerAddr peer;
+    Deadline until;
+  };
+  std::deque<Retired> retired_;     // departed clients' addresses, removed from the AV later
   uint64_t sent_ = 0;
 
   std::mutex mu_;
