@@ -30,14 +30,8 @@ CacheEngine::CacheEngine(const EngineOptions& opts)
       max_value_(opts.max_value_size),
       clock_(opts.clock != nullptr ? opts.clock : &realtime_seconds),
       clock_ctx_(opts.clock_ctx) {
-  if (max_value_ > kMaxValueSizeLimit) {
-    throw std::runtime_error("store: max_value_size " + std::to_string(max_value_) +
-                             " exceeds the limit " + std::to_string(kMaxValueSizeLimit));
-  }
   const size_t bytes = opts.memory_bytes;
-  size_t nb = opts.index_buckets != 0 ? opts.index_buckets : bytes / 8 / sizeof(CacheBucket);
-  nb = std::bit_floor(nb == 0 ? size_t{1} : nb);
-  if (nb > (uint64_t{1} << 32)) nb = uint64_t{1} << 32;  // hash.h: 32 bucket bits
+  const size_t nb = checked_index_buckets(opts, sizeof(CacheBucket));
   const size_t index_bytes = nb * sizeof(CacheBucket);
   const size_t max_item = layout::item_size(kMaxKeySize, max_value_);
   if (index_bytes >= bytes || (bytes - index_bytes) / 2 < max_item) {

@@ -2,6 +2,10 @@
 
 #include <time.h>
 
+#include <bit>
+#include <stdexcept>
+#include <string>
+
 #include "store/cache_engine.h"
 #include "store/store_engine.h"
 
@@ -47,6 +51,17 @@ std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) 
     case EngineKind::kStore: return std::make_unique<StoreEngine>(opts);
   }
   throw std::invalid_argument("store: unknown engine kind");
+}
+
+size_t checked_index_buckets(const EngineOptions& opts, size_t bucket_bytes) {
+  if (opts.max_value_size > kMaxValueSizeLimit) {
+    throw std::runtime_error("store: max_value_size " + std::to_string(opts.max_value_size) +
+                             " exceeds the limit " + std::to_string(kMaxValueSizeLimit));
+  }
+  size_t nb = opts.index_buckets != 0 ? opts.index_buckets : opts.memory_bytes / 8 / bucket_bytes;
+  nb = std::bit_floor(nb == 0 ? size_t{1} : nb);
+  if (nb > (uint64_t{1} << 32)) nb = uint64_t{1} << 32;
+  return nb;
 }
 
 }  // namespace fabkv::store

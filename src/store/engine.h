@@ -179,4 +179,10 @@ class Engine {
 
 std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts);
 
+// Set-up checks and sizing both engines share: throws std::runtime_error when max_value_size
+// is above kMaxValueSizeLimit; returns the index bucket count (opts.index_buckets, or 1/8 of
+// memory_bytes in buckets of `bucket_bytes`), a power of two of at most 2^32 (hash.h's 32
+// bucket bits).
+size_t checked_index_buckets(const EngineOptions& opts, size_t bucket_bytes);
+
 }  // namespace fabkv::store

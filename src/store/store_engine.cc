@@ -18,14 +18,8 @@ StoreEngine::StoreEngine(const EngineOptions& opts)
       max_value_(opts.max_value_size),
       clock_(opts.clock != nullptr ? opts.clock : &realtime_seconds),
       clock_ctx_(opts.clock_ctx) {
-  if (max_value_ > kMaxValueSizeLimit) {
-    throw std::runtime_error("store: max_value_size " + std::to_string(max_value_) +
-                             " exceeds the limit " + std::to_string(kMaxValueSizeLimit));
-  }
   const size_t bytes = opts.memory_bytes;
-  size_t nb = opts.index_buckets != 0 ? opts.index_buckets : bytes / 8 / sizeof(StoreBucket);
-  nb = std::bit_floor(nb == 0 ? size_t{1} : nb);
-  if (nb > (uint64_t{1} << 32)) nb = uint64_t{1} << 32;  // hash.h: 32 bucket bits
+  const size_t nb = checked_index_buckets(opts, sizeof(StoreBucket));
   const size_t index_bytes = nb * sizeof(StoreBucket);
   if (index_bytes + 64 > bytes) {
     throw std::runtime_error("store: store memory of " + std::to_string(bytes) + " bytes with " +
