@@ -25,6 +25,7 @@ struct Param {
   std::string provider;
   std::string transport;
 };
+void PrintTo(const Param& p, std::ostream* os) { *os << p.provider << "/" << p.transport; }
 std::string name(const ::testing::TestParamInfo<Param>& p) {
   return p.param.provider + "_" + p.param.transport;
 }
