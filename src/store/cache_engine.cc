@@ -90,14 +90,7 @@ void CacheEngine::prefetch_item(KeyHash h) const {
 }
 
 Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
-  if (key.empty()) {
-    add_st(stats_.too_large);
-    return Status::kInvalidKey;
-  }
-  if (key.size() > kMaxKeySize) {
-    add_st(stats_.too_large);
-    return Status::kTooLarge;
-  }
+  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
   CacheBucket& b = bucket(h);
   const uint16_t tag = tag_of(h);
   for (uint64_t& e : b.entries) {
@@ -174,14 +167,7 @@ void CacheEngine::sweep_st(uint64_t appended) {
 
 Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
                         const PutOptions& opts, uint64_t* new_version) {
-  if (key.empty()) {
-    add_st(stats_.too_large);
-    return Status::kInvalidKey;
-  }
-  if (key.size() > kMaxKeySize || value.size() > max_value_) {
-    add_st(stats_.too_large);
-    return Status::kTooLarge;
-  }
+  if (Status st = check_key(key, stats_, value.size(), max_value_); st != Status::kOk) return st;
   CacheBucket& b = bucket(h);
   const uint16_t tag = tag_of(h);
   int found = -1, empty = -1, oldest = -1;
@@ -256,14 +242,7 @@ Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
 }
 
 Status CacheEngine::del(KeyHash h, std::string_view key) {
-  if (key.empty()) {
-    add_st(stats_.too_large);
-    return Status::kInvalidKey;
-  }
-  if (key.size() > kMaxKeySize) {
-    add_st(stats_.too_large);
-    return Status::kTooLarge;
-  }
+  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
   CacheBucket& b = bucket(h);
   const uint16_t tag = tag_of(h);
   for (uint64_t& e : b.entries) {

@@ -179,6 +179,22 @@ class Engine {
 
 std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts);
 
+// The checks every engine call starts with: kInvalidKey for an empty key, kTooLarge for a key
+// above kMaxKeySize or (put) a value above the engine's max_value_size, both counted in
+// too_large; kOk otherwise.
+inline Status check_key(std::string_view key, PartitionStats& stats, size_t value_size = 0,
+                        size_t max_value = SIZE_MAX) {
+  if (key.empty()) {
+    add_st(stats.too_large);
+    return Status::kInvalidKey;
+  }
+  if (key.size() > kMaxKeySize || value_size > max_value) {
+    add_st(stats.too_large);
+    return Status::kTooLarge;
+  }
+  return Status::kOk;
+}
+
 // Set-up checks and sizing both engines share: throws std::runtime_error when max_value_size
 // is above kMaxValueSizeLimit; returns the index bucket count (opts.index_buckets, or 1/8 of
 // memory_bytes in buckets of `bucket_bytes`), a power of two of at most 2^32 (hash.h's 32

@@ -105,14 +105,7 @@ void StoreEngine::remove(const Slot& s) {
 }
 
 Status StoreEngine::get(KeyHash h, std::string_view key, ItemView& out) {
-  if (key.empty()) {
-    add_st(stats_.too_large);
-    return Status::kInvalidKey;
-  }
-  if (key.size() > kMaxKeySize) {
-    add_st(stats_.too_large);
-    return Status::kTooLarge;
-  }
+  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
   Slot s;
   if (find(h, key, &s, nullptr)) {
     const std::byte* it = item(s.bucket->entries[s.index]);
@@ -134,14 +127,7 @@ Status StoreEngine::get(KeyHash h, std::string_view key, ItemView& out) {
 
 Status StoreEngine::put(KeyHash h, std::string_view key, std::string_view value,
                         const PutOptions& opts, uint64_t* new_version) {
-  if (key.empty()) {
-    add_st(stats_.too_large);
-    return Status::kInvalidKey;
-  }
-  if (key.size() > kMaxKeySize || value.size() > max_value_) {
-    add_st(stats_.too_large);
-    return Status::kTooLarge;
-  }
+  if (Status st = check_key(key, stats_, value.size(), max_value_); st != Status::kOk) return st;
   Slot found, free_slot;
   bool exists = find(h, key, &found, &free_slot);
   ItemHeader old{};
@@ -210,14 +196,7 @@ Status StoreEngine::put(KeyHash h, std::string_view key, std::string_view value,
 }
 
 Status StoreEngine::del(KeyHash h, std::string_view key) {
-  if (key.empty()) {
-    add_st(stats_.too_large);
-    return Status::kInvalidKey;
-  }
-  if (key.size() > kMaxKeySize) {
-    add_st(stats_.too_large);
-    return Status::kTooLarge;
-  }
+  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
   Slot s;
   if (!find(h, key, &s, nullptr)) return Status::kNotFound;
   const bool was_expired = expired(layout::load_header(item(s.bucket->entries[s.index])));
