@@ -19,6 +19,7 @@
 #include "fabric/fabric.h"
 #include "fabric/memory_region.h"
 #include "perf/process.h"
+#include "support/hex.h"
 
 namespace fabkv::testing {
 namespace {
@@ -27,22 +28,8 @@ using fabric::Completion;
 using fabric::EndpointType;
 using fabric::Verb;
 
-std::string to_hex(std::span<const uint8_t> b) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (uint8_t c : b) {
-    s += d[c >> 4];
-    s += d[c & 15];
-  }
-  return s;
-}
-
-std::vector<uint8_t> from_hex(const std::string& s) {
-  std::vector<uint8_t> out;
-  for (size_t i = 0; i + 1 < s.size(); i += 2)
-    out.push_back(static_cast<uint8_t>(std::stoul(s.substr(i, 2), nullptr, 16)));
-  return out;
-}
+using fabkv::testing::from_hex;
+using fabkv::testing::to_hex;
 
 // fabkv-fabric-msg-peer as a child process, with its stdout read line by line.
 class MsgPeer {

@@ -29,6 +29,7 @@
 #include "fabric/error.h"
 #include "fabric/fabric.h"
 #include "fabric/memory_region.h"
+#include "support/hex.h"
 
 namespace {
 
@@ -38,22 +39,8 @@ using namespace fabkv::fabric;
 constexpr size_t kSlots = 16;
 constexpr size_t kSlotSize = 4096;
 
-std::string to_hex(std::span<const uint8_t> b) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (uint8_t c : b) {
-    s += d[c >> 4];
-    s += d[c & 15];
-  }
-  return s;
-}
-
-std::vector<uint8_t> from_hex(const std::string& s) {
-  std::vector<uint8_t> out;
-  for (size_t i = 0; i + 1 < s.size(); i += 2)
-    out.push_back(static_cast<uint8_t>(std::stoul(s.substr(i, 2), nullptr, 16)));
-  return out;
-}
+using fabkv::testing::from_hex;
+using fabkv::testing::to_hex;
 
 void say(const std::string& line) {
   std::fputs((line + "\n").c_str(), stdout);
