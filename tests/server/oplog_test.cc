@@ -1,0 +1,509 @@
+// OpLog: the PUT/DELETE log of a worker (src/server/oplog.h). Round trips against a model,
+// torn and corrupt tails, the writer thread's backpressure and retries. Pure unit tests: files
+// in a fresh directory under /tmp, no fabric.
+#include "server/oplog.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace fabkv::server {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// One logged operation, as appended and as replayed.
+struct Op {
+  bool put = true;
+  std::string key, value;
+  uint64_t version = 0;
+  uint32_t expire_at = 0;
+  bool operator==(const Op&) const = default;
+};
+
+size_t encoded_size(const Op& op) {
+  return OpLog::kHeaderSize + op.key.size() + op.value.size() + OpLog::kTrailerSize;
+}
+
+void append(OpLog& log, const Op& op) {
+  if (op.put) log.append_put(op.key, op.value, op.version, op.expire_at);
+  else log.append_del(op.key);
+}
+
+struct Replayed {
+  OpLog::ReplayResult result;
+  std::vector<Op> ops;
+};
+
+Replayed replay_all(const std::string& path) {
+  Replayed r;
+  r.result = OpLog::replay(
+      path,
+      [&](std::string_view k, std::string_view v, uint64_t version, uint32_t expire_at) {
+        r.ops.push_back(Op{true, std::string(k), std::string(v), version, expire_at});
+      },
+      [&](std::string_view k) { r.ops.push_back(Op{false, std::string(k), "", 0, 0}); });
+  return r;
+}
+
+// Ops with small keys and values: record i is PUT "key-i" = "value-i" (every fifth a DELETE).
+std::vector<Op> small_ops(size_t n, size_t first = 0) {
+  std::vector<Op> ops;
+  for (size_t i = first; i < first + n; i++) {
+    if (i % 5 == 4) ops.push_back(Op{false, "key-" + std::to_string(i - 1), "", 0, 0});
+    else ops.push_back(Op{true, "key-" + std::to_string(i), "value-" + std::to_string(i), i + 1,
+                          static_cast<uint32_t>(i % 3 == 0 ? 0 : 1700000000 + i)});
+  }
+  return ops;
+}
+
+uint64_t total_size(const std::vector<Op>& ops) {
+  uint64_t n = 0;
+  for (const Op& op : ops) n += encoded_size(op);
+  return n;
+}
+
+// Polls until pred() holds; false after the deadline.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// A gate the writer thread waits at before each write() (a stuck disk) until the test opens it.
+struct Gate {
+  std::promise<void> open_promise;
+  std::shared_future<void> opened = open_promise.get_future().share();
+  void open() { open_promise.set_value(); }
+  std::function<void()> hook() {
+    return [f = opened] { f.wait(); };
+  }
+};
+
+class OpLogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = "/tmp/fabkv-oplog-test-" + std::to_string(::getpid()) + "-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    path_ = (dir_ / "worker.log").string();
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void write_ops(const std::vector<Op>& ops) {
+    OpLog log(path_);
+    for (const Op& op : ops) append(log, op);
+  }
+  uint64_t file_size() const { return fs::file_size(path_); }
+
+  fs::path dir_;
+  std::string path_;
+};
+
+TEST_F(OpLogTest, RoundTripReproducesTheModel) {
+  std::mt19937_64 rng(20240611);
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < 300; i++) {
+    size_t len = i % 10 == 0 ? 250 : 1 + rng() % 40;  // every tenth key at the 250-byte limit
+    std::string k(len, 'k');
+    for (char& c : k) c = static_cast<char>(rng());  // any byte, zeros included
+    keys.push_back(std::move(k));
+  }
+  struct Item {
+    std::string value;
+    uint64_t version;
+    uint32_t expire_at;
+    bool operator==(const Item&) const = default;
+  };
+  std::map<std::string, Item> model;
+  std::vector<Op> ops;
+  uint64_t version = 1;
+  for (size_t i = 0; i < 4000; i++) {
+    const std::string& k = keys[rng() % keys.size()];
+    if (rng() % 4 == 0) {
+      ops.push_back(Op{false, k, "", 0, 0});
+      model.erase(k);
+      continue;
+    }
+    size_t len;
+    switch (rng() % 20) {
+      case 0: len = 0; break;
+      case 1: len = size_t{64} << 10; break;
+      default: len = rng() % 300;
+    }
+    std::string v(len, '\0');
+    for (char& c : v) c = static_cast<char>(rng());
+    uint32_t expire = rng() % 3 == 0 ? static_cast<uint32_t>(rng()) : 0;
+    ops.push_back(Op{true, k, v, version, expire});
+    model[k] = Item{v, version, expire};
+    version += 1 + rng() % 3;
+  }
+
+  OpLog::Stats st;
+  {
+    OpLog log(path_);
+    EXPECT_EQ(log.path(), path_);
+    EXPECT_EQ(log.recovered().records, 0u);
+    for (const Op& op : ops) append(log, op);
+    st = log.stats();
+  }  // the destructor writes everything
+  EXPECT_EQ(st.records, ops.size());
+  EXPECT_EQ(st.bytes, total_size(ops));
+  EXPECT_EQ(st.stalls, 0u);
+  EXPECT_EQ(st.write_errors, 0u);
+  EXPECT_EQ(file_size(), total_size(ops));
+
+  std::map<std::string, Item> replayed;
+  uint64_t calls = 0;
+  OpLog::ReplayResult r = OpLog::replay(
+      path_,
+      [&](std::string_view k, std::string_view v, uint64_t ver, uint32_t exp) {
+        calls++;
+        replayed[std::string(k)] = Item{std::string(v), ver, exp};
+      },
+      [&](std::string_view k) {
+        calls++;
+        replayed.erase(std::string(k));
+      });
+  EXPECT_EQ(r.records, ops.size());
+  EXPECT_EQ(calls, ops.size());
+  EXPECT_FALSE(r.torn_tail);
+  EXPECT_EQ(r.valid_bytes, total_size(ops));
+  EXPECT_TRUE(replayed == model);
+  EXPECT_EQ(replay_all(path_).ops, ops);  // the same operations, in the same order
+}
+
+TEST_F(OpLogTest, ReopeningAppendsAfterTheExistingRecords) {
+  std::vector<Op> a = small_ops(30), b = small_ops(20, 30);
+  write_ops(a);
+  {
+    OpLog log(path_);
+    EXPECT_EQ(log.recovered().records, a.size());
+    EXPECT_FALSE(log.recovered().torn_tail);
+    for (const Op& op : b) append(log, op);
+  }
+  std::vector<Op> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  Replayed r = replay_all(path_);
+  EXPECT_EQ(r.ops, all);
+  EXPECT_FALSE(r.result.torn_tail);
+}
+
+TEST_F(OpLogTest, TruncatedLastRecordIsATornTail) {
+  std::vector<Op> ops = small_ops(40);
+  ops.push_back(Op{true, "last", std::string(1000, 'x'), 99, 0});
+  write_ops(ops);
+  const uint64_t full = file_size();
+  const uint64_t prefix = full - encoded_size(ops.back());
+  std::vector<Op> kept(ops.begin(), ops.end() - 1);
+
+  // Cut inside the value, inside the checksum, inside the header, and right after the header.
+  for (uint64_t cut : {full - 500, full - 1, prefix + 3, prefix + OpLog::kHeaderSize}) {
+    SCOPED_TRACE("cut at " + std::to_string(cut));
+    fs::resize_file(path_, cut);
+    Replayed r = replay_all(path_);
+    EXPECT_EQ(r.ops, kept);
+    EXPECT_EQ(r.result.records, kept.size());
+    EXPECT_TRUE(r.result.torn_tail);
+    EXPECT_EQ(r.result.valid_bytes, prefix);
+  }
+
+  // A new OpLog cuts the tail away, so what it appends is reachable.
+  std::vector<Op> more = small_ops(10, 100);
+  {
+    OpLog log(path_);
+    EXPECT_TRUE(log.recovered().torn_tail);
+    EXPECT_EQ(log.recovered().records, kept.size());
+    EXPECT_EQ(log.recovered().valid_bytes, prefix);
+    EXPECT_EQ(file_size(), prefix);
+    for (const Op& op : more) append(log, op);
+  }
+  Replayed r = replay_all(path_);
+  std::vector<Op> expected = kept;
+  expected.insert(expected.end(), more.begin(), more.end());
+  EXPECT_EQ(r.ops, expected);
+  EXPECT_FALSE(r.result.torn_tail);
+  EXPECT_EQ(r.result.valid_bytes, file_size());
+}
+
+TEST_F(OpLogTest, GarbageAfterTheRecordsIsATornTail) {
+  std::vector<Op> ops = small_ops(25);
+  const uint64_t valid = total_size(ops);
+
+  // A header that claims a value far beyond the limit; a plausible header cut short; zeros
+  // (a file extended by a crash before its data reached the disk); random bytes.
+  std::string huge(OpLog::kHeaderSize, '\0');
+  huge[0] = static_cast<char>(OpLog::kMagic);
+  huge[1] = static_cast<char>(OpLog::kOpPut);
+  huge[2] = 5;
+  huge[4] = huge[5] = huge[6] = huge[7] = '\xff';
+  std::string plausible = huge;
+  plausible[4] = 10;
+  plausible[5] = plausible[6] = plausible[7] = 0;
+  std::mt19937 rng(7);
+  std::string random(3000, '\0');
+  for (char& c : random) c = static_cast<char>(rng());
+  for (const std::string& garbage : {huge, plausible + "abc", std::string(4096, '\0'), random,
+                                     std::string(1, static_cast<char>(OpLog::kMagic))}) {
+    fs::remove(path_);
+    write_ops(ops);
+    {
+      std::ofstream f(path_, std::ios::binary | std::ios::app);
+      f << garbage;
+    }
+    Replayed r = replay_all(path_);
+    EXPECT_EQ(r.ops, ops);
+    EXPECT_TRUE(r.result.torn_tail);
+    EXPECT_EQ(r.result.valid_bytes, valid);
+  }
+
+  // The last garbage is still there: reopening cuts it, then appends.
+  std::vector<Op> more = small_ops(5, 50);
+  {
+    OpLog log(path_);
+    EXPECT_EQ(file_size(), valid);
+    for (const Op& op : more) append(log, op);
+  }
+  Replayed r = replay_all(path_);
+  std::vector<Op> expected = ops;
+  expected.insert(expected.end(), more.begin(), more.end());
+  EXPECT_EQ(r.ops, expected);
+  EXPECT_FALSE(r.result.torn_tail);
+}
+
+TEST_F(OpLogTest, AnyFlippedByteInTheMiddleRecordStopsReplayThere) {
+  std::vector<Op> ops = small_ops(21);
+  write_ops(ops);
+  std::vector<char> original(file_size());
+  {
+    std::ifstream f(path_, std::ios::binary);
+    f.read(original.data(), static_cast<std::streamsize>(original.size()));
+  }
+  const size_t middle = 10;
+  const uint64_t start = total_size({ops.begin(), ops.begin() + middle});
+  const std::vector<Op> before(ops.begin(), ops.begin() + middle);
+  for (size_t i = 0; i < encoded_size(ops[middle]); i++) {
+    SCOPED_TRACE("byte " + std::to_string(i) + " of record " + std::to_string(middle));
+    std::vector<char> bytes = original;
+    bytes[start + i] ^= 0x20;
+    {
+      std::ofstream f(path_, std::ios::binary | std::ios::trunc);
+      f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    Replayed r = replay_all(path_);
+    EXPECT_EQ(r.ops, before);
+    EXPECT_TRUE(r.result.torn_tail);
+    EXPECT_EQ(r.result.valid_bytes, start);
+  }
+}
+
+TEST_F(OpLogTest, MissingFileIsAnEmptyLog) {
+  Replayed r = replay_all(path_);
+  EXPECT_EQ(r.result.records, 0u);
+  EXPECT_FALSE(r.result.torn_tail);
+  EXPECT_EQ(r.result.valid_bytes, 0u);
+  EXPECT_TRUE(r.ops.empty());
+  EXPECT_EQ(replay_all((dir_ / "no" / "such" / "dir.log").string()).result.records, 0u);
+  EXPECT_FALSE(fs::exists(path_));  // replay does not create it
+}
+
+TEST_F(OpLogTest, EmptyLogReplaysNothing) {
+  write_ops({});
+  EXPECT_TRUE(fs::exists(path_));
+  EXPECT_EQ(file_size(), 0u);
+  Replayed r = replay_all(path_);
+  EXPECT_EQ(r.result.records, 0u);
+  EXPECT_FALSE(r.result.torn_tail);
+}
+
+TEST_F(OpLogTest, ReplayOfADirectoryThrows) {
+  EXPECT_THROW(replay_all(dir_.string()), std::runtime_error);
+}
+
+TEST_F(OpLogTest, OpenFailuresNameThePath) {
+  std::string bad = (dir_ / "missing-dir" / "worker.log").string();
+  try {
+    OpLog log(bad);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(OpLog log(dir_.string()), std::runtime_error);  // a directory
+}
+
+TEST_F(OpLogTest, ASecondOpLogOnTheSameFileIsRefused) {
+  OpLog first(path_);
+  EXPECT_THROW(OpLog second(path_), std::runtime_error);
+  first.append_del("k");
+}
+
+TEST_F(OpLogTest, BadKeysAreRejectedAndNotLogged) {
+  {
+    OpLog log(path_);
+    EXPECT_THROW(log.append_put("", "v", 1, 0), std::invalid_argument);
+    EXPECT_THROW(log.append_put(std::string(251, 'k'), "v", 1, 0), std::invalid_argument);
+    EXPECT_THROW(log.append_del(""), std::invalid_argument);
+    log.append_put(std::string(250, 'k'), "", 1, 0);
+    EXPECT_EQ(log.stats().records, 1u);
+  }
+  EXPECT_EQ(replay_all(path_).result.records, 1u);
+}
+
+// The worker's appends return while the writer is stuck, as long as less than the bound is
+// pending; the destructor then writes all of it.
+TEST_F(OpLogTest, AppendsDoNotWaitForAStuckWriterBelowTheBound) {
+  Gate gate;
+  std::vector<Op> ops = small_ops(2000);
+  {
+    OpLog log(path_, OpLog::Options{.before_write = gate.hook()});
+    for (const Op& op : ops) append(log, op);  // would hang here if appends waited
+    OpLog::Stats st = log.stats();
+    EXPECT_EQ(st.records, ops.size());
+    EXPECT_EQ(st.bytes, total_size(ops));
+    EXPECT_EQ(st.stalls, 0u);
+    EXPECT_EQ(st.flushes, 0u);  // the writer has not written anything yet
+    gate.open();
+    EXPECT_TRUE(eventually([&] { return log.stats().flushes > 0; }));
+  }
+  Replayed r = replay_all(path_);
+  EXPECT_EQ(r.ops, ops);
+  EXPECT_FALSE(r.result.torn_tail);
+}
+
+// Beyond the bound, append waits (counted) and nothing is dropped.
+TEST_F(OpLogTest, BackpressureWaitsForTheWriterAndDropsNothing) {
+  Gate gate;
+  std::vector<Op> ops;
+  for (size_t i = 0; i < 100; i++)
+    ops.push_back(Op{true, "key-" + std::to_string(i), std::string(1000, char('a' + i % 26)),
+                     i + 1, 0});
+  {
+    OpLog log(path_, OpLog::Options{.max_pending_bytes = 8 << 10, .before_write = gate.hook()});
+    std::thread worker([&] {
+      for (const Op& op : ops) append(log, op);
+    });
+    EXPECT_TRUE(eventually([&] { return log.stats().stalls == 1; }));
+    std::this_thread::sleep_for(20ms);
+    OpLog::Stats st = log.stats();
+    EXPECT_LE(st.bytes, (8u << 10)) << "appended past the bound while the writer was stuck";
+    EXPECT_LT(st.records, ops.size());
+    EXPECT_EQ(st.flushes, 0u);
+    gate.open();
+    worker.join();
+    st = log.stats();
+    EXPECT_EQ(st.records, ops.size());
+    EXPECT_GE(st.stalls, 1u);
+    EXPECT_GT(st.flushes, 1u);
+  }
+  Replayed r = replay_all(path_);
+  EXPECT_EQ(r.ops, ops);
+  EXPECT_FALSE(r.result.torn_tail);
+}
+
+// A record larger than the bound still goes through (once everything before it is written).
+TEST_F(OpLogTest, RecordLargerThanTheBoundIsAccepted) {
+  std::vector<Op> ops = {Op{true, "a", "1", 1, 0},
+                         Op{true, "big", std::string(64 << 10, 'b'), 2, 0},
+                         Op{true, "c", "3", 3, 0}};
+  {
+    OpLog log(path_, OpLog::Options{.max_pending_bytes = 4 << 10});
+    for (const Op& op : ops) append(log, op);
+  }
+  EXPECT_EQ(replay_all(path_).ops, ops);
+}
+
+TEST_F(OpLogTest, FsyncModeWritesEverything) {
+  std::vector<Op> ops = small_ops(50);
+  {
+    OpLog log(path_, /*fsync=*/true);
+    for (size_t i = 0; i < ops.size(); i++) {
+      append(log, ops[i]);
+      if (i % 10 == 0) std::this_thread::sleep_for(1ms);  // several batches
+    }
+    EXPECT_TRUE(eventually([&] { return log.stats().flushes > 0; }));
+    EXPECT_EQ(log.stats().write_errors, 0u);
+  }
+  Replayed r = replay_all(path_);
+  EXPECT_EQ(r.ops, ops);
+  EXPECT_FALSE(r.result.torn_tail);
+}
+
+// A failing write() (here EFBIG from RLIMIT_FSIZE, as a full disk would fail) is retried until
+// it succeeds; the part of the batch that reached the file is cut off first, so the log has no
+// torn record in the middle and no duplicate.
+TEST_F(OpLogTest, FailedWritesAreRetriedWithoutLossOrDuplicates) {
+  // Restores the file size limit and SIGXFSZ however the test ends (the limit is per process).
+  struct Limits {
+    struct rlimit saved {};
+    struct sigaction old_action {};
+    bool ok = false;
+    Limits() {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      ok = ::getrlimit(RLIMIT_FSIZE, &saved) == 0 && ::sigaction(SIGXFSZ, &ignore, &old_action) == 0;
+    }
+    ~Limits() {
+      ::setrlimit(RLIMIT_FSIZE, &saved);
+      ::sigaction(SIGXFSZ, &old_action, nullptr);
+    }
+    bool cap(rlim_t bytes) const {
+      struct rlimit low = saved;
+      low.rlim_cur = bytes;
+      return ::setrlimit(RLIMIT_FSIZE, &low) == 0;
+    }
+    bool restore() const { return ::setrlimit(RLIMIT_FSIZE, &saved) == 0; }
+  } limits;
+  ASSERT_TRUE(limits.ok);
+  if (limits.saved.rlim_cur != RLIM_INFINITY && limits.saved.rlim_cur < (1u << 20))
+    GTEST_SKIP() << "file size limit already low";
+
+  Gate gate;
+  std::vector<Op> ops;
+  for (size_t i = 0; i < 20; i++)
+    ops.push_back(Op{true, "key-" + std::to_string(i), std::string(500, char('a' + i)), i + 1, 0});
+  OpLog::Stats st{};
+  {
+    OpLog log(path_, OpLog::Options{.before_write = gate.hook()});
+    for (const Op& op : ops) append(log, op);  // ~10.5 KB in one or two batches
+    ASSERT_TRUE(limits.cap(4096));              // a batch fits only partly
+    gate.open();
+    EXPECT_TRUE(eventually([&] { return log.stats().write_errors >= 2; }));
+    EXPECT_LE(file_size(), 4096u);
+    ASSERT_TRUE(limits.restore());
+    // Written by the retries (not by the destructor).
+    EXPECT_TRUE(eventually([&] { return file_size() == total_size(ops); }));
+    st = log.stats();
+  }
+  EXPECT_GE(st.write_errors, 2u);
+  Replayed r = replay_all(path_);
+  EXPECT_EQ(r.ops, ops);
+  EXPECT_FALSE(r.result.torn_tail);
+  EXPECT_EQ(file_size(), total_size(ops));
+}
+
+}  // namespace
+}  // namespace fabkv::server
