@@ -7,6 +7,7 @@
 #include <string>
 
 #include "store/cache_engine.h"
+#include "store/pilaf_engine.h"
 #include "store/store_engine.h"
 
 namespace fabkv::store {
@@ -27,6 +28,7 @@ const char* to_string(EngineKind k) {
   switch (k) {
     case EngineKind::kCache: return "cache";
     case EngineKind::kStore: return "store";
+    case EngineKind::kPilaf: return "pilaf";
   }
   return "unknown";
 }
@@ -34,6 +36,7 @@ const char* to_string(EngineKind k) {
 std::optional<EngineKind> engine_kind_from_string(std::string_view name) {
   if (name == "cache") return EngineKind::kCache;
   if (name == "store") return EngineKind::kStore;
+  if (name == "pilaf") return EngineKind::kPilaf;
   return std::nullopt;
 }
 
@@ -49,6 +52,7 @@ std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) 
   switch (kind) {
     case EngineKind::kCache: return std::make_unique<CacheEngine>(opts);
     case EngineKind::kStore: return std::make_unique<StoreEngine>(opts);
+    case EngineKind::kPilaf: return std::make_unique<PilafEngine>(opts);
   }
   throw std::invalid_argument("store: unknown engine kind");
 }

@@ -37,9 +37,10 @@ enum class Status : uint8_t {
 
 const char* to_string(Status s);
 
-enum class EngineKind : uint8_t { kCache, kStore };
+// kPilaf: the store behind fabkv's Pilaf protocol (pilaf_engine.h): clients READ its table.
+enum class EngineKind : uint8_t { kCache, kStore, kPilaf };
 const char* to_string(EngineKind k);
-// "cache" or "store"; nullopt for anything else.
+// "cache", "store" or "pilaf"; nullopt for anything else.
 std::optional<EngineKind> engine_kind_from_string(std::string_view name);
 
 // Wall-clock seconds used for expiry; only read when an item carries an expiry time.
