@@ -7,8 +7,10 @@
 #include "common/cpu.h"
 #include "common/log.h"
 #include "fabric/error.h"
+#include "server/oplog.h"
 #include "store/hash.h"
 #include "store/limits.h"
+#include "store/pilaf_engine.h"
 
 namespace fabkv::server {
 
@@ -66,6 +68,7 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
       max_value_(o.max_value),
       staging_slot_(store::kMaxKeySize + o.max_value),
       transport_(o.transport),
+      messages_(o.transport == RequestTransport::kSend || serves_pilaf(o)),
       batching_(o.batching),
       core_(o.cores.empty() ? static_cast<int>(index) : o.cores[index % o.cores.size()]) {
   fabric::FabricOptions f = fo;
@@ -83,8 +86,39 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   store::EngineOptions so;
   so.memory_bytes = o.memory / o.workers;
   so.max_value_size = o.max_value;
-  auto kind = store::engine_kind_from_string(o.engine);
-  engine_ = store::make_engine(kind.value_or(store::EngineKind::kCache), so);
+  auto kind = store::engine_kind_from_string(o.engine).value_or(store::EngineKind::kCache);
+  if (kind == store::EngineKind::kPilaf) {
+    store::PilafOptions po;
+    po.initial_entries = o.pilaf_entries;
+    po.initial_extent_bytes = o.pilaf_extents;
+    auto engine = std::make_unique<store::PilafEngine>(so, po);
+    pilaf_ = engine.get();
+    engine_ = std::move(engine);
+    // Every generation's table and extents are registered read-only for clients; a growth
+    // registers the new one before the old one is marked retired (Pilaf sec. 3.3).
+    store::PilafHooks hooks;
+    hooks.on_live = [this](const store::PilafGeneration& g) { pilaf_live(g); };
+    hooks.on_release = [this](const store::PilafGeneration& g) { pilaf_release(g); };
+    pilaf_->set_hooks(std::move(hooks));
+  } else {
+    engine_ = store::make_engine(kind, so);
+  }
+  if (!o.oplog.empty()) {
+    // Replay first (the engine starts with what the log says), then append to the same file.
+    std::string path = fmt::format("{}.{}", o.oplog, index_);
+    auto put = [&](std::string_view k, std::string_view v, uint64_t, uint32_t expire_at) {
+      store::PutOptions p;
+      p.expire_at = expire_at;
+      engine_->put(k, v, p);
+    };
+    auto del = [&](std::string_view k) { engine_->del(k); };
+    OpLog::ReplayResult rr = OpLog::replay(path, put, del);
+    if (rr.records > 0 || rr.torn_tail)
+      spdlog::info("worker {}: replayed {} records from {}{}", index_, rr.records, path,
+                   rr.torn_tail ? fmt::format(" (ignored a torn tail after byte {})", rr.valid_bytes)
+                                : std::string());
+    oplog_ = std::make_unique<OpLog>(path, o.oplog_fsync);
+  }
 
   const size_t slots = size_t{max_clients_} * window_;
   region_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, slots * slot_size_,
@@ -99,7 +133,7 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   idle_ = std::make_unique<std::atomic<bool>[]>(max_clients_);
   for (uint32_t c = 0; c < max_clients_; ++c) idle_[c].store(true);
 
-  if (transport_ == RequestTransport::kSend) {
+  if (messages_) {
     const size_t per = std::max<size_t>(size_t{4} << 20, 8 * eo.min_multi_recv);
     rx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, per * kRxBuffers,
                                                      fabric::Access::kLocalOnly);
@@ -113,7 +147,38 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   }
 }
 
-HerdWorker::~HerdWorker() = default;
+HerdWorker::~HerdWorker() {
+  oplog_.reset();  // flushes the log
+  // Deregister the pilaf generations before the engine unmaps their memory.
+  pilaf_mrs_.clear();
+  engine_.reset();
+}
+
+void HerdWorker::pilaf_live(const store::PilafGeneration& g) {
+  PilafMrs m;
+  m.generation = g.generation;
+  m.table = std::make_unique<fabric::MemoryRegion>(*fabric_, g.table, g.table_bytes,
+                                                   fabric::Access::kRemoteRead);
+  m.extents = std::make_unique<fabric::MemoryRegion>(*fabric_, g.extents, g.extent_bytes,
+                                                     fabric::Access::kRemoteRead);
+  PilafRegions r;
+  r.generation = g.generation;
+  r.entries = g.entries;
+  r.table = m.table->remote();
+  r.extents = m.extents->remote();
+  pilaf_mrs_.push_back(std::move(m));
+  std::lock_guard lock(pilaf_mu_);
+  pilaf_current_ = r;
+}
+
+void HerdWorker::pilaf_release(const store::PilafGeneration& g) {
+  std::erase_if(pilaf_mrs_, [&](const PilafMrs& m) { return m.generation == g.generation; });
+}
+
+PilafRegions HerdWorker::pilaf_regions() const {
+  std::lock_guard lock(pilaf_mu_);
+  return pilaf_current_;
+}
 
 std::vector<std::vector<uint8_t>> HerdWorker::endpoint_names() const {
   std::vector<std::vector<uint8_t>> names;
@@ -200,7 +265,11 @@ void HerdWorker::run_st(const std::atomic<bool>& stop) {
   if (!pin_this_thread(core_)) spdlog::warn("worker {}: could not pin to core {}", index_, core_);
   uint32_t rounds = 0;
   while (!stop.load(std::memory_order_relaxed)) {
-    if ((++rounds & 1023) == 0) bury_retired_st();
+    store::add_st(counters_.rounds);  // poll rounds: fewer per second = busier (fabkv-bench)
+    if ((++rounds & 1023) == 0) {
+      bury_retired_st();
+      if (pilaf_) pilaf_->reap_retired();
+    }
     drain_events_st();
     poll_cqs_st();
     if (transport_ == RequestTransport::kWrite) scan_region_st();
@@ -469,6 +538,7 @@ void HerdWorker::execute_st() {
     for (const Pending& p : batch_) reqs_.push_back(p.req);
     engine_->run_batch(reqs_, [&](size_t i, const store::Response& r) {
       const Pending& p = batch_[i];
+      if (oplog_ && r.status == store::Status::kOk) log_mutation_st(p.req, r);
       char* out = tx_slot(p.client, p.seq);
       ResponseHeader h{};
       h.seq = p.seq;
@@ -493,6 +563,13 @@ void HerdWorker::execute_st() {
   }
   send_responses_st();
   repost_rx_st();
+}
+
+// Pilaf sec. 4: every acknowledged PUT/DELETE goes to the log before its reply is sent
+// (the log's writer thread reaches the disk later).
+void HerdWorker::log_mutation_st(const store::Request& req, const store::Response& r) {
+  if (req.op == store::Op::kPut) oplog_->append_put(req.key, req.value, r.version, req.put.expire_at);
+  else if (req.op == store::Op::kDel) oplog_->append_del(req.key);
 }
 
 // Receive buffers whose messages were all consumed (the batch that used them has run) go back
@@ -546,7 +623,18 @@ nlohmann::json HerdWorker::stats() const {
   fabric::VerbSnapshot verbs;
   for (const auto& ep : eps_) verbs += ep->counters().snapshot();
   store::StatsSnapshot es = engine_->stats();
+  nlohmann::json pilaf = nullptr;
+  if (pilaf_) {
+    auto ps = pilaf_->pilaf_stats();
+    PilafRegions pr = pilaf_regions();
+    pilaf = {{"generation", pr.generation},   {"entries", pr.entries},
+             {"extent_bytes", pr.extents.length}, {"used_entries", ps.used_entries},
+             {"fill", pr.entries ? static_cast<double>(ps.used_entries) / static_cast<double>(pr.entries) : 0.0},
+             {"growths", ps.growths},         {"paths", ps.paths},
+             {"moved_keys", ps.moved_keys},   {"retired_live", ps.retired_live}};
+  }
   return {{"worker", index_},
+          {"pilaf", pilaf},
           {"active_clients", active_clients_.load(std::memory_order_relaxed)},
           {"requests", r(counters_.requests)},
           {"gets", r(counters_.gets)},
@@ -559,6 +647,7 @@ nlohmann::json HerdWorker::stats() const {
           {"send_errors", r(counters_.send_errors)},
           {"read_errors", r(counters_.read_errors)},
           {"batches", r(counters_.batches)},
+          {"rounds", r(counters_.rounds)},
           {"verbs", verbs.to_json()},
           {"engine",
            {{"items", es.items},

@@ -18,11 +18,26 @@
 #include <nlohmann/json.hpp>
 
 #include "fabric/endpoint.h"
+#include "fabric/memory_region.h"
 #include "proto/herd/wire.h"
 #include "server/options.h"
 #include "store/engine.h"
 
+namespace fabkv::store {
+class PilafEngine;
+struct PilafGeneration;
+}  // namespace fabkv::store
+
 namespace fabkv::server {
+
+class OpLog;
+
+// Where clients READ a worker's pilaf engine (the current generation).
+struct PilafRegions {
+  uint32_t generation = 0;
+  uint64_t entries = 0;
+  fabric::RemoteRegion table, extents;
+};
 
 struct ClientInfo {
   uint32_t index = 0;
@@ -41,6 +56,8 @@ class HerdWorker {
   fabric::RemoteRegion request_region() const { return region_->remote(); }
   size_t recv_size() const { return sizeof(herd::ResponseHeader) + max_value_; }
   const std::string& provider() const { return fabric_->provider_name(); }
+  // Pilaf engine only (else nullopt-like: generation 0, empty regions). Any thread.
+  PilafRegions pilaf_regions() const;
 
   void add_client(ClientInfo c);
   void remove_client(uint32_t index);
@@ -76,6 +93,9 @@ class HerdWorker {
   void send_responses_st();
   void repost_rx_st();
   long post_send_st(uint32_t c, size_t offset, size_t len, bool more);
+  void pilaf_live(const store::PilafGeneration& g);
+  void pilaf_release(const store::PilafGeneration& g);
+  void log_mutation_st(const store::Request& req, const store::Response& r);
   char* tx_slot(uint32_t c, uint32_t seq);
   size_t tx_offset(uint32_t c, uint32_t seq) const;
 
@@ -83,12 +103,22 @@ class HerdWorker {
   const uint32_t window_, slot_size_, max_clients_, queues_;
   const size_t max_value_, staging_slot_;
   const RequestTransport transport_;
+  const bool messages_;  // requests may arrive as messages (SEND transport, or a pilaf protocol)
   const bool batching_;
   const int core_;
 
   std::unique_ptr<fabric::Fabric> fabric_;
   std::vector<std::unique_ptr<fabric::Endpoint>> eps_;
   std::unique_ptr<store::Engine> engine_;
+  store::PilafEngine* pilaf_ = nullptr;  // engine_ when it is the pilaf engine
+  struct PilafMrs {
+    uint32_t generation;
+    std::unique_ptr<fabric::MemoryRegion> table, extents;
+  };
+  std::vector<PilafMrs> pilaf_mrs_;  // every generation still mapped (current last)
+  mutable std::mutex pilaf_mu_;      // pilaf_current_ (control thread reads it)
+  PilafRegions pilaf_current_;
+  std::unique_ptr<OpLog> oplog_;
   std::unique_ptr<fabric::RegisteredBuffer> region_;   // request slots (clients WRITE here)
   std::unique_ptr<fabric::RegisteredBuffer> tx_;       // responses, one per (client, slot)
   std::unique_ptr<fabric::RegisteredBuffer> staging_;  // indirect request bodies READ here
@@ -119,7 +149,7 @@ class HerdWorker {
 
   struct Counters {
     std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},
-        indirect{0}, send_errors{0}, read_errors{0}, batches{0}, unknown_client{0};
+        indirect{0}, send_errors{0}, read_errors{0}, batches{0}, unknown_client{0}, rounds{0};
   };
   Counters counters_;
   std::atomic<uint32_t> active_clients_{0};

@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include "proto/herd/wire.h"
+#include "proto/pilaf/layout.h"
 #include "store/limits.h"
 
 namespace fabkv::server {
@@ -58,7 +59,8 @@ void load_toml(const std::string& path, ServerOptions* o) {
   for (auto&& [k, v] : t) {
     static const char* known[] = {"provider", "listen", "secret", "workers", "cores", "engine",
                                   "memory", "max_value", "protocols", "transport", "window",
-                                  "slot_size", "max_clients", "queues", "batching", "log"};
+                                  "slot_size", "max_clients", "queues", "batching", "log",
+                                  "pilaf_entries", "pilaf_extents", "oplog", "oplog_fsync"};
     bool ok = false;
     for (const char* n : known) ok |= (k.str() == n);
     if (!ok) throw std::runtime_error(fmt::format("{}: unknown setting '{}'", path, k.str()));
@@ -75,6 +77,10 @@ void load_toml(const std::string& path, ServerOptions* o) {
   u32("max_clients", &o->max_clients);
   u32("queues", &o->queues);
   str("log", &o->log_level);
+  bytes("pilaf_entries", &o->pilaf_entries);
+  bytes("pilaf_extents", &o->pilaf_extents);
+  str("oplog", &o->oplog);
+  if (auto v = t["oplog_fsync"].value<bool>()) o->oplog_fsync = *v;
   if (auto v = t["batching"].value<bool>()) o->batching = *v;
   if (auto tr = t["transport"].value<std::string>()) {
     if (*tr == "write") o->transport = RequestTransport::kWrite;
@@ -91,10 +97,26 @@ void load_toml(const std::string& path, ServerOptions* o) {
   }
 }
 
+bool serves_pilaf(const ServerOptions& o) {
+  for (const auto& p : o.protocols)
+    if (p == pilaf::kProtocol || p == pilaf::kProtocolVo) return true;
+  return false;
+}
+
+void resolve_defaults(ServerOptions* o) {
+  if (o->engine.empty()) o->engine = serves_pilaf(*o) ? "pilaf" : "cache";
+}
+
 void validate(const ServerOptions& o) {
   if (o.workers < 1 || o.workers > 64) throw std::invalid_argument("--workers must be 1..64");
-  if (o.engine != "cache" && o.engine != "store")
-    throw std::invalid_argument("--engine must be cache or store, not '" + o.engine + "'");
+  if (o.engine != "cache" && o.engine != "store" && o.engine != "pilaf")
+    throw std::invalid_argument("--engine must be cache, store or pilaf, not '" + o.engine + "'");
+  if (serves_pilaf(o) && o.engine != "pilaf")
+    throw std::invalid_argument("the pilaf protocols READ the pilaf engine's table: use --engine "
+                                "pilaf (or leave --engine out), not '" + o.engine + "'");
+  if (o.pilaf_entries < 16 || o.pilaf_entries > (size_t{1} << 32))
+    throw std::invalid_argument("--pilaf-entries must be 16..4G");
+  if (o.pilaf_extents < 4096) throw std::invalid_argument("--pilaf-extents must be at least 4K");
   if (o.window < 1 || o.window > 64) throw std::invalid_argument("--window must be 1..64");
   if (o.max_clients < 1 || o.max_clients > 4096)
     throw std::invalid_argument("--max-clients must be 1..4096");
@@ -106,9 +128,11 @@ void validate(const ServerOptions& o) {
         fmt::format("--max-value must be 1..{}", store::kMaxValueSizeLimit));
   if (o.memory / o.workers < 4 * (o.max_value + 512))
     throw std::invalid_argument("--memory too small for the workers and --max-value");
+  if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
   for (const auto& p : o.protocols)
-    if (p != "herd")
-      throw std::invalid_argument("unknown protocol '" + p + "' (this build serves: herd)");
+    if (p != herd::kProtocol && p != pilaf::kProtocol && p != pilaf::kProtocolVo)
+      throw std::invalid_argument("unknown protocol '" + p +
+                                  "' (this build serves: herd, pilaf, pilaf-vo)");
 }
 
 }  // namespace fabkv::server

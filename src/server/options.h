@@ -22,9 +22,13 @@ struct ServerOptions {
   // Worker threads, each owning one partition (EREW) and pinned to its own core.
   uint32_t workers = 1;
   std::vector<int> cores;  // worker i -> cores[i]; empty = core i; -1 = unpinned
-  std::string engine = "cache";          // cache (lossy, evicts) | store (lossless, kNoSpace)
+  // cache (lossy, evicts) | store (lossless, kNoSpace) | pilaf (lossless, self-verifying cuckoo
+  // table and extents that clients READ, Pilaf sec. 3). "" = pilaf when a pilaf protocol is
+  // served, else cache (resolve_defaults).
+  std::string engine;
   size_t memory = size_t{256} << 20;     // engine bytes, split evenly across workers
   size_t max_value = 64 * 1024;          // largest value accepted
+  // herd | pilaf | pilaf-vo, any mix: all of them reach the same engine (the same data).
   std::vector<std::string> protocols = {"herd"};
   // HERD knobs (HERD sec. 4.2, Guidelines sec. 4.1/4.3.1).
   RequestTransport transport = RequestTransport::kWrite;  // WRITE into slots | SEND (sec. 5.5)
@@ -34,7 +38,21 @@ struct ServerOptions {
   uint32_t queues = 1;        // multi-queue: response endpoints per worker, used in turn
   bool batching = true;       // response batching: all replies of a round, FI_MORE on all but last
   std::string log_level = "info";
+  // pilaf engine: starting size of each worker's table (entries) and extent area; both double
+  // when full (a new generation, Pilaf sec. 3.3) up to the worker's share of `memory`.
+  size_t pilaf_entries = 65536;
+  size_t pilaf_extents = size_t{8} << 20;
+  // Asynchronous log of every PUT/DELETE (Pilaf sec. 4), one file per worker:
+  // "<oplog>.<worker>"; replayed at start. "" = off (the default).
+  std::string oplog;
+  bool oplog_fsync = false;  // fdatasync each written batch (durable, slower)
 };
+
+// True when `o` serves a protocol that READs the pilaf engine's memory or sends it messages.
+bool serves_pilaf(const ServerOptions& o);
+
+// Fills in what depends on other settings (engine "" -> pilaf or cache).
+void resolve_defaults(ServerOptions* o);
 
 // Parses "64M", "1G", "4096" (K/M/G/T = powers of 1024). Throws std::invalid_argument.
 size_t parse_bytes(const std::string& s);

@@ -15,9 +15,16 @@ fabric::RemoteRegion region_from_json(const nlohmann::json& j) {
           static_cast<fabric::Access>(j.at("access").get<uint32_t>())};
 }
 
+nlohmann::json region_to_json(const fabric::RemoteRegion& r) {
+  return {{"addr", r.addr}, {"length", r.length}, {"key", r.key},
+          {"access", static_cast<uint32_t>(r.access)}};
+}
+
 }  // namespace
 
-Server::Server(const ServerOptions& o) : o_(o), clients_(o.max_clients) {
+Server::Server(const ServerOptions& options) : o_(options), clients_(options.max_clients) {
+  resolve_defaults(&o_);
+  const ServerOptions& o = o_;
   std::string host;
   uint16_t port = 0;
   if (!control::split_host_port(o.listen, &host, &port))
@@ -37,7 +44,9 @@ Server::Server(const ServerOptions& o) : o_(o), clients_(o.max_clients) {
     } catch (const std::exception& e) {
       op = "";
     }
-    nlohmann::json reply = op == "stats" ? stats() : nlohmann::json{{"error", "unknown request"}};
+    nlohmann::json reply = op == "stats"    ? stats()
+                           : op == "layout" ? pilaf_layout()
+                                            : nlohmann::json{{"error", "unknown request"}};
     std::string s = reply.dump();
     return {s.begin(), s.end()};
   };
@@ -83,14 +92,33 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
                             hello.service);
     return w;
   }
-  std::string protocol = req.value("protocol", std::string(herd::kProtocol));
-  if (protocol != herd::kProtocol) {
+  std::string protocol;
+  try {
+    protocol = req.value("protocol", std::string(herd::kProtocol));
+  } catch (const std::exception&) {
+    protocol = "?";
+  }
+  if (std::find(o_.protocols.begin(), o_.protocols.end(), protocol) == o_.protocols.end()) {
     w.status = control::Status::kRejected;
-    w.message = fmt::format("protocol '{}' is not served here (serving: herd)", protocol);
+    w.message = fmt::format("protocol '{}' is not served here (serving: {})", protocol,
+                            fmt::join(o_.protocols, ","));
     return w;
   }
-  std::string transport = req.value("transport", std::string(to_string(o_.transport)));
-  if (transport != to_string(o_.transport)) {
+  // Pilaf clients send PUT/DELETE (pilaf-vo: everything) as messages (Pilaf sec. 3.1, 5.1).
+  const bool by_message = protocol != herd::kProtocol;
+  std::string transport;
+  try {
+    transport = req.value("transport", std::string(by_message ? "send" : to_string(o_.transport)));
+  } catch (const std::exception&) {
+    transport = "?";
+  }
+  if (by_message && transport != "send") {
+    w.status = control::Status::kRejected;
+    w.message = fmt::format("{} sends its requests as messages: transport must be send, not {}",
+                            protocol, transport);
+    return w;
+  }
+  if (!by_message && transport != to_string(o_.transport)) {
     w.status = control::Status::kRejected;
     w.message = fmt::format("this server takes requests by {} (--transport), not {}",
                             to_string(o_.transport), transport);
@@ -144,18 +172,47 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     w.regions.push_back({fmt::format("herd.requests.{}", wk->index()), r.addr, r.length, r.key,
                          static_cast<uint32_t>(r.access)});
   }
+  nlohmann::json pilaf = nlohmann::json::array();
+  if (o_.engine == "pilaf") {
+    for (auto& wk : workers_) {
+      PilafRegions p = wk->pilaf_regions();
+      w.regions.push_back({fmt::format("pilaf.table.{}", wk->index()), p.table.addr,
+                           p.table.length, p.table.key, static_cast<uint32_t>(p.table.access)});
+      w.regions.push_back({fmt::format("pilaf.extents.{}", wk->index()), p.extents.addr,
+                           p.extents.length, p.extents.key,
+                           static_cast<uint32_t>(p.extents.access)});
+      pilaf.push_back({{"generation", p.generation}, {"entries", p.entries}});
+    }
+  }
   nlohmann::json layout = {{"wire", herd::kWireVersion},   {"client", index},
                            {"epoch", epoch},               {"workers", o_.workers},
                            {"window", o_.window},          {"slot_size", o_.slot_size},
                            {"max_clients", o_.max_clients}, {"queues", o_.queues},
-                           {"transport", to_string(o_.transport)},
+                           {"transport", transport},          {"protocol", protocol},
                            {"max_value", o_.max_value},    {"max_key", store::kMaxKeySize},
                            {"engine", o_.engine},          {"provider", provider()},
                            {"recv_size", recv}};
+  if (o_.engine == "pilaf") layout["pilaf"] = pilaf;
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());
   spdlog::info("client {} (epoch {}) joined from session {}", index, epoch, session);
   return w;
+}
+
+// The pilaf engines' current generations; a client whose READs found a retired table asks for
+// this ({"op": "layout"}) and re-maps (Pilaf sec. 3.3, with a control request instead of a
+// reset connection).
+nlohmann::json Server::pilaf_layout() const {
+  if (o_.engine != "pilaf") return {{"error", "this server does not run the pilaf engine"}};
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& wk : workers_) {
+    PilafRegions p = wk->pilaf_regions();
+    workers.push_back({{"generation", p.generation},
+                       {"entries", p.entries},
+                       {"table", region_to_json(p.table)},
+                       {"extents", region_to_json(p.extents)}});
+  }
+  return {{"workers", workers}};
 }
 
 void Server::on_close(uint64_t session) {

@@ -35,6 +35,7 @@ class Server {
  private:
   control::Welcome on_hello(uint64_t session, const control::Hello& hello);
   void on_close(uint64_t session);
+  nlohmann::json pilaf_layout() const;
 
   ServerOptions o_;
   std::vector<std::unique_ptr<HerdWorker>> workers_;

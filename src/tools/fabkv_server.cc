@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   init_logging("fabkv-server");
   server::ServerOptions o;
   std::string config, memory = "256M", max_value = "64K", transport = "write", batching = "on";
-  std::string cores;
+  std::string cores, pilaf_entries = "64K", pilaf_extents = "8M";
   CLI::App app{"fabkv-server: an in-memory key-value store for RDMA fabrics (libfabric)"};
   app.add_option("--config", config, "TOML file with the settings below (flags override it)");
   app.add_option("--provider", o.provider, "auto|shm|tcp|verbs: auto picks verbs with an RDMA "
@@ -34,13 +34,14 @@ int main(int argc, char** argv) {
   app.add_option("--workers", o.workers, "worker threads, one partition each (EREW)")
       ->capture_default_str();
   app.add_option("--cores", cores, "comma-separated cores for workers (default: worker i on core i; -1 unpinned)");
-  app.add_option("--engine", o.engine, "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full)")
-      ->capture_default_str();
+  app.add_option("--engine", o.engine, "cache (lossy, FIFO eviction) | store (lossless, kNoSpace "
+                 "when full) | pilaf (lossless cuckoo table clients READ); default: pilaf when a "
+                 "pilaf protocol is served, else cache");
   app.add_option("--memory", memory, "engine memory across all workers (K/M/G suffixes)")
       ->capture_default_str();
   app.add_option("--max-value", max_value, "largest value accepted")->capture_default_str();
-  app.add_option("--protocols", o.protocols, "access protocols to serve")->delimiter(',')
-      ->capture_default_str();
+  app.add_option("--protocols", o.protocols, "access protocols to serve, any of herd,pilaf,pilaf-vo "
+                 "(all reach the same data)")->delimiter(',')->capture_default_str();
   app.add_option("--transport", transport, "how HERD requests arrive: write (into the request "
                  "region, HERD sec. 4.2) | send (to the worker, HERD sec. 5.5)")->capture_default_str();
   app.add_option("--window", o.window, "W: outstanding requests per client per worker")
@@ -51,6 +52,13 @@ int main(int argc, char** argv) {
   app.add_option("--queues", o.queues, "multi-queue: response endpoints per worker")
       ->capture_default_str();
   app.add_option("--batching", batching, "response batching (FI_MORE): on|off")->capture_default_str();
+  app.add_option("--pilaf-entries", pilaf_entries, "pilaf engine: starting table entries per "
+                 "worker (doubles when full)")->capture_default_str();
+  app.add_option("--pilaf-extents", pilaf_extents, "pilaf engine: starting extent bytes per "
+                 "worker (doubles when full)")->capture_default_str();
+  app.add_option("--oplog", o.oplog, "log every PUT/DELETE asynchronously to FILE.<worker> and "
+                 "replay it at start (Pilaf sec. 4); off by default");
+  app.add_flag("--oplog-fsync", o.oplog_fsync, "fdatasync every written batch of the log");
   app.add_option("--log", o.log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -76,9 +84,15 @@ int main(int argc, char** argv) {
       if (!given("--batching")) batching = from_file.batching ? "on" : "off";
       if (!given("--log")) o.log_level = from_file.log_level;
       if (!given("--cores")) o.cores = from_file.cores;
+      if (!given("--pilaf-entries")) pilaf_entries = std::to_string(from_file.pilaf_entries);
+      if (!given("--pilaf-extents")) pilaf_extents = std::to_string(from_file.pilaf_extents);
+      if (!given("--oplog")) o.oplog = from_file.oplog;
+      if (!given("--oplog-fsync")) o.oplog_fsync = from_file.oplog_fsync;
     }
     o.memory = server::parse_bytes(memory);
     o.max_value = server::parse_bytes(max_value);
+    o.pilaf_entries = server::parse_bytes(pilaf_entries);
+    o.pilaf_extents = server::parse_bytes(pilaf_extents);
     if (transport == "write") o.transport = server::RequestTransport::kWrite;
     else if (transport == "send") o.transport = server::RequestTransport::kSend;
     else throw std::invalid_argument("--transport must be write or send");
@@ -95,6 +109,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!set_log_level(o.log_level)) throw std::invalid_argument("unknown --log level " + o.log_level);
+    server::resolve_defaults(&o);
     server::validate(o);
   } catch (const std::exception& e) {
     fmt::print(stderr, "fabkv-server: {}\n", e.what());
