@@ -13,11 +13,13 @@
 
 #include <fmt/format.h>
 
+#include "client/pilaf_reader.h"
 #include "client/request.h"
 #include "common/deadline.h"
 #include "control/client.h"
 #include "fabric/endpoint.h"
 #include "fabric/error.h"
+#include "proto/pilaf/layout.h"
 #include "store/hash.h"
 #include "store/limits.h"
 
@@ -118,7 +120,8 @@ struct Client::Impl {
 
   std::vector<Worker> workers;
   std::vector<fabric::OpContext> recv_ctx;
-  size_t in_flight = 0;  // slots awaiting a response
+  std::unique_ptr<client_detail::PilafReader> pilaf;  // protocol pilaf: GETs by READ
+  size_t in_flight = 0;  // slots awaiting a response (pilaf GETs: pilaf->in_flight())
   bool gone = false;
   uint32_t spins = 0;
   Clock::time_point last_alive_check{};
@@ -160,11 +163,12 @@ struct Client::Impl {
     staging.emplace(staging_bytes);
     fabric::RemoteRegion sr = staging_buf->remote();
     nlohmann::json payload = {
-        {"protocol", herd::kProtocol},
+        {"protocol", o.protocol},
         {"region",
          {{"addr", sr.addr}, {"length", sr.length}, {"key", sr.key},
           {"access", static_cast<uint32_t>(sr.access)}}}};
     if (!o.transport.empty()) payload["transport"] = o.transport;
+    else if (o.protocol != herd::kProtocol) payload["transport"] = "send";
     control::Hello hello;
     hello.secret = o.secret;
     hello.service = herd::kService;
@@ -210,6 +214,9 @@ struct Client::Impl {
       bad_layout(fmt::format("slot_size {} cannot hold an indirect request", slot_size));
     if (max_value > store::kMaxValueSizeLimit) bad_layout("max_value over 16 MiB");
     if (recv_size < sizeof(herd::ResponseHeader)) bad_layout("recv_size under a response header");
+    if (o.protocol == pilaf::kProtocol &&
+        (!layout.contains("pilaf") || layout.at("pilaf").size() != n_workers))
+      bad_layout("the server runs no pilaf engine for these workers");
     if (w.fabric_addresses.size() != size_t{n_workers} * queues)
       bad_layout(fmt::format("{} fabric addresses for {} workers x {} queues",
                              w.fabric_addresses.size(), n_workers, queues));
@@ -251,12 +258,72 @@ struct Client::Impl {
     rx = std::make_unique<fabric::RegisteredBuffer>(*fabric, n_recv * recv_size,
                                                     fabric::Access::kLocalOnly);
     recv_ctx = std::vector<fabric::OpContext>(n_recv);
+    if (o.protocol == pilaf::kProtocol) setup_pilaf(w);
     Deadline d = Deadline::after_ms(o.connect_timeout_ms);
     for (size_t i = 0; i < n_recv; ++i) {
       recv_ctx[i].user = &kRecvMarker;
       recv_ctx[i].tag = i;
       long ret = post_recv(i, d);
       if (ret != 0) throw fabric::FabricError("fi_recv", ret);
+    }
+  }
+
+  // Pilaf: each worker's table and extents, from the Welcome's regions (at connect) or a
+  // {"op": "layout"} control request (after a growth).
+  static fabric::RemoteRegion region_of(const control::Welcome& w, const std::string& name) {
+    auto it = std::find_if(w.regions.begin(), w.regions.end(),
+                           [&](const control::RegionDescriptor& r) { return r.name == name; });
+    if (it == w.regions.end()) bad_layout("no region " + name);
+    return {it->addr, it->length, it->key, static_cast<fabric::Access>(it->access & 3)};
+  }
+  static fabric::RemoteRegion region_of(const nlohmann::json& j) {
+    return {j.at("addr").get<uint64_t>(), j.at("length").get<uint64_t>(),
+            j.at("key").get<uint64_t>(), static_cast<fabric::Access>(j.at("access").get<uint32_t>() & 3)};
+  }
+
+  void setup_pilaf(const control::Welcome& w) {
+    std::vector<client_detail::PilafMap> maps(n_workers);
+    for (uint32_t i = 0; i < n_workers; ++i) {
+      maps[i].peer = workers[i].peer;
+      maps[i].table = region_of(w, fmt::format("pilaf.table.{}", i));
+      maps[i].extents = region_of(w, fmt::format("pilaf.extents.{}", i));
+      try {
+        maps[i].generation = layout.at("pilaf").at(i).at("generation").get<uint32_t>();
+        maps[i].entries = layout.at("pilaf").at(i).at("entries").get<uint64_t>();
+      } catch (const nlohmann::json::exception& e) {
+        bad_layout(e.what());
+      }
+      if (maps[i].entries == 0 || pilaf::table_bytes(maps[i].entries) > maps[i].table.length)
+        bad_layout(fmt::format("pilaf.table.{} is smaller than its entries", i));
+    }
+    client_detail::PilafReader::Options po;
+    po.ops = window * n_workers;
+    po.max_record = pilaf::record_bytes(store::kMaxKeySize, max_value);
+    po.timeout_ms = o.timeout_ms;
+    pilaf = std::make_unique<client_detail::PilafReader>(
+        *fabric, *ep, po, std::move(maps),
+        [this](std::vector<client_detail::PilafMap>* maps) { return refresh_pilaf(maps); },
+        [this] { poll_once(); });
+  }
+
+  bool refresh_pilaf(std::vector<client_detail::PilafMap>* maps) {
+    if (!ctl || gone) return false;
+    try {
+      auto reply = ctl->request(json_bytes({{"op", "layout"}}), o.timeout_ms);
+      auto j = nlohmann::json::parse(reply.begin(), reply.end());
+      const auto& ws = j.at("workers");
+      if (ws.size() != maps->size()) return false;
+      for (size_t i = 0; i < maps->size(); ++i) {
+        (*maps)[i].generation = ws.at(i).at("generation").get<uint32_t>();
+        (*maps)[i].entries = ws.at(i).at("entries").get<uint64_t>();
+        (*maps)[i].table = region_of(ws.at(i).at("table"));
+        (*maps)[i].extents = region_of(ws.at(i).at("extents"));
+        if ((*maps)[i].entries == 0) return false;
+      }
+      return true;
+    } catch (const std::exception&) {
+      check_control(true);
+      return false;
     }
   }
 
@@ -293,6 +360,7 @@ struct Client::Impl {
   // Returns the number of callbacks run.
   size_t on_completion(fabric::Completion& c) {
     if (c.context == nullptr) return 0;
+    if (pilaf && pilaf->owns(c.context)) return pilaf->on_completion(c);
     if (c.context->user == &kRecvMarker) return on_recv(c);
     if (c.context->user != &kTxMarker) return 0;
     uint32_t w = static_cast<uint32_t>(c.context->tag >> 32);
@@ -403,6 +471,8 @@ struct Client::Impl {
       check_control(false);
       if (gone) ran += expire(true);
       else if (in_flight > 0) ran += expire(false);
+      if (pilaf && pilaf->in_flight() > 0)
+        ran += gone ? pilaf->expire(true, Status::kServerGone) : pilaf->expire(false, Status::kTimeout);
     }
     return ran;
   }
@@ -510,12 +580,25 @@ struct Client::Impl {
     return Status::kOk;
   }
 
+  size_t pending() const { return in_flight + (pilaf ? pilaf->in_flight() : 0); }
+
+  // GETs go by READ under pilaf; everything else (and all of pilaf-vo) by message.
+  Status submit_any(herd::OpCode op, std::string_view key, std::string_view value,
+                    uint64_t expected_version, uint32_t expire_at, Callback cb) {
+    if (op != herd::OpCode::kGet || !pilaf)
+      return submit(op, key, value, expected_version, expire_at, std::move(cb));
+    if (gone) return Status::kServerGone;
+    Status v = client_detail::validate(key, 0, max_value);
+    if (v != Status::kOk) return v;
+    return pilaf->get(key, store::partition_of(store::hash_key(key), n_workers), std::move(cb));
+  }
+
   Status blocking(herd::OpCode op, std::string_view key, std::string_view value,
                   uint64_t expected_version, uint32_t expire_at, std::string* out_value,
                   uint64_t* out_version) {
     bool done = false;
     Status result = Status::kError;
-    Status st = submit(op, key, value, expected_version, expire_at,
+    Status st = submit_any(op, key, value, expected_version, expire_at,
                        [&](Status s, std::string_view v, uint64_t ver) {
                          done = true;
                          result = s;
@@ -536,17 +619,22 @@ Client::~Client() {
   if (!impl_) return;
   // Let in-flight requests finish briefly so the server is not left with our half-sent bytes;
   // then close the control channel (the server reclaims our slots) before the endpoint.
-  if (impl_->ep && impl_->in_flight > 0 && !impl_->gone) {
+  if (impl_->ep && impl_->pending() > 0 && !impl_->gone) {
     Deadline d = Deadline::after_ms(std::min(impl_->o.timeout_ms, 200));
-    while (impl_->in_flight > 0 && !impl_->gone && !d.expired()) impl_->poll_once();
+    while (impl_->pending() > 0 && !impl_->gone && !d.expired()) impl_->poll_once();
   }
   if (impl_->ctl) impl_->ctl->close();
+  impl_->pilaf.reset();  // its buffer's registration goes before the fabric
 }
 
 std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
-  if (options.protocol != herd::kProtocol)
+  const bool by_message = options.protocol == pilaf::kProtocol || options.protocol == pilaf::kProtocolVo;
+  if (options.protocol != herd::kProtocol && !by_message)
     throw ClientError(Status::kError, "fabkv: unknown protocol '" + options.protocol +
-                                          "' (this client speaks: herd)");
+                                          "' (this client speaks: herd, pilaf, pilaf-vo)");
+  if (by_message && !options.transport.empty() && options.transport != "send")
+    throw ClientError(Status::kError, "fabkv: " + options.protocol +
+                                          " sends its requests as messages: transport must be send");
   if (!options.transport.empty() && options.transport != "write" && options.transport != "send")
     throw ClientError(Status::kError,
                       "fabkv: transport must be write or send, not '" + options.transport + "'");
@@ -590,7 +678,7 @@ Status Client::del(std::string_view key) {
   return impl_->blocking(herd::OpCode::kDel, key, {}, 0, 0, nullptr, nullptr);
 }
 Status Client::get_async(std::string_view key, Callback cb) {
-  return impl_->submit(herd::OpCode::kGet, key, {}, 0, 0, std::move(cb));
+  return impl_->submit_any(herd::OpCode::kGet, key, {}, 0, 0, std::move(cb));
 }
 Status Client::put_async(std::string_view key, std::string_view value, Callback cb,
                          uint64_t expected_version, uint32_t expire_at) {
@@ -605,15 +693,23 @@ size_t Client::poll() { return impl_->poll_once(); }
 Status Client::flush() {
   // Each request expires at its own deadline, so this ends within timeout_ms of the last post.
   Deadline backstop = Deadline::after_ms(impl_->o.timeout_ms + 100);
-  while (impl_->in_flight > 0) {
+  while (impl_->pending() > 0) {
     impl_->poll_once();
-    if (backstop.expired()) impl_->expire(false);
+    if (backstop.expired()) {
+      impl_->expire(false);
+      if (impl_->pilaf) impl_->pilaf->expire(false, Status::kTimeout);
+    }
   }
   impl_->check_control(true);
   return impl_->gone ? Status::kServerGone : Status::kOk;
 }
 
-size_t Client::in_flight() const { return impl_->in_flight; }
+size_t Client::in_flight() const { return impl_->pending(); }
+
+nlohmann::json Client::protocol_counters() const {
+  if (impl_->pilaf) return impl_->pilaf->counters().to_json();
+  return nlohmann::json::object();
+}
 
 nlohmann::json Client::stats() {
   if (!impl_->ctl || impl_->gone) throw ClientError(Status::kServerGone, "fabkv: server gone");

@@ -35,7 +35,9 @@ namespace fabkv {
 
 struct ClientOptions {
   std::string server = "127.0.0.1:7000";  // control channel HOST:PORT of fabkv-server
-  std::string protocol = "herd";          // access protocol; only "herd" so far
+  // Access protocol: "herd" (HERD sec. 4), "pilaf" (GETs by READs of the server's cuckoo table,
+  // PUT/DEL by message; Pilaf sec. 3) or "pilaf-vo" (the same server, everything by message).
+  std::string protocol = "herd";
   std::string provider = "auto";          // auto|shm|tcp|verbs: must match the server's
   std::string transport;                  // request transport "write"|"send"; "" = server default
   std::string secret;                     // control-channel shared secret ("" = none)
@@ -114,6 +116,10 @@ class Client {
 
   // Server statistics (control request {"op":"stats"}). Throws ClientError.
   nlohmann::json stats();
+  // What the protocol counted on this client: for pilaf, GETs, entry READs (probes), extent
+  // READs, retries after torn READs, re-probes, layout refreshes, and their per-GET means.
+  // An empty object for herd and pilaf-vo. Owner thread.
+  nlohmann::json protocol_counters() const;
   // This client's verb counters (its one endpoint). Safe from any thread.
   fabric::VerbSnapshot counters() const;
   // The layout the server handed us at connect (wire.h's Welcome payload).

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   fabkv::ClientOptions o;
   app.add_option("--server", o.server, "control channel HOST:PORT of the server")
       ->capture_default_str();
-  app.add_option("--protocol", o.protocol, "access protocol (herd)")->capture_default_str();
+  app.add_option("--protocol", o.protocol, "access protocol: herd | pilaf (GETs by READ) | pilaf-vo (all by message)")->capture_default_str();
   app.add_option("--provider", o.provider,
                  "libfabric provider: auto|shm|tcp|verbs; must match the server's "
                  "(auto: shm for a local server, tcp otherwise)")

@@ -1,0 +1,303 @@
+#include "client/pilaf_reader.h"
+
+#include <ctime>
+#include <cstring>
+
+#include "proto/pilaf/layout.h"
+
+namespace fabkv::client_detail {
+
+namespace {
+char kPilafMarker;  // OpContext::user of our READs
+constexpr size_t kSlotAlign = 64;
+}  // namespace
+
+nlohmann::json PilafCounters::to_json() const {
+  const double g = gets ? static_cast<double>(gets) : 1.0;
+  return {{"gets", gets},
+          {"hits", hits},
+          {"entry_reads", entry_reads},
+          {"extent_reads", extent_reads},
+          {"header_reads", header_reads},
+          {"torn_entries", torn_entries},
+          {"torn_extents", torn_extents},
+          {"reprobes", reprobes},
+          {"layout_refreshes", layout_refreshes},
+          {"read_errors", read_errors},
+          {"gave_up", gave_up},
+          {"probes_per_get", static_cast<double>(entry_reads) / g},
+          {"extent_reads_per_get", static_cast<double>(extent_reads) / g},
+          {"retries_per_get", static_cast<double>(torn_entries + torn_extents) / g}};
+}
+
+enum class PilafReader::Step : uint8_t { kEntry, kRecord, kHeader };
+
+struct PilafReader::Op {
+  fabric::OpContext ctx;
+  Client::Callback cb;
+  std::string key;
+  pilaf::KeySlots slots{};
+  pilaf::Entry entry{};
+  uint32_t worker = 0, generation = 0, probe = 0, retries = 0;
+  uint64_t moves_before = ~uint64_t{0};  // TableHeader.moves seen before these probes began
+  Step step = Step::kEntry;
+  bool busy = false;          // a GET is using this op
+  bool read_pending = false;  // a READ into our buffer has not completed
+  bool zombie = false;        // the callback ran (timeout); waiting for the READ to come back
+  bool refreshed = false;     // already fetched the layout once after a READ error
+  Clock::time_point deadline{};
+  size_t buf_off = 0;
+};
+
+PilafReader::PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Options& o,
+                         std::vector<PilafMap> maps, Refresh refresh, Poll poll)
+    : ep_(ep), o_(o), maps_(std::move(maps)), refresh_(std::move(refresh)), poll_(std::move(poll)) {
+  moves_.assign(maps_.size(), ~uint64_t{0});
+  slot_bytes_ = (std::max(o_.max_record, sizeof(pilaf::TableHeader)) + kSlotAlign - 1) & ~(kSlotAlign - 1);
+  buf_ = std::make_unique<fabric::RegisteredBuffer>(fabric, slot_bytes_ * o_.ops,
+                                                    fabric::Access::kLocalOnly);
+  ops_ = std::vector<Op>(o_.ops);
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    ops_[i].ctx.user = &kPilafMarker;
+    ops_[i].ctx.tag = i;
+    ops_[i].buf_off = i * slot_bytes_;
+  }
+}
+
+PilafReader::~PilafReader() = default;
+
+bool PilafReader::owns(const fabric::OpContext* ctx) const {
+  return ctx != nullptr && ctx->user == &kPilafMarker;
+}
+
+Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback cb) {
+  if (worker >= maps_.size()) return Status::kError;
+  Deadline d = Deadline::after_ms(o_.timeout_ms);
+  Op* op = nullptr;
+  while (true) {
+    for (Op& o : ops_)
+      if (!o.busy) {
+        op = &o;
+        break;
+      }
+    if (op != nullptr) break;
+    poll_();
+    if (d.expired()) return Status::kTimeout;
+  }
+  op->busy = true;
+  op->zombie = false;
+  op->refreshed = false;
+  op->cb = std::move(cb);
+  op->key.assign(key.data(), key.size());
+  op->worker = worker;
+  op->retries = 0;
+  op->deadline = d.at();
+  in_flight_++;
+  start(*op);
+  if (!op->read_pending && op->busy && !op->zombie) {
+    // Not even the first READ could be posted: nothing started, no callback.
+    op->busy = false;
+    op->cb = nullptr;
+    in_flight_--;
+    return Status::kError;
+  }
+  return Status::kOk;
+}
+
+// (Re)starts the probes with the current map of the key's worker.
+void PilafReader::start(Op& op) {
+  const PilafMap& m = maps_[op.worker];
+  op.generation = m.generation;
+  op.slots = pilaf::key_slots(op.key, m.entries);
+  op.probe = 0;
+  op.moves_before = moves_[op.worker];  // read before any of the probes below
+  post(op, Step::kEntry, m.table.at(pilaf::entry_offset(op.slots.slot[0])), sizeof(pilaf::Entry),
+       m.table);
+}
+
+void PilafReader::post(Op& op, Step step, uint64_t raddr, size_t len, const fabric::RemoteRegion& r) {
+  op.step = step;
+  if (step == Step::kEntry) counters_.entry_reads++;
+  else if (step == Step::kRecord) counters_.extent_reads++;
+  else counters_.header_reads++;
+  long ret;
+  Deadline d = Deadline::after_ms(o_.timeout_ms);
+  // -FI_EAGAIN: a full queue, or (shm, tcp) the first operation to a peer: progress, retry.
+  while ((ret = ep_.read(buf_->local(op.buf_off, len), maps_[op.worker].peer, raddr, r.key,
+                         &op.ctx)) == fabric::kAgain &&
+         !d.expired()) {
+    fabric::Completion c[8];
+    size_t n = ep_.poll(c);
+    for (size_t i = 0; i < n; ++i) {
+      // Completions of other requests are the owner's business; ours are handled here.
+      if (owns(c[i].context)) on_completion(c[i]);
+    }
+  }
+  op.read_pending = ret == 0;
+}
+
+void PilafReader::next_probe(Op& op) {
+  const PilafMap& m = maps_[op.worker];
+  if (++op.probe < pilaf::kWays) {
+    post(op, Step::kEntry, m.table.at(pilaf::entry_offset(op.slots.slot[op.probe])),
+         sizeof(pilaf::Entry), m.table);
+    return;
+  }
+  // Three misses: confirm that no cuckoo move ran during the probes (layout.h's rules).
+  post(op, Step::kHeader, m.table.at(pilaf::kMovesOffset), 16, m.table);
+}
+
+size_t PilafReader::finish(Op& op, Status st, std::string_view value, uint64_t version) {
+  if (op.zombie || !op.busy) return 0;
+  counters_.gets++;
+  if (st == Status::kOk) counters_.hits++;
+  in_flight_--;
+  Client::Callback cb = std::move(op.cb);
+  op.cb = nullptr;
+  if (op.read_pending) op.zombie = true;  // keep the buffer until the READ returns
+  else op.busy = false;
+  if (cb) cb(st, value, version);
+  return 1;
+}
+
+// A READ showed a race (or the layout moved on): try the key again unless it has used up its
+// retries. Returns callbacks run.
+size_t PilafReader::retry(Op& op, uint64_t* counter) {
+  if (counter) (*counter)++;
+  if (++op.retries > o_.max_retries) {
+    counters_.gave_up++;
+    return finish(op, Status::kError);
+  }
+  return 0;
+}
+
+bool PilafReader::refresh() {
+  counters_.layout_refreshes++;
+  std::vector<PilafMap> maps = maps_;
+  if (!refresh_ || !refresh_(&maps) || maps.size() != maps_.size()) return false;
+  for (size_t w = 0; w < maps.size(); ++w) {
+    if (maps[w].generation != maps_[w].generation) moves_[w] = ~uint64_t{0};
+    maps_[w] = maps[w];
+  }
+  return true;
+}
+
+size_t PilafReader::on_completion(fabric::Completion& c) {
+  if (c.context->tag >= ops_.size()) return 0;
+  Op& op = ops_[c.context->tag];
+  op.read_pending = false;
+  if (op.zombie) {
+    op.zombie = false;
+    op.busy = false;
+    return 0;
+  }
+  if (!op.busy) return 0;
+  if (c.error != 0) {
+    // A READ the server's NIC refused: the region went away (a generation reaped after its
+    // grace) or the server is gone. Fetch the layout once and start over.
+    counters_.read_errors++;
+    if (op.refreshed || !refresh()) return finish(op, Status::kServerGone);
+    op.refreshed = true;
+    start(op);
+    return op.read_pending ? 0 : finish(op, Status::kError);
+  }
+  const char* buf = buf_->data() + op.buf_off;
+  const PilafMap& m = maps_[op.worker];
+  size_t ran = 0;
+  switch (op.step) {
+    case Step::kEntry: {
+      pilaf::Entry e;
+      std::memcpy(&e, buf, sizeof(e));
+      switch (pilaf::check_entry(e)) {
+        case pilaf::EntryState::kTorn:
+          // The worker was writing this entry: READ it again (Pilaf sec. 3.3).
+          if ((ran = retry(op, &counters_.torn_entries)) == 0)
+            post(op, Step::kEntry, m.table.at(pilaf::entry_offset(op.slots.slot[op.probe])),
+                 sizeof(pilaf::Entry), m.table);
+          break;
+        case pilaf::EntryState::kRetired:
+          // The table was replaced by a larger generation: learn it and start over.
+          if ((ran = retry(op, nullptr)) == 0) {
+            if (!refresh()) return finish(op, Status::kServerGone);
+            start(op);
+          }
+          break;
+        case pilaf::EntryState::kEmpty:
+          next_probe(op);
+          break;
+        case pilaf::EntryState::kUsed:
+          if (!pilaf::may_hold(e, op.key, op.slots.tag)) {
+            next_probe(op);
+          } else if (e.kv_size > slot_bytes_ || e.extent_offset + e.kv_size > m.extents.length) {
+            // A sealed entry that cannot be right for this layout: count it, give up on it.
+            ran = retry(op, &counters_.torn_entries);
+            if (ran == 0) next_probe(op);
+          } else {
+            op.entry = e;
+            post(op, Step::kRecord, m.extents.at(e.extent_offset), e.kv_size, m.extents);
+          }
+          break;
+      }
+      break;
+    }
+    case Step::kRecord: {
+      pilaf::Record rec;
+      if (!pilaf::check_record(op.entry, buf, op.entry.kv_size, &rec)) {
+        // The record was freed and reused under us: READ the entry again.
+        if ((ran = retry(op, &counters_.torn_extents)) == 0)
+          post(op, Step::kEntry, m.table.at(pilaf::entry_offset(op.slots.slot[op.probe])),
+               sizeof(pilaf::Entry), m.table);
+        break;
+      }
+      if (rec.key != op.key) {
+        next_probe(op);
+        break;
+      }
+      if (rec.header.expire_at != 0 &&
+          static_cast<uint64_t>(std::time(nullptr)) >= rec.header.expire_at)
+        return finish(op, Status::kNotFound);
+      return finish(op, Status::kOk, rec.value, rec.header.version);
+    }
+    case Step::kHeader: {
+      uint64_t moves;
+      uint32_t state;
+      std::memcpy(&moves, buf, 8);
+      std::memcpy(&state, buf + 8, 4);
+      if (state == pilaf::kStateRetired) {
+        if ((ran = retry(op, nullptr)) == 0) {
+          if (!refresh()) return finish(op, Status::kServerGone);
+          start(op);
+        }
+        break;
+      }
+      if ((moves & 1) == 0 && moves == op.moves_before) return finish(op, Status::kNotFound);
+      // A move began or ended since before our probes: the key may have gone from a slot we had
+      // not READ yet to one we had. Probe again with this value as the reference.
+      if ((ran = retry(op, &counters_.reprobes)) == 0) {
+        moves_[op.worker] = moves;  // start() takes it as this GET's reference
+        start(op);
+      }
+      break;
+    }
+  }
+  if (ran == 0 && op.busy && !op.zombie && !op.read_pending) ran = finish(op, Status::kError);
+  return ran;
+}
+
+size_t PilafReader::expire(bool all, Status why) {
+  size_t ran = 0;
+  auto now = Clock::now();
+  for (Op& op : ops_) {
+    if (!op.busy || op.zombie) continue;
+    if (!all && now < op.deadline) continue;
+    ran += finish(op, why);
+    if (all) {
+      op.zombie = false;
+      op.busy = false;
+      op.read_pending = false;
+    }
+  }
+  return ran;
+}
+
+}  // namespace fabkv::client_detail

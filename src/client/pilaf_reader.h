@@ -1,0 +1,100 @@
+// PilafReader: the client half of Pilaf (Pilaf sec. 3.2-3.4): GETs served by one-sided READs of
+// a worker's self-verifying cuckoo table and extents, without the server's CPU. The lookup
+// rules are in proto/pilaf/layout.h; this class runs them as a state machine per GET so that up
+// to `ops` GETs are in flight at once, each waiting for one READ at a time (as Pilaf-em-OPT,
+// HERD sec. 5.1.1, does): entry h1, then h2, then h3, then the record.
+//
+// Owned by Client::Impl and driven by its poll loop: completions whose context owns() says are
+// ours go to on_completion(). Owner thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "client/client.h"
+#include "common/deadline.h"
+#include "fabric/endpoint.h"
+#include "fabric/memory_region.h"
+
+namespace fabkv::client_detail {
+
+// Where one worker's pilaf engine is, as the server's layout says.
+struct PilafMap {
+  fabric::PeerAddr peer = fabric::kNoPeer;
+  uint32_t generation = 0;
+  uint64_t entries = 0;
+  fabric::RemoteRegion table, extents;
+};
+
+struct PilafCounters {
+  uint64_t gets = 0;            // GETs finished by READs
+  uint64_t hits = 0;
+  uint64_t entry_reads = 0;     // probes: 32-byte entry READs (Pilaf fig. 6)
+  uint64_t extent_reads = 0;    // record READs
+  uint64_t header_reads = 0;    // "not found" confirmations (TableHeader.moves)
+  uint64_t torn_entries = 0;    // entry CRC mismatch: READ again (Pilaf fig. 9)
+  uint64_t torn_extents = 0;    // record CRC mismatch: entry READ again (Pilaf fig. 9)
+  uint64_t reprobes = 0;        // a cuckoo move during the probes: probe again
+  uint64_t layout_refreshes = 0;  // retired table or failed READ: layout fetched again
+  uint64_t read_errors = 0;     // READ error completions
+  uint64_t gave_up = 0;         // GETs that hit the retry bound (kError)
+  nlohmann::json to_json() const;
+};
+
+class PilafReader {
+ public:
+  struct Options {
+    uint32_t ops = 4;          // GETs in flight at most
+    size_t max_record = 0;     // largest record: ExtentHeader + 250 + max_value
+    int timeout_ms = 2000;
+    uint32_t max_retries = 64; // torn READs + re-probes + layout refreshes per GET
+  };
+  // Fetches every worker's map again (a control request); false when that failed.
+  using Refresh = std::function<bool(std::vector<PilafMap>*)>;
+  // Drives the owner's progress once (used while waiting for a free op).
+  using Poll = std::function<void()>;
+
+  PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Options& o,
+              std::vector<PilafMap> maps, Refresh refresh, Poll poll);
+  ~PilafReader();
+
+  // kOk once the first READ is posted (the callback then runs exactly once), or the reason
+  // nothing was started (kTimeout: no free op within timeout_ms; kError: READ not postable).
+  Status get(std::string_view key, uint32_t worker, Client::Callback cb);
+
+  bool owns(const fabric::OpContext* ctx) const;
+  size_t on_completion(fabric::Completion& c);  // callbacks run
+  // Times out GETs past their deadline (all = every GET: the server is gone).
+  size_t expire(bool all, Status why);
+  size_t in_flight() const { return in_flight_; }
+  const PilafCounters& counters() const { return counters_; }
+
+ private:
+  struct Op;
+  enum class Step : uint8_t;
+  void start(Op& op);
+  void post(Op& op, Step step, uint64_t raddr, size_t len, const fabric::RemoteRegion& r);
+  void next_probe(Op& op);
+  size_t finish(Op& op, Status st, std::string_view value = {}, uint64_t version = 0);
+  size_t retry(Op& op, uint64_t* counter);
+  bool refresh();
+
+  fabric::Endpoint& ep_;
+  Options o_;
+  std::vector<PilafMap> maps_;
+  std::vector<uint64_t> moves_;  // per worker: TableHeader.moves last seen (even), or ~0
+  Refresh refresh_;
+  Poll poll_;
+  size_t slot_bytes_;
+  std::unique_ptr<fabric::RegisteredBuffer> buf_;
+  std::vector<Op> ops_;
+  size_t in_flight_ = 0;
+  PilafCounters counters_;
+};
+
+}  // namespace fabkv::client_detail
