@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -33,7 +34,9 @@ SystemName parse_system(const std::string& s) {
   if (s.rfind("fabkv:", 0) == 0) {
     std::string p = s.substr(6);
     // The protocols fabkv::Client speaks; the server may offer more than a client can use.
-    if (p != "herd") throw std::invalid_argument("unknown fabkv protocol '" + p + "' in --systems (fabkv:herd)");
+    if (p != "herd" && p != "pilaf" && p != "pilaf-vo")
+      throw std::invalid_argument("unknown fabkv protocol '" + p +
+                                  "' in --systems (fabkv:herd, fabkv:pilaf, fabkv:pilaf-vo)");
     return {"fabkv", p};
   }
   if (s == "fabkv") return {"fabkv", "herd"};
@@ -147,6 +150,15 @@ int run_bench(const BenchOptions& o) {
       ss.window = std::max<uint32_t>(4, o.window);
       ss.max_clients = static_cast<uint32_t>(std::max<size_t>(64, max_clients + 1));
       ss.memcached_bin = o.memcached_bin;
+      if (name.system == "fabkv" && name.protocol != "herd") {
+        // Pilaf: the table has one entry per key of the key space, so --fill is the table's
+        // fill ratio (Pilaf fig. 6: 75%), and the extents hold every record without growing.
+        ss.protocols = "pilaf,pilaf-vo";
+        ss.pilaf_entries = std::max<size_t>(16, o.base.keys);
+        const uint32_t largest_value = std::max(value_size, o.base.value_size_max);
+        ss.pilaf_extents = std::max<size_t>(
+            size_t{8} << 20, o.base.keys * ((16 + o.base.key_size + largest_value + 16 + 15) & ~size_t{15}) * 2);
+      }
       ss.redis_bin = o.redis_bin;
       std::unique_ptr<LocalServer> server;
       DriverOptions d;
@@ -178,6 +190,17 @@ int run_bench(const BenchOptions& o) {
         throw std::invalid_argument(fmt::format("values of {} bytes exceed the {} server's max_value {}",
                                                 largest, name.label(), driver->max_value()));
 
+      // The workers' idle poll rate, the reference for how busy a run keeps them.
+      std::optional<double> idle_rounds_per_s;
+      if (name.system == "fabkv") {
+        ServerSample a = driver->sample_server();
+        auto t0 = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ServerSample b = driver->sample_server();
+        double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (a.rounds && b.rounds && dt > 0)
+          idle_rounds_per_s = static_cast<double>(*b.rounds - *a.rounds) / dt;
+      }
       Runner runner(*driver, o.client_core);
       runner.set_stop_flag(o.stop);
       std::vector<WorkloadSpec> workloads = expand(o, value_size);
@@ -203,6 +226,7 @@ int run_bench(const BenchOptions& o) {
           ctx.command = o.command;
           ctx.client_core = o.client_core;
           ctx.server_core = o.server_core;
+          ctx.server_idle_rounds_per_s = idle_rounds_per_s;
           RunResult r = runner.run(ctx.spec, zipf);
           nlohmann::json rec = make_record(ctx, r);
           if (ctx.provider.empty()) rec["provider"] = nullptr;

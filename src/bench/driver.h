@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,7 +32,12 @@ struct ServerSample {
   std::optional<fabric::VerbSnapshot> verbs;  // fabkv only: summed over its workers
   std::optional<double> cpu_s;                // when we know the server's pid
   uint64_t evictions = 0;                     // cache engine: items lost to eviction
+  std::optional<uint64_t> rounds;             // fabkv: worker poll rounds (summed over workers)
 };
+
+// What a protocol counted on the client side (pilaf: GETs, entry/extent READs, retries), summed
+// over the logical clients; empty for protocols that count nothing.
+using ProtocolCounters = std::map<std::string, uint64_t>;
 
 class Driver {
  public:
@@ -52,6 +58,7 @@ class Driver {
   virtual uint64_t max_value() const = 0;
   // Client-side verb counters summed over the logical clients (fabkv only).
   virtual std::optional<fabric::VerbSnapshot> client_verbs() const { return std::nullopt; }
+  virtual ProtocolCounters protocol_counters() const { return {}; }
   virtual ServerSample sample_server() = 0;
   // The first failure seen (connection lost, protocol error), empty when none.
   virtual std::string error() const = 0;
@@ -60,7 +67,7 @@ class Driver {
 // Connection parameters the runner hands to every driver factory.
 struct DriverOptions {
   std::string address;    // HOST:PORT of the server (control channel for fabkv)
-  std::string protocol;   // fabkv access protocol, e.g. "herd"
+  std::string protocol;   // fabkv access protocol: "herd" | "pilaf" | "pilaf-vo"
   std::string provider;   // fabkv provider
   std::string secret;     // fabkv control secret
   size_t clients = 1;     // logical clients (connections)

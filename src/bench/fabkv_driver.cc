@@ -108,16 +108,29 @@ class FabkvDriver final : public Driver {
     return sum;
   }
 
+  ProtocolCounters protocol_counters() const override {
+    ProtocolCounters sum;
+    for (const auto& c : clients_) {
+      const nlohmann::json counters = c->protocol_counters();
+      for (const auto& [k, v] : counters.items())
+        if (v.is_number_unsigned()) sum[k] += v.get<uint64_t>();
+    }
+    return sum;
+  }
+
   ServerSample sample_server() override {
     ServerSample s;
     s.cpu_s = process_cpu_seconds(o_.server_pid);
     nlohmann::json st = clients_.front()->stats();
     fabric::VerbSnapshot v;
+    uint64_t rounds = 0;
     for (const auto& w : st.value("workers", nlohmann::json::array())) {
       if (w.contains("verbs")) v += verbs_from_json(w["verbs"]);
       if (w.contains("engine")) s.evictions += w["engine"].value("evictions", uint64_t{0});
+      rounds += w.value("rounds", uint64_t{0});
     }
     s.verbs = v;
+    s.rounds = rounds;
     return s;
   }
   std::string error() const override { return error_; }

@@ -107,6 +107,41 @@ json make_record(const RunContext& ctx, const RunResult& r) {
     j["fabric_bytes_per_request"] = nullptr;
   }
   j["server_cpu_s"] = r.server_cpu_s ? json(*r.server_cpu_s) : json(nullptr);
+  // fabkv workers busy-poll, so their CPU time is the wall time whatever the load. What a run
+  // costs them is the share of poll rounds it took away: 1 - (rounds/s under load) / (rounds/s
+  // idle). Per million GETs, that share of the interval is the server time GETs cost (pilaf:
+  // only what the provider's progress spends serving READs; herd: the whole request).
+  if (r.server_rounds && ctx.server_idle_rounds_per_s && *ctx.server_idle_rounds_per_s > 0 &&
+      r.elapsed_s > 0) {
+    double rate = static_cast<double>(*r.server_rounds) / r.elapsed_s;
+    double busy = std::clamp(1.0 - rate / *ctx.server_idle_rounds_per_s, 0.0, 1.0);
+    j["server_busy"] = {{"idle_rounds_per_s", *ctx.server_idle_rounds_per_s},
+                        {"rounds_per_s", rate},
+                        {"fraction", busy},
+                        {"s_per_million_gets",
+                         r.gets ? json(busy * r.elapsed_s / (static_cast<double>(r.gets) / 1e6))
+                                : json(nullptr)}};
+  } else {
+    j["server_busy"] = nullptr;
+  }
+  if (!r.protocol.empty()) {
+    json p = json::object();
+    for (const auto& [k, v] : r.protocol) p[k] = v;
+    const double g = r.protocol.count("gets") && r.protocol.at("gets")
+                         ? static_cast<double>(r.protocol.at("gets")) : 0.0;
+    auto per_get = [&](std::initializer_list<const char*> keys) -> json {
+      if (g == 0) return nullptr;
+      uint64_t n = 0;
+      for (const char* k : keys) n += r.protocol.count(k) ? r.protocol.at(k) : 0;
+      return static_cast<double>(n) / g;
+    };
+    p["probes_per_get"] = per_get({"entry_reads"});
+    p["extent_reads_per_get"] = per_get({"extent_reads"});
+    p["retries_per_get"] = per_get({"torn_entries", "torn_extents"});
+    j["protocol_counters"] = p;
+  } else {
+    j["protocol_counters"] = nullptr;
+  }
   j["server_evictions"] = r.evictions;
   j["check"] = {{"gets_checked", r.check.checked},
                 {"mismatches", r.check.mismatches},

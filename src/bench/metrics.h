@@ -19,6 +19,9 @@ struct RunContext {
   RunSpec spec;
   std::string command;    // the fabkv-bench command line
   int client_core = 1, server_core = 0;
+  // fabkv: the workers' poll rounds per second with no load (measured before loading); with
+  // the rounds in the interval it gives the share of the worker's time the run took.
+  std::optional<double> server_idle_rounds_per_s;
 };
 
 // Throughput, latency quantiles (us), per-client ops, uniformity ratio (max/min per-client

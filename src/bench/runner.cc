@@ -181,6 +181,7 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
   const int64_t run_until = warm_until + static_cast<int64_t>(spec.duration_s * 1e9);
   fabric::VerbSnapshot client_before;
   ServerSample server_before;
+  ProtocolCounters protocol_before;
   bool measuring = false;
   auto stopped = [this] { return stop_ && stop_->load(std::memory_order_relaxed); };
   while (!failed && !stopped()) {
@@ -188,6 +189,7 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
     if (!measuring && t >= warm_until) {
       // Sample, then open the interval: the stats round trip is not charged to it.
       if (auto v = driver_.client_verbs()) client_before = *v;
+      protocol_before = driver_.protocol_counters();
       server_before = driver_.sample_server();
       measuring = true;
       measure_from = now_ns();
@@ -211,7 +213,10 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
   r.requests = r.gets + r.puts;
   if (!failed) {
     if (auto v = driver_.client_verbs()) r.client_verbs = *v - client_before;
+    r.protocol = driver_.protocol_counters();
+    for (auto& [k, v] : r.protocol) v -= protocol_before[k];
     ServerSample after = driver_.sample_server();
+    if (after.rounds && server_before.rounds) r.server_rounds = *after.rounds - *server_before.rounds;
     if (after.verbs && server_before.verbs) r.server_verbs = *after.verbs - *server_before.verbs;
     if (after.cpu_s && server_before.cpu_s) r.server_cpu_s = *after.cpu_s - *server_before.cpu_s;
     r.evictions = after.evictions;

@@ -47,6 +47,8 @@ struct RunResult {
   LatencyHistogram latency;
   std::optional<fabric::VerbSnapshot> client_verbs, server_verbs;  // interval diffs
   std::optional<double> server_cpu_s;
+  std::optional<uint64_t> server_rounds;  // fabkv workers' poll rounds in the interval
+  ProtocolCounters protocol;              // client-side protocol counters, interval diff
   uint64_t evictions = 0;  // server-side evictions so far (cache engine)
   GetCheck check;
 };

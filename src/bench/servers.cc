@@ -161,9 +161,12 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
     throw std::runtime_error("fabkv-server not found at " + bin + " (build it, or give --server)");
   std::string log = temp_log("fabkv-server");
   std::vector<std::string> argv = {bin, "--provider", s.provider, "--listen", "127.0.0.1:0",
-                                   "--cores", std::to_string(s.core), "--engine", "cache",
+                                   "--cores", std::to_string(s.core), "--protocols", s.protocols,
                                    "--memory", s.memory, "--window", std::to_string(s.window),
                                    "--max-clients", std::to_string(s.max_clients), "--log", "warn"};
+  if (s.protocols == "herd") argv.insert(argv.end(), {"--engine", "cache"});
+  if (s.pilaf_entries) argv.insert(argv.end(), {"--pilaf-entries", std::to_string(s.pilaf_entries)});
+  if (s.pilaf_extents) argv.insert(argv.end(), {"--pilaf-extents", std::to_string(s.pilaf_extents)});
   // Workers pin themselves with --cores; the control thread may float.
   auto child = spawn("fabkv-server", argv, -1, "2>" + shell_quote(log));
   std::string line;

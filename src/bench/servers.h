@@ -22,6 +22,9 @@ struct ServerSpec {
   std::string provider = "shm";
   uint32_t window = 4;
   uint32_t max_clients = 64;
+  std::string protocols = "herd";  // --protocols; a pilaf one makes it run the pilaf engine
+  size_t pilaf_entries = 0;        // --pilaf-entries (0: the server's default)
+  size_t pilaf_extents = 0;        // --pilaf-extents (0: the server's default)
   // Baseline binaries; "" = found on PATH.
   std::string memcached_bin, redis_bin;
 };
