@@ -41,13 +41,14 @@ test-asan: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600
 
-# The threaded parts (control channel server thread) under ThreadSanitizer.
+# The threaded parts (control channel server thread, op log writer thread) under ThreadSanitizer.
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
 	  -DFABKV_TSAN=ON -DFABKV_BENCH=OFF -DFABKV_WERROR=ON >/dev/null
-	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target fabkv_control_server_test fabkv_control_wire_test
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target fabkv_control_server_test fabkv_control_wire_test fabkv_oplog_test
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L control -E fuzz --timeout 300
+	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^OpLogTest\.' --timeout 300
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
