@@ -208,12 +208,15 @@ void PilafEngine::apply_path(Gen& g, const std::vector<uint64_t>& path, const En
   // From the last displaced key backwards: the copy lands in an empty slot (or the slot its
   // successor just vacated by copying itself onward), so each key is in one or two of its
   // slots at every instant, never in none.
+  const bool observe = live && move_observer_;
   for (size_t i = path.size() - 1; i-- > 0;) {
     std::memcpy(&g.entry(path[i + 1]), &g.entry(path[i]), sizeof(Entry));
     publish();
+    if (observe) move_observer_();
   }
   std::memcpy(&g.entry(path[0]), &e, sizeof(Entry));
   publish();
+  if (observe) move_observer_();
   moves.store(m + 2, std::memory_order_release);  // even: settled
   if (live) {
     add_st(paths_);
@@ -272,7 +275,7 @@ std::unique_ptr<PilafEngine::Gen> PilafEngine::build(uint64_t entries, size_t ex
   return g;
 }
 
-Status PilafEngine::grow(bool more_entries, bool more_extents) {
+Status PilafEngine::grow(bool more_entries, bool more_extents, size_t record) {
   const Gen& old = *live_;
   uint64_t entries = old.info.entries * (more_entries ? 2 : 1);
   size_t extents = old.info.extent_bytes * (more_extents ? 2 : 1);
@@ -282,6 +285,10 @@ Status PilafEngine::grow(bool more_entries, bool more_extents) {
       const size_t table = pilaf::table_bytes(entries);
       extents = cap_ > table ? (cap_ - table) / kPage * kPage : 0;
       if (extents <= old.info.extent_bytes) return Status::kNoSpace;
+      // The copies pack into the front of the new heap (no more than the old heap's used
+      // bytes); the new record's block must fit behind them and the end marker.
+      const size_t block = round_up(record + 8, Heap::kBlockAlign);
+      if (old.heap.used_bytes() + block + 2 * Heap::kBlockAlign > extents) return Status::kNoSpace;
     } else {
       entries = cap_ > extents + sizeof(TableHeader)
                     ? (cap_ - extents - sizeof(TableHeader)) / sizeof(Entry)
@@ -407,7 +414,7 @@ Status PilafEngine::put(KeyHash, std::string_view key, std::string_view value,
     const bool need_extents = off == Heap::kNil;
     if (need_entries || need_extents) {
       if (!need_extents) g.heap.free(off);
-      if (grow(need_entries, need_extents) != Status::kOk) {
+      if (grow(need_entries, need_extents, rec) != Status::kOk) {
         add_st(stats_.no_space);
         return Status::kNoSpace;
       }

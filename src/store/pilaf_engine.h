@@ -139,6 +139,9 @@ class PilafEngine final : public Engine {
 
   // Table, heap and stats consistency, for tests: "" when fine. O(table + heap).
   std::string check() const;
+  // Tests: called on the owner thread after every entry write of a cuckoo path on the live
+  // table (moves is odd then), to check what a reader could see at that instant.
+  void set_move_observer(std::function<void()> f) { move_observer_ = std::move(f); }
 
  private:
   struct Gen;
@@ -157,8 +160,10 @@ class PilafEngine final : public Engine {
   // Inserts a new entry for `key` (not present) into g; false when no path exists.
   bool insert_entry(Gen& g, std::string_view key, const pilaf::Entry& e, bool live);
   void remove_at(Gen& g, uint64_t slot);
-  // Builds, announces and switches to a larger generation. kNoSpace when the cap forbids it.
-  Status grow(bool more_entries, bool more_extents);
+  // Builds, announces and switches to a larger generation (more slots and/or more extent
+  // bytes, with room for a `record`-byte record when more_extents). kNoSpace, and no change,
+  // when the cap forbids it.
+  Status grow(bool more_entries, bool more_extents, size_t record);
   std::unique_ptr<Gen> build(uint64_t entries, size_t extent_bytes);
   std::unique_ptr<Gen> map_gen(uint64_t entries, size_t extent_bytes, uint32_t generation) const;
   bool expired(uint32_t expire_at) const {
@@ -174,6 +179,7 @@ class PilafEngine final : public Engine {
   };
   std::vector<Retired> retired_;
   PilafHooks hooks_;
+  std::function<void()> move_observer_;
   size_t cap_ = 0;
   size_t min_extent_bytes_ = 0;
   uint32_t grace_ms_ = 0;

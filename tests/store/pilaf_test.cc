@@ -425,6 +425,51 @@ TEST(PilafCuckoo, PathsKeepKeysAndMoveTheSeqlockByTwo) {
   ASSERT_EQ(e.check(), "");
 }
 
+TEST(PilafCuckoo, EveryKeyStaysInOneOrTwoSlotsDuringAMove) {
+  constexpr uint64_t kEntries = 512;
+  PilafOptions p = tiny(kEntries, size_t{256} << 10);
+  p.memory_bytes = pilaf::table_bytes(kEntries) + (size_t{256} << 10);
+  EngineOptions o = opts(0);
+  o.max_value_size = 1024;
+  PilafEngine e(o, p);
+  std::vector<std::string> stored;
+  uint64_t observed = 0;
+  e.set_move_observer([&] {
+    ++observed;
+    const PilafGeneration& g = e.current();
+    uint64_t moves;
+    std::memcpy(&moves, g.table + pilaf::kMovesOffset, 8);
+    ASSERT_EQ(moves % 2, 1u) << "moves must be odd while a path is applied";
+    for (const auto& k : stored) {
+      const pilaf::KeySlots ks = pilaf::key_slots(k, g.entries);
+      int copies = 0;
+      for (uint32_t i = 0; i < pilaf::kWays; ++i) {
+        if (i > 0 && (ks.slot[i] == ks.slot[0] || (i == 2 && ks.slot[2] == ks.slot[1]))) continue;
+        const pilaf::Entry en = read_entry(g, ks.slot[i]);
+        if (pilaf::check_entry(en) != pilaf::EntryState::kUsed || !pilaf::may_hold(en, k, ks.tag)) {
+          continue;
+        }
+        pilaf::Record rec;
+        ASSERT_TRUE(pilaf::check_record(en, g.extents + en.extent_offset, en.kv_size, &rec));
+        copies += rec.key == k;
+      }
+      ASSERT_GE(copies, 1) << k << " in none of its slots mid-move";
+      ASSERT_LE(copies, 2) << k;
+    }
+  });
+  std::mt19937_64 rng(11);
+  while (stored.size() < kEntries * 85 / 100) {
+    std::string k = "m" + std::to_string(rng());
+    ASSERT_EQ(e.put(k, "v"), Status::kOk);
+    stored.push_back(std::move(k));
+  }
+  EXPECT_EQ(e.pilaf_stats().growths, 0u);
+  EXPECT_GT(e.pilaf_stats().paths, 10u);
+  EXPECT_EQ(observed, e.pilaf_stats().paths + e.pilaf_stats().moved_keys);
+  for (const auto& k : stored) ASSERT_EQ(client_get(e.current(), k).kind, ClientResult::kFound);
+  ASSERT_EQ(e.check(), "");
+}
+
 // ---- property test against a model ----------------------------------------------------------
 
 struct ModelItem {
