@@ -9,6 +9,7 @@
 
 #include "store/cache_engine.h"
 #include "store/engine.h"
+#include "store/pilaf_engine.h"
 #include "store/pipeline.h"
 #include "store/store_engine.h"
 #include "test_util.h"
@@ -163,6 +164,21 @@ TEST(StoreProperty, EqualsTheModelWithLargeValues) {
   ASSERT_EQ(dynamic_cast<StoreEngine*>(e.get())->check(), "");
 }
 
+TEST(PilafProperty, EqualsTheModelExactlyWhileGrowing) {
+  FakeClock clock;
+  auto o = small_options(size_t{64} << 20, 0, &clock);
+  o.max_value_size = 4096;
+  PilafOptions p;
+  p.initial_entries = 64;  // grows table and extents many times over the run
+  p.initial_extent_bytes = 4096;
+  p.retire_grace_ms = 0;
+  PilafEngine e(o, p);
+  run_against_model(e, clock, {2000, 600, 10000 * kScale}, true, 7);
+  ASSERT_EQ(e.check(), "");
+  EXPECT_GT(e.pilaf_stats().growths, 4u);
+  EXPECT_GT(e.pilaf_stats().paths, 0u);
+}
+
 TEST(CacheProperty, NoMissesWithoutPressure) {
   FakeClock clock;
   // A log that never wraps and an index far from full: the cache must behave like a store.
@@ -260,6 +276,10 @@ void pipeline_equals_one_call(EngineKind kind, const EngineOptions& o, uint64_t 
 
 TEST(PipelineProperty, StoreBatchEqualsOneCall) {
   pipeline_equals_one_call(EngineKind::kStore, small_options(size_t{8} << 20, 64), 5);
+}
+
+TEST(PipelineProperty, PilafBatchEqualsOneCall) {
+  pipeline_equals_one_call(EngineKind::kPilaf, small_options(size_t{8} << 20, 0), 8);
 }
 
 TEST(PipelineProperty, CacheBatchEqualsOneCallUnderPressure) {
