@@ -300,6 +300,7 @@ struct Client::Impl {
     po.ops = window * n_workers;
     po.max_record = pilaf::record_bytes(store::kMaxKeySize, max_value);
     po.timeout_ms = o.timeout_ms;
+    po.grace_ms = layout.value("pilaf_grace_ms", 5000u);
     pilaf = std::make_unique<client_detail::PilafReader>(
         *fabric, *ep, po, std::move(maps),
         [this](std::vector<client_detail::PilafMap>* maps) { return refresh_pilaf(maps); },
@@ -359,7 +360,11 @@ struct Client::Impl {
 
   // Returns the number of callbacks run.
   size_t on_completion(fabric::Completion& c) {
-    if (c.context == nullptr) return 0;
+    if (c.context == nullptr) {
+      // Our posts all carry a context; shm drops it (and the flags) from a failed READ.
+      if (pilaf && c.error != 0 && !c.inbound) pilaf->on_orphan_error();
+      return 0;
+    }
     if (pilaf && pilaf->owns(c.context)) return pilaf->on_completion(c);
     if (c.context->user == &kRecvMarker) return on_recv(c);
     if (c.context->user != &kTxMarker) return 0;

@@ -53,6 +53,7 @@ PilafReader::PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Opt
                          std::vector<PilafMap> maps, Refresh refresh, Poll poll)
     : ep_(ep), o_(o), maps_(std::move(maps)), refresh_(std::move(refresh)), poll_(std::move(poll)) {
   moves_.assign(maps_.size(), ~uint64_t{0});
+  last_read_.assign(maps_.size(), Clock::now());
   slot_bytes_ = (std::max(o_.max_record, sizeof(pilaf::TableHeader)) + kSlotAlign - 1) & ~(kSlotAlign - 1);
   buf_ = std::make_unique<fabric::RegisteredBuffer>(fabric, slot_bytes_ * o_.ops,
                                                     fabric::Access::kLocalOnly);
@@ -106,6 +107,10 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
 
 // (Re)starts the probes with the current map of the key's worker.
 void PilafReader::start(Op& op) {
+  if (Clock::now() - last_read_[op.worker] > std::chrono::milliseconds(o_.grace_ms / 2)) {
+    // Idle for a while: the generation we know may be gone by now (see Options::grace_ms).
+    if (refresh()) last_read_.assign(maps_.size(), Clock::now());
+  }
   const PilafMap& m = maps_[op.worker];
   op.generation = m.generation;
   op.slots = pilaf::key_slots(op.key, m.entries);
@@ -186,6 +191,7 @@ size_t PilafReader::on_completion(fabric::Completion& c) {
   if (c.context->tag >= ops_.size()) return 0;
   Op& op = ops_[c.context->tag];
   op.read_pending = false;
+  if (c.error == 0) last_read_[op.worker] = Clock::now();
   if (op.zombie) {
     op.zombie = false;
     op.busy = false;
@@ -288,6 +294,13 @@ size_t PilafReader::expire(bool all, Status why) {
   size_t ran = 0;
   auto now = Clock::now();
   for (Op& op : ops_) {
+    if (op.zombie && (all || now >= op.deadline + std::chrono::milliseconds(o_.timeout_ms))) {
+      // Its READ never came back (an error completion that lost its context): free the op.
+      op.zombie = false;
+      op.busy = false;
+      op.read_pending = false;
+      continue;
+    }
     if (!op.busy || op.zombie) continue;
     if (!all && now < op.deadline) continue;
     ran += finish(op, why);

@@ -53,6 +53,11 @@ class PilafReader {
     size_t max_record = 0;     // largest record: ExtentHeader + 250 + max_value
     int timeout_ms = 2000;
     uint32_t max_retries = 64; // torn READs + re-probes + layout refreshes per GET
+    // How long the server keeps a replaced generation registered (layout "pilaf_grace_ms"). A
+    // client that has not READ a worker's table for half of it fetches the layout before its
+    // next GET there, so it never READs a generation the server has released (on tcp such a
+    // READ fails and takes the connection down with it).
+    uint32_t grace_ms = 5000;
   };
   // Fetches every worker's map again (a control request); false when that failed.
   using Refresh = std::function<bool(std::vector<PilafMap>*)>;
@@ -69,6 +74,9 @@ class PilafReader {
 
   bool owns(const fabric::OpContext* ctx) const;
   size_t on_completion(fabric::Completion& c);  // callbacks run
+  // An error completion without its context (shm reports failed READs so, libfabric 1.17):
+  // counted; the GET it belonged to ends by its deadline.
+  void on_orphan_error() { counters_.read_errors++; }
   // Times out GETs past their deadline (all = every GET: the server is gone).
   size_t expire(bool all, Status why);
   size_t in_flight() const { return in_flight_; }
@@ -88,6 +96,7 @@ class PilafReader {
   Options o_;
   std::vector<PilafMap> maps_;
   std::vector<uint64_t> moves_;  // per worker: TableHeader.moves last seen (even), or ~0
+  std::vector<Clock::time_point> last_read_;  // per worker: when a READ of its table returned
   Refresh refresh_;
   Poll poll_;
   size_t slot_bytes_;

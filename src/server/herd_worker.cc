@@ -91,6 +91,7 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
     store::PilafOptions po;
     po.initial_entries = o.pilaf_entries;
     po.initial_extent_bytes = o.pilaf_extents;
+    po.retire_grace_ms = o.pilaf_grace_ms;
     auto engine = std::make_unique<store::PilafEngine>(so, po);
     pilaf_ = engine.get();
     engine_ = std::move(engine);

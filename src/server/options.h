@@ -42,6 +42,8 @@ struct ServerOptions {
   // when full (a new generation, Pilaf sec. 3.3) up to the worker's share of `memory`.
   size_t pilaf_entries = 65536;
   size_t pilaf_extents = size_t{8} << 20;
+  // How long a replaced generation stays registered for clients still READing it.
+  uint32_t pilaf_grace_ms = 5000;
   // Asynchronous log of every PUT/DELETE (Pilaf sec. 4), one file per worker:
   // "<oplog>.<worker>"; replayed at start. "" = off (the default).
   std::string oplog;

@@ -192,7 +192,10 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
                            {"max_value", o_.max_value},    {"max_key", store::kMaxKeySize},
                            {"engine", o_.engine},          {"provider", provider()},
                            {"recv_size", recv}};
-  if (o_.engine == "pilaf") layout["pilaf"] = pilaf;
+  if (o_.engine == "pilaf") {
+    layout["pilaf"] = pilaf;
+    layout["pilaf_grace_ms"] = o_.pilaf_grace_ms;
+  }
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());
   spdlog::info("client {} (epoch {}) joined from session {}", index, epoch, session);

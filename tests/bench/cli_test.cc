@@ -104,7 +104,7 @@ TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
       {"--window 0", "--window"},
       {"--distribution pareto", "unknown distribution"},
       {"--systems cassandra", "unknown system"},
-      {"--systems fabkv:pilaf", "unknown fabkv protocol"},
+      {"--systems fabkv:nonsense", "unknown fabkv protocol"},
       {"--value-size 4", "--value-size"},
       {"--value-size 100000", "max_value"},  // over the started fabkv-server's 64 KiB
       {"--systems memcached --memcached-bin /bin/false", "memcached failed to start"},

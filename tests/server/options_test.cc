@@ -49,6 +49,9 @@ TEST(ServerOptions, LoadsTomlAndRejectsUnknownKeys) {
 
 TEST(ServerOptions, ValidatesRanges) {
   ServerOptions o;
+  EXPECT_THROW(validate(o), std::invalid_argument) << "engine not resolved yet";
+  resolve_defaults(&o);
+  EXPECT_EQ(o.engine, "cache");
   EXPECT_NO_THROW(validate(o));
   o.workers = 0;
   EXPECT_THROW(validate(o), std::invalid_argument);
@@ -56,7 +59,34 @@ TEST(ServerOptions, ValidatesRanges) {
   o.engine = "btree";
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
-  o.protocols = {"herd", "pilaf"};
+  o.protocols = {"herd", "farm"};
+  resolve_defaults(&o);
+  EXPECT_THROW(validate(o), std::invalid_argument) << "not a protocol of this build";
+  o = ServerOptions();
+  o.protocols = {};
+  resolve_defaults(&o);
+  EXPECT_THROW(validate(o), std::invalid_argument);
+  o = ServerOptions();
+  o.slot_size = 100;  // not a multiple of 8
+  resolve_defaults(&o);
+  EXPECT_THROW(validate(o), std::invalid_argument);
+}
+
+TEST(ServerOptions, PilafProtocolsPickThePilafEngine) {
+  ServerOptions o;
+  o.protocols = {"herd", "pilaf", "pilaf-vo"};
+  resolve_defaults(&o);
+  EXPECT_EQ(o.engine, "pilaf");
+  EXPECT_NO_THROW(validate(o));
+  o.engine = "cache";  // pilaf clients READ the pilaf engine's table: nothing else will do
+  EXPECT_THROW(validate(o), std::invalid_argument);
+  o = ServerOptions();
+  o.protocols = {"pilaf"};
+  o.pilaf_entries = 4;
+  resolve_defaults(&o);
+  EXPECT_THROW(validate(o), std::invalid_argument);
+  o.pilaf_entries = 1024;
+  o.pilaf_extents = 100;
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
   o.slot_size = 100;  // not a multiple of 8

@@ -46,7 +46,8 @@ struct RawResponse {
 
 class RawClient {
  public:
-  RawClient(const std::string& provider, const std::string& server, const std::string& transport = "") {
+  RawClient(const std::string& provider, const std::string& server, const std::string& transport = "",
+            const std::string& protocol = "herd") {
     fabric::FabricOptions fo;
     fo.provider = provider;
     fo.quiet = true;
@@ -58,7 +59,7 @@ class RawClient {
     hello.service = herd::kService;
     hello.provider = fabric_->provider_name();
     hello.fabric_address = ep_->name();
-    nlohmann::json p = {{"protocol", "herd"}};
+    nlohmann::json p = {{"protocol", protocol}};
     if (!transport.empty()) p["transport"] = transport;
     auto r = buf_->remote();
     p["region"] = {{"addr", r.addr}, {"length", r.length}, {"key", r.key},
@@ -73,8 +74,10 @@ class RawClient {
       fabric::PeerAddr a = ep_->insert_peer(w.fabric_addresses[i]);
       if (i % k == 0) workers_.push_back(a);
     }
-    for (const auto& reg : w.regions)
+    for (const auto& reg : w.regions) {
       regions_.push_back({reg.addr, reg.length, reg.key, static_cast<fabric::Access>(reg.access)});
+      region_names_.push_back(reg.name);
+    }
     client = layout.at("client");
     epoch = layout.at("epoch");
     window = layout.at("window");
@@ -118,6 +121,40 @@ class RawClient {
   void send_raw(uint32_t w, const char* bytes, size_t len) {
     std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
     post([&] { return ep_->send(buf_->local(2 * 1024 * 1024, len), workers_.at(w), &wctx_); });
+  }
+
+  // The region the Welcome named `name` (e.g. "pilaf.table.0"); throws when there is none.
+  fabric::RemoteRegion region(const std::string& name) const {
+    for (size_t i = 0; i < region_names_.size(); ++i)
+      if (region_names_[i] == name) return regions_[i];
+    throw std::runtime_error("no region " + name);
+  }
+  // READs `len` bytes at `raddr` with `rkey` from worker w's endpoint into our buffer. Returns
+  // the completion's error (0: the bytes are in *out).
+  int read(uint32_t w, uint64_t raddr, uint64_t rkey, size_t len, std::string* out) {
+    fabric::OpContext ctx;
+    long ret;
+    Deadline d = Deadline::after_ms(5000);
+    while ((ret = ep_->read(buf_->local(3 * 1024 * 1024, len), workers_.at(w), raddr, rkey, &ctx)) ==
+               fabric::kAgain && !d.expired())
+      reap();
+    if (ret != 0) return static_cast<int>(-ret);
+    fabric::Completion c[8];
+    while (!d.expired()) {
+      size_t n = ep_->poll(c);
+      for (size_t i = 0; i < n; ++i) {
+        // shm reports a failed READ without its context or flags (libfabric 1.17): ours is the
+        // only operation in flight, so an error without a context is ours too.
+        bool mine = c[i].context == &ctx || (c[i].context == nullptr && c[i].error != 0);
+        if (!mine) {
+          if (c[i].inbound || c[i].error != 0) early_.push_back(std::move(c[i]));
+          continue;
+        }
+        if (c[i].error == 0 && out) out->assign(buf_->data() + 3 * 1024 * 1024, len);
+        return c[i].error;
+      }
+    }
+    return -1;  // no completion within 5 s
   }
 
   uint32_t worker_of(const std::string& key) const {
@@ -188,6 +225,7 @@ class RawClient {
   std::optional<control::ControlClient> ctl_;
   std::vector<fabric::PeerAddr> workers_;
   std::vector<fabric::RemoteRegion> regions_;
+  std::vector<std::string> region_names_;
   std::vector<fabric::OpContext> rx_ctx_;
   fabric::OpContext wctx_;
   std::deque<fabric::Completion> early_;
