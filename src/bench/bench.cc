@@ -190,7 +190,8 @@ int run_bench(const BenchOptions& o) {
         throw std::invalid_argument(fmt::format("values of {} bytes exceed the {} server's max_value {}",
                                                 largest, name.label(), driver->max_value()));
 
-      // The workers' idle poll rate, the reference for how busy a run keeps them.
+      // The workers' idle poll rate (clients connected, nothing sent), the reference for how
+      // busy a run keeps them.
       std::optional<double> idle_rounds_per_s;
       if (name.system == "fabkv") {
         ServerSample a = driver->sample_server();

@@ -136,6 +136,10 @@ json make_record(const RunContext& ctx, const RunResult& r) {
       return static_cast<double>(n) / g;
     };
     p["probes_per_get"] = per_get({"entry_reads"});
+    const double hits = r.protocol.count("hits") ? static_cast<double>(r.protocol.at("hits")) : 0.0;
+    p["probes_per_hit"] = hits > 0 && r.protocol.count("hit_entry_reads")
+                              ? json(static_cast<double>(r.protocol.at("hit_entry_reads")) / hits)
+                              : json(nullptr);
     p["extent_reads_per_get"] = per_get({"extent_reads"});
     p["retries_per_get"] = per_get({"torn_entries", "torn_extents"});
     j["protocol_counters"] = p;

@@ -17,6 +17,7 @@ nlohmann::json PilafCounters::to_json() const {
   return {{"gets", gets},
           {"hits", hits},
           {"entry_reads", entry_reads},
+          {"hit_entry_reads", hit_entry_reads},
           {"extent_reads", extent_reads},
           {"header_reads", header_reads},
           {"torn_entries", torn_entries},
@@ -26,6 +27,7 @@ nlohmann::json PilafCounters::to_json() const {
           {"read_errors", read_errors},
           {"gave_up", gave_up},
           {"probes_per_get", static_cast<double>(entry_reads) / g},
+          {"probes_per_hit", static_cast<double>(hit_entry_reads) / (hits ? static_cast<double>(hits) : 1.0)},
           {"extent_reads_per_get", static_cast<double>(extent_reads) / g},
           {"retries_per_get", static_cast<double>(torn_entries + torn_extents) / g}};
 }
@@ -39,6 +41,7 @@ struct PilafReader::Op {
   pilaf::KeySlots slots{};
   pilaf::Entry entry{};
   uint32_t worker = 0, generation = 0, probe = 0, retries = 0;
+  uint32_t entry_reads = 0;  // this GET's, for hit_entry_reads
   uint64_t moves_before = ~uint64_t{0};  // TableHeader.moves seen before these probes began
   Step step = Step::kEntry;
   bool busy = false;          // a GET is using this op
@@ -92,6 +95,7 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
   op->key.assign(key.data(), key.size());
   op->worker = worker;
   op->retries = 0;
+  op->entry_reads = 0;
   op->deadline = d.at();
   in_flight_++;
   start(*op);
@@ -122,7 +126,10 @@ void PilafReader::start(Op& op) {
 
 void PilafReader::post(Op& op, Step step, uint64_t raddr, size_t len, const fabric::RemoteRegion& r) {
   op.step = step;
-  if (step == Step::kEntry) counters_.entry_reads++;
+  if (step == Step::kEntry) {
+    counters_.entry_reads++;
+    op.entry_reads++;
+  }
   else if (step == Step::kRecord) counters_.extent_reads++;
   else counters_.header_reads++;
   long ret;
@@ -155,7 +162,10 @@ void PilafReader::next_probe(Op& op) {
 size_t PilafReader::finish(Op& op, Status st, std::string_view value, uint64_t version) {
   if (op.zombie || !op.busy) return 0;
   counters_.gets++;
-  if (st == Status::kOk) counters_.hits++;
+  if (st == Status::kOk) {
+    counters_.hits++;
+    counters_.hit_entry_reads += op.entry_reads;
+  }
   in_flight_--;
   Client::Callback cb = std::move(op.cb);
   op.cb = nullptr;

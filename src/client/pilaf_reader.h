@@ -34,7 +34,8 @@ struct PilafMap {
 struct PilafCounters {
   uint64_t gets = 0;            // GETs finished by READs
   uint64_t hits = 0;
-  uint64_t entry_reads = 0;     // probes: 32-byte entry READs (Pilaf fig. 6)
+  uint64_t entry_reads = 0;     // probes: 32-byte entry READs
+  uint64_t hit_entry_reads = 0; // ... of GETs that found their key (Pilaf fig. 6's measure)
   uint64_t extent_reads = 0;    // record READs
   uint64_t header_reads = 0;    // "not found" confirmations (TableHeader.moves)
   uint64_t torn_entries = 0;    // entry CRC mismatch: READ again (Pilaf fig. 9)

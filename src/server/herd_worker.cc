@@ -51,6 +51,7 @@ struct HerdWorker::ClientSlotState {
   uint32_t exp = 1;         // next expected seq (WRITE transport: requests are in order)
   uint32_t stall = 0;       // polls the expected slot has looked wrong
   uint32_t in_flight = 0;   // indirect READs outstanding
+  bool slots = true;        // scan its request slots (a message-only client has none in use)
 };
 
 struct HerdWorker::Pending {
@@ -242,6 +243,7 @@ void HerdWorker::drain_events_st() {
     s.active = true;
     s.epoch = e.info.epoch;
     s.staging = e.info.staging;
+    s.slots = e.info.slots;
     s.exp = 1;
     s.stall = 0;
   }
@@ -354,7 +356,7 @@ void HerdWorker::on_completion_st(fabric::Completion& c) {
 // (Guidelines sec. 4.1: a round's responses then leave as one batch).
 void HerdWorker::scan_region_st() {
   for (uint32_t c = 0; c < max_clients_; ++c) {
-    if (!clients_[c].active) continue;
+    if (!clients_[c].active || !clients_[c].slots) continue;
     take_slot_st(c);
     if (!batching_ && (!batch_.empty() || !out_.empty())) execute_st();
   }

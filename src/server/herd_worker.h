@@ -44,6 +44,7 @@ struct ClientInfo {
   uint16_t epoch = 0;
   std::vector<uint8_t> address;   // the client's endpoint name
   fabric::RemoteRegion staging;   // client memory the worker READs indirect requests from
+  bool slots = true;              // it WRITEs requests into its slots (else it only SENDs)
 };
 
 class HerdWorker {

@@ -162,6 +162,7 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     ci.epoch = epoch;
     ci.address = hello.fabric_address;
     ci.staging = staging;
+    ci.slots = transport == "write";
     wk->add_client(std::move(ci));
   }
   const size_t recv = workers_[0]->recv_size();
