@@ -168,6 +168,7 @@ int run_bench(const BenchOptions& o) {
       d.clients = max_clients;
       d.window = o.window;
       d.timeout_ms = o.timeout_ms;
+      d.pilaf_parallel_probes = o.pilaf_parallel_probes;
       std::unique_ptr<Driver> driver;
       if (name.system == "fabkv") {
         if (o.server.empty()) server = LocalServer::start_fabkv(ss);

@@ -35,6 +35,7 @@ struct BenchOptions {
   std::string fabkv_server_bin, memcached_bin, redis_bin;  // "" = defaults
   std::string command;    // for the records
   bool quiet = false;     // no progress lines
+  bool pilaf_parallel_probes = false;  // fabkv:pilaf clients READ h1, h2, h3 at once
   // Set by a signal handler: the current run is abandoned (no line written), servers stopped.
   const std::atomic<bool>* stop = nullptr;
 };

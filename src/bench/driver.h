@@ -73,6 +73,7 @@ struct DriverOptions {
   size_t clients = 1;     // logical clients (connections)
   uint32_t window = 1;    // outstanding requests per client (sizes buffers)
   int timeout_ms = 5000;  // per-request bound
+  bool pilaf_parallel_probes = false;  // fabkv:pilaf: READ the three entries at once
   pid_t server_pid = 0;   // when we started the server: for its CPU accounting (0: unknown)
 };
 

@@ -63,6 +63,7 @@ class FabkvDriver final : public Driver {
     co.provider = o.provider;
     co.secret = o.secret;
     co.timeout_ms = o.timeout_ms;
+    co.pilaf_parallel_probes = o.pilaf_parallel_probes;
     for (size_t i = 0; i < o.clients; ++i) {
       try {
         clients_.push_back(Client::connect(co));

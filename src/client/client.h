@@ -47,6 +47,9 @@ struct ClientOptions {
   // always at least one largest request (the client reconnects once if the server's max_value
   // needs more).
   size_t staging_bytes = 0;
+  // pilaf: READ a key's three table entries at once instead of one after another (one round
+  // trip instead of up to three; ~3 entry READs per GET instead of ~1.6 at 75% fill).
+  bool pilaf_parallel_probes = false;
 };
 
 enum class Status {

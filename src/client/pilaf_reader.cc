@@ -32,22 +32,33 @@ nlohmann::json PilafCounters::to_json() const {
           {"retries_per_get", static_cast<double>(torn_entries + torn_extents) / g}};
 }
 
-enum class PilafReader::Step : uint8_t { kEntry, kRecord, kHeader };
+// kEntries: entry READs of this round (one, or three in parallel); kRecord: the record of
+// entry `probe`; kHeader: TableHeader.moves/state after three misses.
+enum class PilafReader::Step : uint8_t { kEntries, kRecord, kHeader };
+
+// Per op, its slice of the buffer: the three entries at 0, 32, 64, the record (or the header's
+// 16 bytes) at kRecordAt. READ k uses ctx[k]: 0..2 the entries, 3 the record or header.
+namespace {
+constexpr size_t kRecordAt = 128;
+constexpr uint32_t kRecordCtx = 3;
+}  // namespace
 
 struct PilafReader::Op {
-  fabric::OpContext ctx;
+  fabric::OpContext ctx[4];
   Client::Callback cb;
   std::string key;
   pilaf::KeySlots slots{};
   pilaf::Entry entry{};
   uint32_t worker = 0, generation = 0, probe = 0, retries = 0;
   uint32_t entry_reads = 0;  // this GET's, for hit_entry_reads
+  uint32_t pending = 0;      // READs into our buffer not yet completed
+  uint8_t have = 0;          // bit i: entry i of this round is in the buffer
   uint64_t moves_before = ~uint64_t{0};  // TableHeader.moves seen before these probes began
-  Step step = Step::kEntry;
-  bool busy = false;          // a GET is using this op
-  bool read_pending = false;  // a READ into our buffer has not completed
-  bool zombie = false;        // the callback ran (timeout); waiting for the READ to come back
-  bool refreshed = false;     // already fetched the layout once after a READ error
+  Step step = Step::kEntries;
+  bool busy = false;       // a GET is using this op
+  bool zombie = false;     // the callback ran (timeout); waiting for its READs to come back
+  bool failed = false;     // a READ of the current step failed
+  bool refreshed = false;  // already fetched the layout once after a READ error
   Clock::time_point deadline{};
   size_t buf_off = 0;
 };
@@ -57,13 +68,16 @@ PilafReader::PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Opt
     : ep_(ep), o_(o), maps_(std::move(maps)), refresh_(std::move(refresh)), poll_(std::move(poll)) {
   moves_.assign(maps_.size(), ~uint64_t{0});
   last_read_.assign(maps_.size(), Clock::now());
-  slot_bytes_ = (std::max(o_.max_record, sizeof(pilaf::TableHeader)) + kSlotAlign - 1) & ~(kSlotAlign - 1);
+  slot_bytes_ = (kRecordAt + std::max(o_.max_record, sizeof(pilaf::TableHeader)) + kSlotAlign - 1) &
+                ~(kSlotAlign - 1);
   buf_ = std::make_unique<fabric::RegisteredBuffer>(fabric, slot_bytes_ * o_.ops,
                                                     fabric::Access::kLocalOnly);
   ops_ = std::vector<Op>(o_.ops);
   for (size_t i = 0; i < ops_.size(); ++i) {
-    ops_[i].ctx.user = &kPilafMarker;
-    ops_[i].ctx.tag = i;
+    for (uint32_t k = 0; k < 4; ++k) {
+      ops_[i].ctx[k].user = &kPilafMarker;
+      ops_[i].ctx[k].tag = i * 4 + k;
+    }
     ops_[i].buf_off = i * slot_bytes_;
   }
 }
@@ -90,6 +104,7 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
   }
   op->busy = true;
   op->zombie = false;
+  op->failed = false;
   op->refreshed = false;
   op->cb = std::move(cb);
   op->key.assign(key.data(), key.size());
@@ -99,7 +114,7 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
   op->deadline = d.at();
   in_flight_++;
   start(*op);
-  if (!op->read_pending && op->busy && !op->zombie) {
+  if (op->pending == 0 && op->busy && !op->zombie) {
     // Not even the first READ could be posted: nothing started, no callback.
     op->busy = false;
     op->cb = nullptr;
@@ -118,25 +133,25 @@ void PilafReader::start(Op& op) {
   const PilafMap& m = maps_[op.worker];
   op.generation = m.generation;
   op.slots = pilaf::key_slots(op.key, m.entries);
-  op.probe = 0;
   op.moves_before = moves_[op.worker];  // read before any of the probes below
-  post(op, Step::kEntry, m.table.at(pilaf::entry_offset(op.slots.slot[0])), sizeof(pilaf::Entry),
-       m.table);
+  op.have = 0;
+  if (o_.parallel_probes) {
+    op.step = Step::kEntries;
+    op.probe = 0;
+    for (uint32_t i = 0; i < pilaf::kWays; ++i) post_entry(op, i);
+    return;
+  }
+  evaluate(op, 0);
 }
 
-void PilafReader::post(Op& op, Step step, uint64_t raddr, size_t len, const fabric::RemoteRegion& r) {
-  op.step = step;
-  if (step == Step::kEntry) {
-    counters_.entry_reads++;
-    op.entry_reads++;
-  }
-  else if (step == Step::kRecord) counters_.extent_reads++;
-  else counters_.header_reads++;
+// Posts READ k of `op` (counted); false when it could not be posted.
+bool PilafReader::post(Op& op, uint32_t k, size_t local_off, uint64_t raddr, size_t len,
+                       uint64_t rkey) {
   long ret;
   Deadline d = Deadline::after_ms(o_.timeout_ms);
   // -FI_EAGAIN: a full queue, or (shm, tcp) the first operation to a peer: progress, retry.
-  while ((ret = ep_.read(buf_->local(op.buf_off, len), maps_[op.worker].peer, raddr, r.key,
-                         &op.ctx)) == fabric::kAgain &&
+  while ((ret = ep_.read(buf_->local(op.buf_off + local_off, len), maps_[op.worker].peer, raddr,
+                         rkey, &op.ctx[k])) == fabric::kAgain &&
          !d.expired()) {
     fabric::Completion c[8];
     size_t n = ep_.poll(c);
@@ -145,18 +160,71 @@ void PilafReader::post(Op& op, Step step, uint64_t raddr, size_t len, const fabr
       if (owns(c[i].context)) on_completion(c[i]);
     }
   }
-  op.read_pending = ret == 0;
+  if (ret != 0) return false;
+  op.pending++;
+  return true;
 }
 
-void PilafReader::next_probe(Op& op) {
+void PilafReader::post_entry(Op& op, uint32_t i) {
   const PilafMap& m = maps_[op.worker];
-  if (++op.probe < pilaf::kWays) {
-    post(op, Step::kEntry, m.table.at(pilaf::entry_offset(op.slots.slot[op.probe])),
-         sizeof(pilaf::Entry), m.table);
-    return;
+  counters_.entry_reads++;
+  op.entry_reads++;
+  post(op, i, i * sizeof(pilaf::Entry), m.table.at(pilaf::entry_offset(op.slots.slot[i])),
+       sizeof(pilaf::Entry), m.table.key);
+}
+
+// Walks the key's slots from `from` on with the entries in the buffer, READing those that are
+// not (one at a time), until a READ is outstanding or the GET is decided.
+void PilafReader::evaluate(Op& op, uint32_t from) {
+  const PilafMap& m = maps_[op.worker];
+  const char* buf = buf_->data() + op.buf_off;
+  for (uint32_t i = from; i < pilaf::kWays; ++i) {
+    op.step = Step::kEntries;
+    op.probe = i;
+    if (!(op.have & (1u << i))) {
+      post_entry(op, i);
+      return;
+    }
+    pilaf::Entry e;
+    std::memcpy(&e, buf + i * sizeof(pilaf::Entry), sizeof(e));
+    switch (pilaf::check_entry(e)) {
+      case pilaf::EntryState::kTorn:
+        // The worker was writing this entry: READ it again (Pilaf sec. 3.3).
+        if (retry(op, &counters_.torn_entries) == 0) {
+          op.have &= static_cast<uint8_t>(~(1u << i));
+          post_entry(op, i);
+        }
+        return;
+      case pilaf::EntryState::kRetired:
+        // The table was replaced by a larger generation: learn it and start over.
+        if (retry(op, nullptr) == 0) {
+          if (!refresh()) {
+            finish(op, Status::kServerGone);
+            return;
+          }
+          start(op);
+        }
+        return;
+      case pilaf::EntryState::kEmpty:
+        continue;
+      case pilaf::EntryState::kUsed:
+        if (!pilaf::may_hold(e, op.key, op.slots.tag)) continue;
+        if (kRecordAt + e.kv_size > slot_bytes_ || e.extent_offset + e.kv_size > m.extents.length) {
+          // A sealed entry that cannot be right for this layout: count it, skip it.
+          if (retry(op, &counters_.torn_entries) != 0) return;
+          continue;
+        }
+        op.entry = e;
+        op.step = Step::kRecord;
+        counters_.extent_reads++;
+        post(op, kRecordCtx, kRecordAt, m.extents.at(e.extent_offset), e.kv_size, m.extents.key);
+        return;
+    }
   }
   // Three misses: confirm that no cuckoo move ran during the probes (layout.h's rules).
-  post(op, Step::kHeader, m.table.at(pilaf::kMovesOffset), 16, m.table);
+  op.step = Step::kHeader;
+  counters_.header_reads++;
+  post(op, kRecordCtx, kRecordAt, m.table.at(pilaf::kMovesOffset), 16, m.table.key);
 }
 
 size_t PilafReader::finish(Op& op, Status st, std::string_view value, uint64_t version) {
@@ -169,7 +237,7 @@ size_t PilafReader::finish(Op& op, Status st, std::string_view value, uint64_t v
   in_flight_--;
   Client::Callback cb = std::move(op.cb);
   op.cb = nullptr;
-  if (op.read_pending) op.zombie = true;  // keep the buffer until the READ returns
+  if (op.pending > 0) op.zombie = true;  // keep the buffer until its READs return
   else op.busy = false;
   if (cb) cb(st, value, version);
   return 1;
@@ -198,105 +266,86 @@ bool PilafReader::refresh() {
 }
 
 size_t PilafReader::on_completion(fabric::Completion& c) {
-  if (c.context->tag >= ops_.size()) return 0;
-  Op& op = ops_[c.context->tag];
-  op.read_pending = false;
-  if (c.error == 0) last_read_[op.worker] = Clock::now();
+  const size_t index = c.context->tag / 4;
+  const uint32_t k = static_cast<uint32_t>(c.context->tag % 4);
+  if (index >= ops_.size()) return 0;
+  Op& op = ops_[index];
+  if (op.pending > 0) op.pending--;
+  if (c.error == 0) {
+    last_read_[op.worker] = Clock::now();
+    if (k < kRecordCtx) op.have |= static_cast<uint8_t>(1u << k);
+  } else {
+    // A READ the server's NIC refused: the region went away (a generation released after its
+    // grace) or the server is gone.
+    counters_.read_errors++;
+    op.failed = true;
+  }
   if (op.zombie) {
-    op.zombie = false;
-    op.busy = false;
+    if (op.pending == 0) {
+      op.zombie = false;
+      op.busy = false;
+    }
     return 0;
   }
-  if (!op.busy) return 0;
-  if (c.error != 0) {
-    // A READ the server's NIC refused: the region went away (a generation reaped after its
-    // grace) or the server is gone. Fetch the layout once and start over.
-    counters_.read_errors++;
+  if (!op.busy || op.pending > 0) return 0;  // the rest of this round is still on its way
+  const size_t gets_before = counters_.gets;
+  if (op.failed) {
+    // Fetch the layout once and start over; a second failure ends the GET.
+    op.failed = false;
     if (op.refreshed || !refresh()) return finish(op, Status::kServerGone);
     op.refreshed = true;
     start(op);
-    return op.read_pending ? 0 : finish(op, Status::kError);
-  }
-  const char* buf = buf_->data() + op.buf_off;
-  const PilafMap& m = maps_[op.worker];
-  size_t ran = 0;
-  switch (op.step) {
-    case Step::kEntry: {
-      pilaf::Entry e;
-      std::memcpy(&e, buf, sizeof(e));
-      switch (pilaf::check_entry(e)) {
-        case pilaf::EntryState::kTorn:
-          // The worker was writing this entry: READ it again (Pilaf sec. 3.3).
-          if ((ran = retry(op, &counters_.torn_entries)) == 0)
-            post(op, Step::kEntry, m.table.at(pilaf::entry_offset(op.slots.slot[op.probe])),
-                 sizeof(pilaf::Entry), m.table);
+  } else {
+    const char* rec_buf = buf_->data() + op.buf_off + kRecordAt;
+    switch (op.step) {
+      case Step::kEntries:
+        evaluate(op, op.probe);
+        break;
+      case Step::kRecord: {
+        pilaf::Record rec;
+        if (!pilaf::check_record(op.entry, rec_buf, op.entry.kv_size, &rec)) {
+          // The record was freed and reused under us: READ the entry again.
+          if (retry(op, &counters_.torn_extents) == 0) {
+            op.have &= static_cast<uint8_t>(~(1u << op.probe));
+            evaluate(op, op.probe);
+          }
           break;
-        case pilaf::EntryState::kRetired:
-          // The table was replaced by a larger generation: learn it and start over.
-          if ((ran = retry(op, nullptr)) == 0) {
+        }
+        if (rec.key != op.key) {
+          evaluate(op, op.probe + 1);
+          break;
+        }
+        if (rec.header.expire_at != 0 &&
+            static_cast<uint64_t>(std::time(nullptr)) >= rec.header.expire_at)
+          return finish(op, Status::kNotFound);
+        return finish(op, Status::kOk, rec.value, rec.header.version);
+      }
+      case Step::kHeader: {
+        uint64_t moves;
+        uint32_t state;
+        std::memcpy(&moves, rec_buf, 8);
+        std::memcpy(&state, rec_buf + 8, 4);
+        if (state == pilaf::kStateRetired) {
+          if (retry(op, nullptr) == 0) {
             if (!refresh()) return finish(op, Status::kServerGone);
             start(op);
           }
           break;
-        case pilaf::EntryState::kEmpty:
-          next_probe(op);
-          break;
-        case pilaf::EntryState::kUsed:
-          if (!pilaf::may_hold(e, op.key, op.slots.tag)) {
-            next_probe(op);
-          } else if (e.kv_size > slot_bytes_ || e.extent_offset + e.kv_size > m.extents.length) {
-            // A sealed entry that cannot be right for this layout: count it, give up on it.
-            ran = retry(op, &counters_.torn_entries);
-            if (ran == 0) next_probe(op);
-          } else {
-            op.entry = e;
-            post(op, Step::kRecord, m.extents.at(e.extent_offset), e.kv_size, m.extents);
-          }
-          break;
-      }
-      break;
-    }
-    case Step::kRecord: {
-      pilaf::Record rec;
-      if (!pilaf::check_record(op.entry, buf, op.entry.kv_size, &rec)) {
-        // The record was freed and reused under us: READ the entry again.
-        if ((ran = retry(op, &counters_.torn_extents)) == 0)
-          post(op, Step::kEntry, m.table.at(pilaf::entry_offset(op.slots.slot[op.probe])),
-               sizeof(pilaf::Entry), m.table);
-        break;
-      }
-      if (rec.key != op.key) {
-        next_probe(op);
-        break;
-      }
-      if (rec.header.expire_at != 0 &&
-          static_cast<uint64_t>(std::time(nullptr)) >= rec.header.expire_at)
-        return finish(op, Status::kNotFound);
-      return finish(op, Status::kOk, rec.value, rec.header.version);
-    }
-    case Step::kHeader: {
-      uint64_t moves;
-      uint32_t state;
-      std::memcpy(&moves, buf, 8);
-      std::memcpy(&state, buf + 8, 4);
-      if (state == pilaf::kStateRetired) {
-        if ((ran = retry(op, nullptr)) == 0) {
-          if (!refresh()) return finish(op, Status::kServerGone);
+        }
+        if ((moves & 1) == 0 && moves == op.moves_before) return finish(op, Status::kNotFound);
+        // A move began or ended since before our probes: the key may have gone from a slot we
+        // had not READ yet to one we had. Probe again with this value as the reference.
+        if (retry(op, &counters_.reprobes) == 0) {
+          moves_[op.worker] = moves;  // start() takes it as this GET's reference
           start(op);
         }
         break;
       }
-      if ((moves & 1) == 0 && moves == op.moves_before) return finish(op, Status::kNotFound);
-      // A move began or ended since before our probes: the key may have gone from a slot we had
-      // not READ yet to one we had. Probe again with this value as the reference.
-      if ((ran = retry(op, &counters_.reprobes)) == 0) {
-        moves_[op.worker] = moves;  // start() takes it as this GET's reference
-        start(op);
-      }
-      break;
     }
   }
-  if (ran == 0 && op.busy && !op.zombie && !op.read_pending) ran = finish(op, Status::kError);
+  size_t ran = counters_.gets - gets_before;
+  // Still ours, nothing outstanding: a READ could not be posted.
+  if (op.busy && !op.zombie && op.pending == 0) ran += finish(op, Status::kError);
   return ran;
 }
 
@@ -305,10 +354,10 @@ size_t PilafReader::expire(bool all, Status why) {
   auto now = Clock::now();
   for (Op& op : ops_) {
     if (op.zombie && (all || now >= op.deadline + std::chrono::milliseconds(o_.timeout_ms))) {
-      // Its READ never came back (an error completion that lost its context): free the op.
+      // Its READs never came back (an error completion that lost its context): free the op.
       op.zombie = false;
       op.busy = false;
-      op.read_pending = false;
+      op.pending = 0;
       continue;
     }
     if (!op.busy || op.zombie) continue;
@@ -317,7 +366,7 @@ size_t PilafReader::expire(bool all, Status why) {
     if (all) {
       op.zombie = false;
       op.busy = false;
-      op.read_pending = false;
+      op.pending = 0;
     }
   }
   return ran;

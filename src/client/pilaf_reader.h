@@ -1,8 +1,10 @@
 // PilafReader: the client half of Pilaf (Pilaf sec. 3.2-3.4): GETs served by one-sided READs of
 // a worker's self-verifying cuckoo table and extents, without the server's CPU. The lookup
 // rules are in proto/pilaf/layout.h; this class runs them as a state machine per GET so that up
-// to `ops` GETs are in flight at once, each waiting for one READ at a time (as Pilaf-em-OPT,
-// HERD sec. 5.1.1, does): entry h1, then h2, then h3, then the record.
+// to `ops` GETs are in flight at once. By default each GET waits for one READ before the next
+// (as Pilaf-em-OPT, HERD sec. 5.1.1, does): entry h1, then h2, then h3, then the record. With
+// Options::parallel_probes it READs the three entries at once (one round trip instead of up to
+// three, for ~1.9 more entry READs per hit at 75% fill).
 //
 // Owned by Client::Impl and driven by its poll loop: completions whose context owns() says are
 // ours go to on_completion(). Owner thread only.
@@ -59,6 +61,7 @@ class PilafReader {
     // next GET there, so it never READs a generation the server has released (on tcp such a
     // READ fails and takes the connection down with it).
     uint32_t grace_ms = 5000;
+    bool parallel_probes = false;  // READ h1, h2, h3 at once
   };
   // Fetches every worker's map again (a control request); false when that failed.
   using Refresh = std::function<bool(std::vector<PilafMap>*)>;
@@ -87,8 +90,9 @@ class PilafReader {
   struct Op;
   enum class Step : uint8_t;
   void start(Op& op);
-  void post(Op& op, Step step, uint64_t raddr, size_t len, const fabric::RemoteRegion& r);
-  void next_probe(Op& op);
+  bool post(Op& op, uint32_t k, size_t local_off, uint64_t raddr, size_t len, uint64_t rkey);
+  void post_entry(Op& op, uint32_t i);
+  void evaluate(Op& op, uint32_t from);
   size_t finish(Op& op, Status st, std::string_view value = {}, uint64_t version = 0);
   size_t retry(Op& op, uint64_t* counter);
   bool refresh();

@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   app.add_option("--memcached-bin", o.memcached_bin, "memcached binary (default: on PATH)");
   app.add_option("--redis-bin", o.redis_bin, "redis-server binary (default: on PATH)");
   app.add_flag("--quiet", o.quiet, "no load-phase progress");
+  app.add_flag("--pilaf-parallel-probes", o.pilaf_parallel_probes,
+               "fabkv:pilaf clients READ a key's three table entries at once");
   auto* matrix = app.add_subcommand("matrix", "sweep clients x read ratio x distribution x value "
                                     "size (defaults: clients 1,4,8; read ratio 0.95,0.5; uniform,zipf; 32 B)");
   auto* report = app.add_subcommand("report", "PNG plots and summary.md from JSON Lines results");

@@ -266,6 +266,47 @@ TEST_P(PilafE2E, ProbesPerGetAtThreeQuartersFill) {
   EXPECT_GE(extents, 1.0);
 }
 
+// The same lookups with the three entries READ at once: the same answers, one entry round of
+// three READs per GET (plus a header READ per miss), and a model map still holds.
+TEST_P(PilafE2E, ParallelProbesGiveTheSameAnswers) {
+  start({"--pilaf-entries", "1024"});
+  auto writer = Client::connect(options("pilaf"));
+  ClientOptions po = options("pilaf");
+  po.pilaf_parallel_probes = true;
+  auto reader = Client::connect(po);
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 700; ++i) {
+    std::string k = "par-" + std::to_string(i);
+    ASSERT_EQ(writer->put(k, value_for(k, i, 40)), Status::kOk);
+    model[k] = value_for(k, i, 40);
+  }
+  for (int i = 0; i < 700; i += 4) {
+    ASSERT_EQ(writer->del("par-" + std::to_string(i)), Status::kOk);
+    model.erase("par-" + std::to_string(i));
+  }
+  size_t answered = 0, wrong = 0;
+  for (int i = 0; i < 800; ++i) {  // 100 never-written keys too
+    std::string k = "par-" + std::to_string(i);
+    auto it = model.find(k);
+    std::string want = it == model.end() ? "" : it->second;
+    ASSERT_EQ(reader->get_async(k, [&, want](Status s, std::string_view v, uint64_t) {
+      answered++;
+      if (want.empty() ? s != Status::kNotFound : (s != Status::kOk || v != want)) wrong++;
+    }), Status::kOk);
+  }
+  ASSERT_EQ(reader->flush(), Status::kOk);
+  EXPECT_EQ(answered, 800u);
+  EXPECT_EQ(wrong, 0u);
+  auto pc = reader->protocol_counters();
+  const uint64_t gets = pc.at("gets"), retries = pc.at("torn_entries").get<uint64_t>() +
+                                                   pc.at("reprobes").get<uint64_t>();
+  EXPECT_EQ(gets, 800u);
+  if (retries == 0) {
+    EXPECT_EQ(pc.at("entry_reads").get<uint64_t>(), 3 * gets);
+    EXPECT_EQ(pc.at("header_reads").get<uint64_t>(), 800u - model.size());
+  }
+}
+
 TEST_P(PilafE2E, ConnectRejectsWhatCannotWork) {
   start();
   ClientOptions o = options("pilaf");
