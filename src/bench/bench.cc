@@ -156,8 +156,10 @@ int run_bench(const BenchOptions& o) {
         ss.protocols = "pilaf,pilaf-vo";
         ss.pilaf_entries = std::max<size_t>(16, o.base.keys);
         const uint32_t largest_value = std::max(value_size, o.base.value_size_max);
-        ss.pilaf_extents = std::max<size_t>(
-            size_t{8} << 20, o.base.keys * ((16 + o.base.key_size + largest_value + 16 + 15) & ~size_t{15}) * 2);
+        // A record: 16-byte header + key + value, plus the heap's 8-byte block header, in 16-byte
+        // blocks; 25% on top for fragmentation (values change size with --value-size-max).
+        const size_t record = (16 + o.base.key_size + largest_value + 8 + 15) & ~size_t{15};
+        ss.pilaf_extents = std::max<size_t>(size_t{8} << 20, o.base.keys * record * 5 / 4);
       }
       ss.redis_bin = o.redis_bin;
       std::unique_ptr<LocalServer> server;

@@ -160,9 +160,16 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
   if (::access(bin.c_str(), X_OK) != 0)
     throw std::runtime_error("fabkv-server not found at " + bin + " (build it, or give --server)");
   std::string log = temp_log("fabkv-server");
+  // The pilaf engine must hold its whole table and extents within --memory (it refuses to
+  // grow past it): raise the memory when the sizes asked for need more.
+  std::string memory = s.memory;
+  if (s.pilaf_entries || s.pilaf_extents) {
+    size_t need_mib = ((s.pilaf_entries * 32 + s.pilaf_extents) >> 20) + 16;
+    if (need_mib > memory_mib(s.memory)) memory = std::to_string(need_mib) + "M";
+  }
   std::vector<std::string> argv = {bin, "--provider", s.provider, "--listen", "127.0.0.1:0",
                                    "--cores", std::to_string(s.core), "--protocols", s.protocols,
-                                   "--memory", s.memory, "--window", std::to_string(s.window),
+                                   "--memory", memory, "--window", std::to_string(s.window),
                                    "--max-clients", std::to_string(s.max_clients), "--log", "warn"};
   if (s.protocols == "herd") argv.insert(argv.end(), {"--engine", "cache"});
   if (s.pilaf_entries) argv.insert(argv.end(), {"--pilaf-entries", std::to_string(s.pilaf_entries)});
