@@ -19,6 +19,7 @@
 #include "control/client.h"
 #include "fabric/endpoint.h"
 #include "fabric/error.h"
+#include "proto/json.h"
 #include "proto/pilaf/layout.h"
 #include "store/hash.h"
 #include "store/limits.h"
@@ -51,10 +52,7 @@ constexpr size_t kExtraRecvs = 4;
 // Markers in OpContext::user telling transmit from receive completions.
 char kTxMarker, kRecvMarker;
 
-std::vector<uint8_t> json_bytes(const nlohmann::json& j) {
-  std::string s = j.dump();
-  return {s.begin(), s.end()};
-}
+using proto::json_bytes;
 
 // The indirect path's client memory: a bump allocator that restarts at 0 whenever nothing is
 // in use. Indirect requests are the rare, large ones, so simplicity beats packing.
@@ -162,11 +160,7 @@ struct Client::Impl {
                                                              fabric::Access::kRemoteRead);
     staging.emplace(staging_bytes);
     fabric::RemoteRegion sr = staging_buf->remote();
-    nlohmann::json payload = {
-        {"protocol", o.protocol},
-        {"region",
-         {{"addr", sr.addr}, {"length", sr.length}, {"key", sr.key},
-          {"access", static_cast<uint32_t>(sr.access)}}}};
+    nlohmann::json payload = {{"protocol", o.protocol}, {"region", proto::region_to_json(sr)}};
     if (!o.transport.empty()) payload["transport"] = o.transport;
     else if (o.protocol != herd::kProtocol) payload["transport"] = "send";
     control::Hello hello;
@@ -240,10 +234,7 @@ struct Client::Impl {
       }
       if (!send_transport) {
         std::string name = fmt::format("herd.requests.{}", i);
-        auto it = std::find_if(w.regions.begin(), w.regions.end(),
-                               [&](const control::RegionDescriptor& r) { return r.name == name; });
-        if (it == w.regions.end()) bad_layout("no region " + name);
-        wk.region = {it->addr, it->length, it->key, static_cast<fabric::Access>(it->access & 3)};
+        wk.region = region_of(w, name);
         size_t end = herd::slot_offset(client, window, slot_size, window - 1) + slot_size;
         if (end > wk.region.length)
           bad_layout(fmt::format("{} ({} bytes) has no slots for client {}", name,
@@ -268,17 +259,12 @@ struct Client::Impl {
     }
   }
 
-  // Pilaf: each worker's table and extents, from the Welcome's regions (at connect) or a
-  // {"op": "layout"} control request (after a growth).
+  // The Welcome's region called `name` (HERD's request regions, pilaf's tables and extents).
   static fabric::RemoteRegion region_of(const control::Welcome& w, const std::string& name) {
     auto it = std::find_if(w.regions.begin(), w.regions.end(),
                            [&](const control::RegionDescriptor& r) { return r.name == name; });
     if (it == w.regions.end()) bad_layout("no region " + name);
     return {it->addr, it->length, it->key, static_cast<fabric::Access>(it->access & 3)};
-  }
-  static fabric::RemoteRegion region_of(const nlohmann::json& j) {
-    return {j.at("addr").get<uint64_t>(), j.at("length").get<uint64_t>(),
-            j.at("key").get<uint64_t>(), static_cast<fabric::Access>(j.at("access").get<uint32_t>() & 3)};
   }
 
   void setup_pilaf(const control::Welcome& w) {
@@ -318,8 +304,8 @@ struct Client::Impl {
       for (size_t i = 0; i < maps->size(); ++i) {
         (*maps)[i].generation = ws.at(i).at("generation").get<uint32_t>();
         (*maps)[i].entries = ws.at(i).at("entries").get<uint64_t>();
-        (*maps)[i].table = region_of(ws.at(i).at("table"));
-        (*maps)[i].extents = region_of(ws.at(i).at("extents"));
+        (*maps)[i].table = proto::region_from_json(ws.at(i).at("table"));
+        (*maps)[i].extents = proto::region_from_json(ws.at(i).at("extents"));
         if ((*maps)[i].entries == 0) return false;
       }
       return true;

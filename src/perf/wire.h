@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fabric/memory_region.h"
+#include "proto/json.h"
 
 namespace fabkv::perf {
 
@@ -38,19 +39,9 @@ inline uint32_t load_u32(const void* p) {
 }
 inline void store_u32(void* p, uint32_t v) { std::memcpy(p, &v, sizeof(v)); }
 
-inline nlohmann::json region_to_json(const fabric::RemoteRegion& r) {
-  return {{"addr", r.addr}, {"length", r.length}, {"key", r.key},
-          {"access", static_cast<uint32_t>(r.access)}};
-}
-inline fabric::RemoteRegion region_from_json(const nlohmann::json& j) {
-  return {j.at("addr").get<uint64_t>(), j.at("length").get<uint64_t>(), j.at("key").get<uint64_t>(),
-          static_cast<fabric::Access>(j.at("access").get<uint32_t>())};
-}
-
-inline std::vector<uint8_t> json_bytes(const nlohmann::json& j) {
-  std::string s = j.dump();
-  return {s.begin(), s.end()};
-}
+using proto::json_bytes;
+using proto::region_from_json;
+using proto::region_to_json;
 inline nlohmann::json bytes_json(std::span<const uint8_t> b) {
   return nlohmann::json::parse(b.begin(), b.end());
 }

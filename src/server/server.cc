@@ -1,23 +1,37 @@
 #include "server/server.h"
 
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include "common/log.h"
 #include "control/client.h"
+#include "proto/json.h"
 #include "store/limits.h"
 
 namespace fabkv::server {
 
 namespace {
 
-fabric::RemoteRegion region_from_json(const nlohmann::json& j) {
-  return {j.at("addr").get<uint64_t>(), j.at("length").get<uint64_t>(), j.at("key").get<uint64_t>(),
-          static_cast<fabric::Access>(j.at("access").get<uint32_t>())};
-}
+using proto::region_from_json;
+using proto::region_to_json;
 
-nlohmann::json region_to_json(const fabric::RemoteRegion& r) {
-  return {{"addr", r.addr}, {"length", r.length}, {"key", r.key},
-          {"access", static_cast<uint32_t>(r.access)}};
+// A worker replays only its own log file (FILE.<worker>) and keys are partitioned by worker
+// count, so a log is only valid for the worker count that wrote it: FILE.workers records it.
+void check_oplog_workers(const ServerOptions& o) {
+  const std::string meta = o.oplog + ".workers";
+  std::ifstream in(meta);
+  uint32_t recorded = 0;
+  if (in >> recorded) {
+    if (recorded != o.workers)
+      throw std::runtime_error(fmt::format(
+          "the op log {}.* was written by {} worker(s); keys are partitioned by worker, so start "
+          "with --workers {} (or move the log away)", o.oplog, recorded, recorded));
+    return;
+  }
+  std::ofstream out(meta, std::ios::trunc);
+  out << o.workers << "\n";
+  if (!out) throw std::runtime_error("cannot write " + meta);
 }
 
 }  // namespace
@@ -33,6 +47,7 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   fo.provider = o.provider;
   fo.peer_host = host;  // auto: a loopback listener means same-host clients (shm)
   fo.bind_host = (host == "0.0.0.0" || host == "::") ? "" : host;
+  if (!o.oplog.empty()) check_oplog_workers(o);
   for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<HerdWorker>(w, o, fo));
 
   control::ControlServer::Handlers h;

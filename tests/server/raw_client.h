@@ -17,6 +17,7 @@
 #include "fabric/endpoint.h"
 #include "perf/process.h"
 #include "proto/herd/wire.h"
+#include "proto/json.h"
 #include "store/hash.h"
 #include "support/ready_process.h"
 
@@ -61,9 +62,7 @@ class RawClient {
     hello.fabric_address = ep_->name();
     nlohmann::json p = {{"protocol", protocol}};
     if (!transport.empty()) p["transport"] = transport;
-    auto r = buf_->remote();
-    p["region"] = {{"addr", r.addr}, {"length", r.length}, {"key", r.key},
-                   {"access", static_cast<uint32_t>(r.access)}};
+    p["region"] = proto::region_to_json(buf_->remote());
     std::string s = p.dump();
     hello.payload.assign(s.begin(), s.end());
     ctl_.emplace(control::ControlClient::connect(server, hello, 5000));
