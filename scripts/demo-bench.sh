@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job's benchmark: builds fabkv-bench and fabkv-server if needed, runs a short default
 # matrix (clients 1,4,8 x 95%/50% GET x uniform/Zipf, 16 B keys, 32 B values, 2 s per run)
-# against fabkv:herd over shm, memcached and redis (each server pinned to core 0, the load
+# against fabkv:herd and fabkv:pilaf over shm, memcached and redis (each server pinned to core 0, the load
 # generator to core 1), prints the summary table and writes the report with its plots.
 #
 #   scripts/demo-bench.sh [OUT_DIR]        default OUT_DIR: reports/<timestamp>
@@ -12,7 +12,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 OUT=${1:-$ROOT/reports/$(date +%Y%m%d-%H%M%S)}
-SYSTEMS=${SYSTEMS:-fabkv:herd,memcached,redis}
+SYSTEMS=${SYSTEMS:-fabkv:herd,fabkv:pilaf,memcached,redis}
 CLIENTS=${CLIENTS:-1,4,8}
 READ_RATIOS=${READ_RATIOS:-0.95,0.5}
 DISTRIBUTIONS=${DISTRIBUTIONS:-uniform,zipf}
