@@ -38,6 +38,7 @@ const char* to_string(Status s) {
     case Status::kTimeout: return "timeout";
     case Status::kMalformed: return "malformed request";
     case Status::kError: return "error";
+    case Status::kContended: return "contended: the key kept changing under 64 READs";
   }
   return "unknown status";
 }

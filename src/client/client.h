@@ -63,6 +63,8 @@ enum class Status {
   kTimeout,          // no answer within timeout_ms
   kMalformed,        // the server could not parse our request (a bug on one side)
   kError,            // anything else (the server failed to serve it, a local fabric error)
+  kContended,        // pilaf GET: the key changed under every one of 64 READs (a writer is
+                     // rewriting it without pause); nothing is wrong, retry later
 };
 const char* to_string(Status s);
 

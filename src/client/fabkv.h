@@ -27,7 +27,8 @@ typedef enum fabkv_status {
   FABKV_MALFORMED = 8,         /* the server could not parse the request */
   FABKV_ERROR = 9,             /* any other failure */
   FABKV_BUFFER_TOO_SMALL = 10, /* fabkv_get: the value does not fit; *vlen has its size */
-  FABKV_INVALID_ARGUMENT = 11  /* a NULL client or pointer */
+  FABKV_INVALID_ARGUMENT = 11, /* a NULL client or pointer */
+  FABKV_CONTENDED = 12         /* pilaf get: the key kept changing under 64 READs; retry later */
 } fabkv_status;
 
 typedef struct fabkv_client fabkv_client;

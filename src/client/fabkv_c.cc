@@ -27,6 +27,7 @@ int to_c(fabkv::Status s) {
     case fabkv::Status::kTimeout: return FABKV_TIMEOUT;
     case fabkv::Status::kMalformed: return FABKV_MALFORMED;
     case fabkv::Status::kError: return FABKV_ERROR;
+    case fabkv::Status::kContended: return FABKV_CONTENDED;
   }
   return FABKV_ERROR;
 }
@@ -128,6 +129,7 @@ const char* fabkv_strerror(int status) {
     case FABKV_ERROR: return "error";
     case FABKV_BUFFER_TOO_SMALL: return "buffer too small";
     case FABKV_INVALID_ARGUMENT: return "invalid argument";
+    case FABKV_CONTENDED: return "contended";
   }
   return "unknown status";
 }

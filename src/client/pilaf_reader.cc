@@ -249,7 +249,7 @@ size_t PilafReader::retry(Op& op, uint64_t* counter) {
   if (counter) (*counter)++;
   if (++op.retries > o_.max_retries) {
     counters_.gave_up++;
-    return finish(op, Status::kError);
+    return finish(op, Status::kContended);
   }
   return 0;
 }

@@ -145,7 +145,7 @@ TEST(Responses, StatusMappingAndParsing) {
 }
 
 TEST(Client, StatusNames) {
-  for (int s = 0; s <= static_cast<int>(Status::kError); ++s)
+  for (int s = 0; s <= static_cast<int>(Status::kContended); ++s)
     EXPECT_STRNE(to_string(static_cast<Status>(s)), "unknown status");
 }
 
