@@ -89,8 +89,10 @@ void CacheEngine::prefetch_item(KeyHash h) const {
   }
 }
 
-Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
-  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
+// Forced inline: as an out-of-line call it cost the one-call GET ~25% (fabkv-store-bench
+// GET/uniform/cache, 8.8 -> 6.5 M/s), the out-parameters then going through memory.
+[[gnu::always_inline]] inline uint64_t* CacheEngine::find(KeyHash h, std::string_view key,
+                                                          const std::byte** item, ItemHeader* hdr) {
   CacheBucket& b = bucket(h);
   const uint16_t tag = tag_of(h);
   for (uint64_t& e : b.entries) {
@@ -103,24 +105,37 @@ Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
       sub_st(stats_.items);
       continue;
     }
-    const std::byte* item = item_at(abs);
-    const ItemHeader hdr = layout::load_header(item);
-    if (!key_matches(item, hdr, key)) continue;  // tag collision
-    if (expired(hdr)) {
-      e = 0;
-      add_st(stats_.expired);
-      sub_st(stats_.items);
-      break;
-    }
-    out.value = std::string_view(
-        reinterpret_cast<const char*>(layout::item_key(item)) + hdr.key_size, hdr.value_size);
-    out.version = hdr.version;
-    out.expire_at = hdr.expire_at;
-    add_st(stats_.hits);
-    return Status::kOk;
+    const std::byte* it = item_at(abs);
+    const ItemHeader ih = layout::load_header(it);
+    if (!key_matches(it, ih, key)) continue;  // tag collision
+    *item = it;
+    *hdr = ih;
+    return &e;
   }
-  add_st(stats_.misses);
-  return Status::kNotFound;
+  return nullptr;
+}
+
+Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
+  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
+  const std::byte* item = nullptr;
+  ItemHeader hdr{};
+  uint64_t* e = find(h, key, &item, &hdr);
+  if (e != nullptr && expired(hdr)) {
+    *e = 0;
+    add_st(stats_.expired);
+    sub_st(stats_.items);
+    e = nullptr;
+  }
+  if (e == nullptr) {
+    add_st(stats_.misses);
+    return Status::kNotFound;
+  }
+  out.value = std::string_view(
+      reinterpret_cast<const char*>(layout::item_key(item)) + hdr.key_size, hdr.value_size);
+  out.version = hdr.version;
+  out.expire_at = hdr.expire_at;
+  add_st(stats_.hits);
+  return Status::kOk;
 }
 
 uint64_t CacheEngine::append(std::string_view key, std::string_view value, const ItemHeader& h) {
@@ -243,31 +258,19 @@ Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
 
 Status CacheEngine::del(KeyHash h, std::string_view key) {
   if (Status st = check_key(key, stats_); st != Status::kOk) return st;
-  CacheBucket& b = bucket(h);
-  const uint16_t tag = tag_of(h);
-  for (uint64_t& e : b.entries) {
-    if (layout::entry_tag(e) != tag) continue;
-    uint64_t abs;
-    if (!live(e, &abs)) {
-      e = 0;
-      add_st(stats_.evictions);
-      sub_st(stats_.items);
-      continue;
-    }
-    const std::byte* item = item_at(abs);
-    const ItemHeader hdr = layout::load_header(item);
-    if (!key_matches(item, hdr, key)) continue;
-    // The log item stays where it is; without an index entry nothing can reach it.
-    e = 0;
-    sub_st(stats_.items);
-    if (expired(hdr)) {
-      add_st(stats_.expired);
-      return Status::kNotFound;
-    }
-    add_st(stats_.dels);
-    return Status::kOk;
+  const std::byte* item = nullptr;
+  ItemHeader hdr{};
+  uint64_t* e = find(h, key, &item, &hdr);
+  if (e == nullptr) return Status::kNotFound;
+  // The log item stays where it is; without an index entry nothing can reach it.
+  *e = 0;
+  sub_st(stats_.items);
+  if (expired(hdr)) {
+    add_st(stats_.expired);
+    return Status::kNotFound;
   }
-  return Status::kNotFound;
+  add_st(stats_.dels);
+  return Status::kOk;
 }
 
 void CacheEngine::run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap) {
