@@ -4,6 +4,7 @@
 // a writer (Pilaf fig. 9), probes per GET at 75% fill (Pilaf fig. 6), GETs that never reach the
 // server's CPU, fabkv-cli, and the op log across a restart.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -313,6 +314,44 @@ TEST_P(PilafE2E, ParallelProbesGiveTheSameAnswers) {
     EXPECT_EQ(pc.at("entry_reads").get<uint64_t>(), 3 * gets);
     EXPECT_EQ(pc.at("header_reads").get<uint64_t>(), 800u - model.size());
   }
+}
+
+// A load generator killed in the middle of its READs and PUTs: GETs left nothing on the
+// server, its PUTs in flight are answered or dropped, and everyone else is served on.
+TEST_P(PilafE2E, AClientKilledMidRequestLeavesTheServerServing) {
+  start({"--max-clients", "64"});
+  auto c = Client::connect(options("pilaf"));
+  ASSERT_EQ(c->put("survivor", "still-here"), Status::kOk);
+  perf::ChildProcess load({FABKV_BENCH_BIN, "--server", server_->address(), "--provider",
+                           GetParam(), "--systems", "fabkv:pilaf", "--read-ratio", "0.7",
+                           "--keys", "2000", "--clients", "4", "--window", "4", "--duration", "30",
+                           "--warmup", "0", "--client-core", "-1", "--quiet"});
+  // Wait until it is past loading and measuring, then kill it mid-flight.
+  std::string line;
+  Deadline ready = Deadline::after_ms(60000);  // sanitizer builds on a loaded CI host are slow
+  uint64_t puts = 0;
+  while (!ready.expired()) {
+    puts = worker_sum(c->stats(), "puts");
+    if (puts > 2500) break;  // loaded 2000 keys and is into the run's PUTs
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(puts, 2500u) << "the load generator never got going";
+  load.kill(SIGKILL);
+  load.wait(Deadline::after_ms(5000));
+  perf::remove_shm_leftovers(load.pid());
+  // Its connections close; the server goes on serving this client and new ones.
+  std::string v;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(c->get("survivor", &v), Status::kOk);
+    ASSERT_EQ(v, "still-here");
+  }
+  auto fresh = Client::connect(options("pilaf-vo"));
+  ASSERT_EQ(fresh->put("after-kill", "ok"), Status::kOk);
+  ASSERT_EQ(c->get("after-kill", &v), Status::kOk);
+  Deadline gone = Deadline::after_ms(30000);
+  while (!gone.expired() && c->stats().at("clients").at("departed").get<uint64_t>() < 4)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GE(c->stats().at("clients").at("departed").get<uint64_t>(), 4u);
 }
 
 TEST_P(PilafE2E, ConnectRejectsWhatCannotWork) {
