@@ -130,10 +130,7 @@ Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
     add_st(stats_.misses);
     return Status::kNotFound;
   }
-  out.value = std::string_view(
-      reinterpret_cast<const char*>(layout::item_key(item)) + hdr.key_size, hdr.value_size);
-  out.version = hdr.version;
-  out.expire_at = hdr.expire_at;
+  out = layout::item_view(item, hdr);
   add_st(stats_.hits);
   return Status::kOk;
 }

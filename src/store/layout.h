@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "store/engine.h"
 #include "store/limits.h"
 #include "store/tuning.h"
 
@@ -55,6 +56,12 @@ inline ItemHeader load_header(const std::byte* p) {
 inline void store_header(std::byte* p, const ItemHeader& h) { std::memcpy(p, &h, sizeof h); }
 
 inline const std::byte* item_key(const std::byte* p) { return p + kItemHeaderSize; }
+
+// What a GET hands out for the item at `p` with header `h`: a view of its value in place.
+inline ItemView item_view(const std::byte* p, const ItemHeader& h) {
+  return {std::string_view(reinterpret_cast<const char*>(item_key(p)) + h.key_size, h.value_size),
+          h.version, h.expire_at};
+}
 
 // Index entry, 64 bits: tag in the high 16 bits, a 48-bit location in the low 48. An all-zero
 // entry is empty; tags are never 0 (hash.h), so a used entry is never 0.

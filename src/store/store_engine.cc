@@ -111,10 +111,7 @@ Status StoreEngine::get(KeyHash h, std::string_view key, ItemView& out) {
     const std::byte* it = item(s.bucket->entries[s.index]);
     const ItemHeader hdr = layout::load_header(it);
     if (!expired(hdr)) {
-      out.value = std::string_view(
-          reinterpret_cast<const char*>(layout::item_key(it)) + hdr.key_size, hdr.value_size);
-      out.version = hdr.version;
-      out.expire_at = hdr.expire_at;
+      out = layout::item_view(it, hdr);
       add_st(stats_.hits);
       return Status::kOk;
     }
