@@ -11,6 +11,8 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 JOBS       ?= $(shell nproc)
 CMAKE_GEN  := -G Ninja
+# libfabric 2.x built by scripts/install-libfabric.sh (absent when the system has >= 2).
+export PKG_CONFIG_PATH := $(CURDIR)/.deps/libfabric/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
 
 .PHONY: all deps build demo test test-release test-asan test-tsan clean
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages fabkv needs to build, test and run its demo.
+# Installs the Debian packages fabkv needs to build, test and run its demo, then libfabric 2.x
+# from Debian's source package (scripts/install-libfabric.sh; it needs the autotools, rdma-core's
+# headers for the verbs provider, curl and xz below).
 # Idempotent and quiet when everything is present; uses sudo when not root.
 set -euo pipefail
 
 PACKAGES=(
   g++ clang libclang-rt-14-dev cmake ninja-build pkg-config make
-  libfabric-dev libfabric-bin
+  autoconf automake libtool libibverbs-dev librdmacm-dev curl xz-utils ca-certificates
   libgtest-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libxxhash-dev libisal-dev
@@ -19,7 +21,8 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ${#missing[@]} -eq 0 ]; then exec "$ROOT/scripts/install-libfabric.sh" >/dev/null; fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -27,3 +30,4 @@ echo "fabkv: installing Debian packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+exec "$ROOT/scripts/install-libfabric.sh" >/dev/null

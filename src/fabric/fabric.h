@@ -75,6 +75,6 @@ class Fabric {
 };
 
 // The libfabric API version fabkv asks for (Debian 12 ships 1.17).
-inline constexpr uint32_t kFiVersionMajor = 1, kFiVersionMinor = 17;
+inline constexpr uint32_t kFiVersionMajor = 2, kFiVersionMinor = 0;
 
 }  // namespace fabkv::fabric
