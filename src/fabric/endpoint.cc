@@ -55,6 +55,7 @@ void Endpoint::open_common(fi_info* base) {
   info->rx_attr->size = options_.rx_depth;
   int ret = fi_endpoint(fabric_.domain(), info, &ep_, nullptr);
   inject_size_ = info->tx_attr->inject_size;
+  remote_write_takes_recv_ = (info->mode & FI_RX_CQ_DATA) != 0;
   fi_freeinfo(info);
   check(ret, "fi_endpoint");
   fi_cq_attr cq_attr{};

@@ -147,6 +147,7 @@ class Endpoint {
                 const uint64_t* imm);
   void count_post(Verb v, size_t bytes, const PostOptions& o, bool imm);
   void to_completion(const void* entry, Completion* c);
+  OpContext* own_context(uint64_t flags, void* op_context) const;
 
   Fabric& fabric_;
   EndpointOptions options_;
@@ -156,6 +157,7 @@ class Endpoint {
   fid_eq* eq_ = nullptr;  // msg only: connection events
   size_t inject_size_ = 0;
   bool shutdown_ = false;
+  bool remote_write_takes_recv_ = false;  // FI_RX_CQ_DATA mode: remote WRITEs consume a receive
   VerbCounters counters_;
   std::vector<OpContext> scratch_ring_;
   size_t scratch_next_ = 0;

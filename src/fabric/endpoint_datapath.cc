@@ -181,6 +181,22 @@ long Endpoint::compare_swap(LocalBuffer swap, LocalBuffer compare, LocalBuffer r
 
 namespace {
 
+// Every flag that names an operation or its direction.
+constexpr uint64_t kOperationFlags = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ |
+                                     FI_REMOTE_WRITE | FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC;
+
+// Remote CQ data arrives either with a receive (FI_RECV) or with a remote WRITE
+// (FI_REMOTE_WRITE), so a completion that carries it and names no operation is a remote WRITE
+// with immediate data. libfabric 2.0 to 2.4's shm reports those with FI_REMOTE_CQ_DATA alone
+// (its "cleanup op flags" change, ofiwg/libfabric fc24cadcf, dropped the FI_RMA |
+// FI_REMOTE_WRITE that 1.17 set; 5f73ca045 puts them back in 2.5). Without this, fabkv took
+// the announcement for a local completion and never counted the inbound WRITE.
+uint64_t normalized_flags(uint64_t flags) {
+  if ((flags & FI_REMOTE_CQ_DATA) != 0 && (flags & kOperationFlags) == 0)
+    flags |= FI_RMA | FI_REMOTE_WRITE;
+  return flags;
+}
+
 Verb verb_from_flags(uint64_t flags, Verb fallback) {
   if (flags & FI_ATOMIC) return Verb::kAtomic;
   if (flags & FI_RECV) return Verb::kRecv;
@@ -193,27 +209,38 @@ Verb verb_from_flags(uint64_t flags, Verb fallback) {
 
 }  // namespace
 
+// A remote WRITE's completion at the target belongs to no operation of ours unless the
+// provider consumed one of our receives for it (FI_RX_CQ_DATA mode, verbs): its op_context is
+// then NULL by the spec, but shm fills it with an internal message id (smr_progress_cmd_rma),
+// which must never be taken for an OpContext.
+OpContext* Endpoint::own_context(uint64_t flags, void* op_context) const {
+  if ((flags & FI_REMOTE_WRITE) != 0 && (flags & FI_RECV) == 0 && !remote_write_takes_recv_)
+    return nullptr;
+  return static_cast<OpContext*>(op_context);
+}
+
 void Endpoint::to_completion(const void* raw, Completion* c) {
   const auto* e = static_cast<const fi_cq_data_entry*>(raw);
-  c->context = static_cast<OpContext*>(e->op_context);
-  c->flags = e->flags;
+  const uint64_t flags = normalized_flags(e->flags);
+  c->context = own_context(flags, e->op_context);
+  c->flags = flags;
   c->len = e->len;
   c->buf = e->buf;
-  c->has_data = (e->flags & FI_REMOTE_CQ_DATA) != 0;
+  c->has_data = (flags & FI_REMOTE_CQ_DATA) != 0;
   c->data = c->has_data ? e->data : 0;
-  c->multi_recv_done = (e->flags & FI_MULTI_RECV) != 0;
+  c->multi_recv_done = (flags & FI_MULTI_RECV) != 0;
   c->error = 0;
   c->error_text.clear();
-  c->verb = verb_from_flags(e->flags, c->context ? c->context->verb : Verb::kSend);
-  // Remote-write-with-immediate completions carry no local context.
-  c->inbound = (e->flags & (FI_RECV | FI_REMOTE_WRITE | FI_REMOTE_READ)) != 0;
+  c->verb = verb_from_flags(flags, c->context ? c->context->verb : Verb::kSend);
+  // Remote-write-with-immediate completions carry no local context (see own_context).
+  c->inbound = (flags & (FI_RECV | FI_REMOTE_WRITE | FI_REMOTE_READ)) != 0;
   if (c->inbound) {
-    if (c->verb == Verb::kRecv && (e->flags & FI_MSG) == 0 && (e->flags & FI_REMOTE_CQ_DATA) &&
-        (e->flags & FI_REMOTE_WRITE)) {
+    if (c->verb == Verb::kRecv && (flags & FI_MSG) == 0 && (flags & FI_REMOTE_CQ_DATA) &&
+        (flags & FI_REMOTE_WRITE)) {
       c->verb = Verb::kWrite;
     }
     // A multi-recv release notice with no message carries no arrival.
-    if (!(c->multi_recv_done && e->len == 0 && !(e->flags & FI_MSG)))
+    if (!(c->multi_recv_done && e->len == 0 && !(flags & FI_MSG)))
       counters_.on_inbound(c->verb == Verb::kRecv ? Verb::kRecv : c->verb, e->len);
     if (c->verb == Verb::kRecv) counters_.on_complete(Verb::kRecv);
   } else {
@@ -238,10 +265,11 @@ size_t Endpoint::poll(std::span<Completion> out) {
       if (fi_cq_readerr(cq_, &err, 0) > 0) {
         Completion& c = out[got++];
         c = Completion{};
-        c.context = static_cast<OpContext*>(err.op_context);
-        c.flags = err.flags;
-        c.verb = verb_from_flags(err.flags, c.context ? c.context->verb : Verb::kSend);
-        c.inbound = (err.flags & FI_RECV) != 0 && c.context == nullptr;
+        const uint64_t flags = normalized_flags(err.flags);
+        c.context = own_context(flags, err.op_context);
+        c.flags = flags;
+        c.verb = verb_from_flags(flags, c.context ? c.context->verb : Verb::kSend);
+        c.inbound = (flags & (FI_RECV | FI_REMOTE_WRITE)) != 0 && c.context == nullptr;
         c.error = err.err != 0 ? err.err : FI_EOTHER;
         char buf[256] = {};
         const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));

@@ -185,6 +185,13 @@ TEST_P(FabricOps, WriteWithImmediateLandsAndIsAnnounced) {
   } while (after["write"]["inbound"] == before["write"]["inbound"] && !d.expired());
   EXPECT_EQ(after["write"]["inbound"].get<uint64_t>() - before["write"]["inbound"].get<uint64_t>(),
             1u);
+  EXPECT_EQ(after["write"]["inbound_bytes"].get<uint64_t>() -
+                before["write"]["inbound_bytes"].get<uint64_t>(),
+            8u);
+  // ...and is not mistaken for a completion of one of the target's own operations (libfabric
+  // 2.1's shm flags it FI_REMOTE_CQ_DATA alone; fabkv read that as a local SEND completion).
+  for (const char* verb : {"read", "write", "send", "recv", "atomic"})
+    EXPECT_EQ(after[verb]["completed"], before[verb]["completed"]) << verb;
   run_ops(1, 1, [&](int) {
     return c.ep->read(c.local->local(64, 8), c.peer, c.target.at(c.area), c.target.key, nullptr);
   });
