@@ -218,7 +218,9 @@ TEST_F(MsgEndpoint, WriteReadSendAndWriteImmAcrossProcessesWithExactCounters) {
     return ep_->write_imm(local_->local(8192, 8), 0xfab, fabric::kNoPeer, remote_.at(8192),
                           remote_.key, nullptr);
   });
-  // "IMM <data> <len>": tcp (libfabric 1.17) reports len 0 for a remote write-with-data.
+  // "IMM <data> <len>": the peer's inbound completion and the length it reports. tcp reports
+  // the WRITE's payload length since libfabric 1.18 (ofiwg/libfabric 922219650, "write len
+  // field of cq_entry for writedata", as fi_cq(3) asks); 1.17 reported 0.
   std::istringstream imm(peer_->expect("IMM "));
   uint64_t imm_data = 0, imm_len = ~uint64_t{0};
   imm >> imm_data >> imm_len;
@@ -257,9 +259,9 @@ TEST_F(MsgEndpoint, WriteReadSendAndWriteImmAcrossProcessesWithExactCounters) {
   EXPECT_EQ(p["recv"]["inbound"].get<uint64_t>(), static_cast<uint64_t>(kEchoes));
   EXPECT_EQ(p["recv"]["inbound_bytes"].get<uint64_t>(), send_bytes);
   EXPECT_EQ(p["write"]["inbound"].get<uint64_t>(), 1u);
-  // Whatever length the provider reports for it (pinned: tcp says 0, see above).
+  // The length the provider reports for it (pinned: 8, the WRITE's payload; see above).
   EXPECT_EQ(p["write"]["inbound_bytes"].get<uint64_t>(), imm_len);
-  EXPECT_EQ(imm_len, 0u) << "tcp now reports the length of a write-with-data; count 8 here";
+  EXPECT_EQ(imm_len, 8u) << "tcp no longer reports the length of a write-with-data";
   EXPECT_EQ(p["send"]["posted"].get<uint64_t>(), static_cast<uint64_t>(kEchoes));
   EXPECT_EQ(p["send"]["bytes"].get<uint64_t>(), send_bytes);
   EXPECT_EQ(p["write"]["posted"].get<uint64_t>(), 0u);
