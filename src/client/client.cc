@@ -19,6 +19,7 @@
 #include "control/client.h"
 #include "fabric/endpoint.h"
 #include "fabric/error.h"
+#include "fabric/isolation.h"
 #include "proto/json.h"
 #include "proto/pilaf/layout.h"
 #include "store/hash.h"
@@ -115,6 +116,7 @@ struct Client::Impl {
   uint16_t client = 0, epoch = 0;
   uint32_t n_workers = 0, window = 0, slot_size = 0, queues = 1;
   size_t max_value = 0, recv_size = 0;
+  size_t tx_stride = 0;  // bytes per request slot in `tx` (room for lock-free padding)
   bool send_transport = false;
 
   std::vector<Worker> workers;
@@ -243,9 +245,12 @@ struct Client::Impl {
       }
     }
     size_t slots_total = size_t{n_workers} * window;
-    tx = std::make_unique<fabric::RegisteredBuffer>(*fabric, slots_total * slot_size,
+    // Messages of a size the provider would carry under a process-shared lock are sent padded
+    // (fabric/isolation.h): the send transport's slots and every receive buffer have room.
+    tx_stride = send_transport ? fabric::lock_free_capacity(*fabric, slot_size) : slot_size;
+    tx = std::make_unique<fabric::RegisteredBuffer>(*fabric, slots_total * tx_stride,
                                                     fabric::Access::kLocalOnly);
-    recv_size = (recv_size + 7) & ~size_t{7};
+    recv_size = (fabric::lock_free_capacity(*fabric, recv_size) + 7) & ~size_t{7};
     size_t n_recv = slots_total + kExtraRecvs;
     rx = std::make_unique<fabric::RegisteredBuffer>(*fabric, n_recv * recv_size,
                                                     fabric::Access::kLocalOnly);
@@ -329,7 +334,7 @@ struct Client::Impl {
 
   // ---- data path -------------------------------------------------------------------------
 
-  size_t tx_offset(uint32_t w, uint32_t s) const { return (size_t{w} * window + s) * slot_size; }
+  size_t tx_offset(uint32_t w, uint32_t s) const { return (size_t{w} * window + s) * tx_stride; }
   char* tx_area(uint32_t w, uint32_t s) { return tx->data() + tx_offset(w, s); }
 
   // Runs a request's callback once, then marks it finished (the callback may post more).
@@ -389,8 +394,11 @@ struct Client::Impl {
     if (c.error == 0) {
       client_detail::ParsedResponse r;
       const char* buf = rx->data() + i * recv_size;
+      // Only answers to this incarnation of our index: a response the server built for a
+      // departed client whose index we took must never complete one of our requests.
       if (client_detail::parse_response(buf, std::min(c.len, recv_size), &r) &&
-          r.header.worker < workers.size()) {
+          r.header.worker < workers.size() && r.header.client == client &&
+          r.header.epoch == epoch) {
         Worker& wk = workers[r.header.worker];
         for (Slot& s : wk.slots) {
           if ((s.awaiting || s.zombie) && s.seq == r.header.seq && s.op == r.header.op) {
@@ -481,7 +489,8 @@ struct Client::Impl {
     size_t inline_bytes = herd::request_bytes(body);
     bool indirect = !send_transport && inline_bytes > slot_size;
     bool staged_send = send_transport && inline_bytes > slot_size;
-    size_t staging_len = indirect ? body : (staged_send ? inline_bytes : 0);
+    size_t staging_len =
+        indirect ? body : (staged_send ? fabric::lock_free_len(*fabric, inline_bytes) : 0);
     Deadline d = Deadline::after_ms(o.timeout_ms);
     // Wait for the slot and staging bytes; callbacks run meanwhile may take slots, so
     // re-check both on every round and claim nothing until both are there.
@@ -520,10 +529,10 @@ struct Client::Impl {
       src = tx->local(tx_offset(w, si), n);
     } else if (staged_send) {
       size_t n = client_detail::encode_inline(staging_buf->data() + off, f, key, value);
-      src = staging_buf->local(off, n);
+      src = staging_buf->local(off, fabric::lock_free_len(*fabric, n));
     } else {
       size_t n = client_detail::encode_inline(tx_area(w, si), f, key, value);
-      src = tx->local(tx_offset(w, si), n);
+      src = tx->local(tx_offset(w, si), send_transport ? fabric::lock_free_len(*fabric, n) : n);
     }
     s.cb = std::move(cb);
     s.awaiting = true;

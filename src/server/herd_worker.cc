@@ -7,6 +7,7 @@
 #include "common/cpu.h"
 #include "common/log.h"
 #include "fabric/error.h"
+#include "fabric/isolation.h"
 #include "server/oplog.h"
 #include "store/hash.h"
 #include "store/limits.h"
@@ -26,8 +27,16 @@ constexpr uint32_t kStallPolls = 20000;
 // Every k-th response is signaled so the transmit queue's credits keep flowing
 // (Guidelines sec. 3.1: selective signaling).
 constexpr uint64_t kSignalEvery = 16;
-// SEND transport: multi-recv buffers per worker.
+// SEND transport: multi-recv buffers per receiving endpoint.
 constexpr size_t kRxBuffers = 2;
+// A peer whose SENDs the provider has refused for this long is dropped (the client died inside
+// the provider, or stopped draining its queue); meanwhile its responses wait in its backlog and
+// the worker serves everyone else.
+constexpr int64_t kPeerStallMs = 250;
+// Isolated clients' endpoints: a client has at most W requests per worker in flight, so small
+// queues do; the command queue (rx) also takes one notice per READ/WRITE the client posts, and
+// the worker drains it every round.
+constexpr size_t kClientTxDepth = 256, kClientRxDepth = 256;
 
 WireStatus to_wire(store::Status s) {
   switch (s) {
@@ -50,12 +59,18 @@ struct HerdWorker::ClientSlotState {
   fabric::RemoteRegion staging;
   uint32_t exp = 1;         // next expected seq (WRITE transport: requests are in order)
   uint32_t stall = 0;       // polls the expected slot has looked wrong
-  uint32_t in_flight = 0;   // indirect READs outstanding
+  uint32_t in_flight = 0;   // indirect READs outstanding for this epoch
   bool slots = true;        // scan its request slots (a message-only client has none in use)
+  bool dropped = false;     // dropped for refusing SENDs; no longer served
+  uint64_t sent = 0;        // SENDs posted on its own endpoint (isolated)
+  std::deque<Outgoing> backlog;   // responses the provider refused, oldest first
+  Clock::time_point stuck_since{};  // when backlog's head was first refused
+  std::vector<uint8_t> address;   // its endpoint name (to reclaim a dead shm peer's region)
 };
 
 struct HerdWorker::Pending {
   uint32_t client;
+  uint16_t epoch;  // the client incarnation it came from: answered only if still current
   uint32_t seq;
   store::Request req;
 };
@@ -75,14 +90,27 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   fabric::FabricOptions f = fo;
   f.quiet = index > 0;  // one provider log line per server is enough
   fabric_ = fabric::Fabric::open(f);
+  isolated_ = fabric::isolate_peers(*fabric_);
+  // Responses (header + value) and requests are padded where the provider would otherwise
+  // take a process-shared lock (fabric/isolation.h): size every buffer for that.
+  recv_size_ = fabric::lock_free_capacity(*fabric_, sizeof(ResponseHeader) + max_value_);
+  tx_stride_ = (recv_size_ + 7) & ~size_t{7};
   fabric::EndpointOptions eo;
   eo.tx_depth = 1024;
   eo.rx_depth = 1024;
   eo.cq_depth = 8192;
   eo.selective_completion = true;
   eo.av_size = max_clients_;
-  eo.min_multi_recv = sizeof(RequestHeader) + staging_slot_ + 8;
-  for (uint32_t q = 0; q < queues_; ++q) eps_.push_back(std::make_unique<fabric::Endpoint>(*fabric_, eo));
+  eo.min_multi_recv = fabric::lock_free_capacity(*fabric_, sizeof(RequestHeader) + staging_slot_ + 8);
+  if (!isolated_) {
+    for (uint32_t q = 0; q < queues_; ++q)
+      eps_.push_back(std::make_unique<fabric::Endpoint>(*fabric_, eo));
+  }
+  client_eo_ = eo;
+  client_eo_.tx_depth = kClientTxDepth;
+  client_eo_.rx_depth = kClientRxDepth;
+  client_eo_.cq_depth = 2 * (kClientTxDepth + kClientRxDepth);
+  client_eo_.av_size = 4;
 
   store::EngineOptions so;
   so.memory_bytes = o.memory / o.workers;
@@ -125,7 +153,7 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   const size_t slots = size_t{max_clients_} * window_;
   region_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, slots * slot_size_,
                                                        fabric::Access::kRemoteWrite);
-  tx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, slots * recv_size(),
+  tx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, slots * tx_stride_,
                                                    fabric::Access::kLocalOnly);
   staging_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, slots * staging_slot_,
                                                         fabric::Access::kLocalOnly);
@@ -136,16 +164,73 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   for (uint32_t c = 0; c < max_clients_; ++c) idle_[c].store(true);
 
   if (messages_) {
-    const size_t per = std::max<size_t>(size_t{4} << 20, 8 * eo.min_multi_recv);
-    rx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, per * kRxBuffers,
+    // Shared: kRxBuffers on the first endpoint. Isolated: kRxBuffers on each client's own,
+    // smaller (a client has at most W requests in flight to a worker).
+    const size_t endpoints = isolated_ ? max_clients_ : 1;
+    rx_per_ = isolated_ ? std::max<size_t>(size_t{256} << 10, 4 * eo.min_multi_recv)
+                        : std::max<size_t>(size_t{4} << 20, 8 * eo.min_multi_recv);
+    rx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, rx_per_ * kRxBuffers * endpoints,
                                                      fabric::Access::kLocalOnly);
-    rx_ctx_.resize(kRxBuffers);
-    rx_repost_.assign(kRxBuffers, false);
-    for (size_t i = 0; i < kRxBuffers; ++i) {
-      rx_ctx_[i].tag = i;
-      rx_ctx_[i].user = rx_.get();
-      fabric::check(eps_[0]->recv_multi(rx_->local(i * per, per), &rx_ctx_[i]), "fi_recvmsg(multi)");
+    rx_ctx_.resize(kRxBuffers * endpoints);
+    rx_repost_.assign(kRxBuffers * endpoints, false);
+    for (size_t b = 0; b < rx_ctx_.size(); ++b) {
+      rx_ctx_[b].tag = b;
+      rx_ctx_[b].user = rx_.get();
     }
+    if (!isolated_)
+      for (size_t b = 0; b < kRxBuffers; ++b)
+        fabric::check(eps_[0]->recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_ctx_[b]),
+                      "fi_recvmsg(multi)");
+  }
+  if (isolated_) {
+    client_eps_.resize(max_clients_);
+    client_names_.resize(max_clients_);
+    for (uint32_t c = 0; c < max_clients_; ++c) open_client_endpoint_st(c);  // not yet running
+  }
+}
+
+// Isolated clients: index c's endpoint, opened anew for every client of that index. Closing the
+// old one drops whatever its client left inside the provider (an uncommitted command, pending
+// operations), and its region goes with it.
+void HerdWorker::open_client_endpoint_st(uint32_t c) {
+  for (uint32_t r = 0; r < window_; ++r) {
+    fabric::OpContext& ctx = read_ctx_[size_t{c} * window_ + r];
+    delete static_cast<Pending*>(ctx.user);  // its READ dies with the endpoint
+    ctx.user = nullptr;
+  }
+  auto ep = std::make_unique<fabric::Endpoint>(*fabric_, client_eo_);
+  {
+    std::lock_guard lock(names_mu_);  // stats() reads the endpoints' counters
+    if (client_eps_[c]) {
+      counters_.endpoints_reopened.fetch_add(1, std::memory_order_relaxed);
+      closed_verbs_ += client_eps_[c]->counters().snapshot();
+    }
+    client_eps_[c] = std::move(ep);  // closes the old one
+    client_names_[c] = client_eps_[c]->name();
+  }
+  if (rx_)
+    for (size_t b = size_t{c} * kRxBuffers; b < size_t{c + 1} * kRxBuffers; ++b) {
+      rx_repost_[b] = false;
+      post_rx_st(b);
+    }
+}
+
+fabric::Endpoint& HerdWorker::rx_endpoint(size_t b) const {
+  return isolated_ ? *client_eps_[b / kRxBuffers] : *eps_[0];
+}
+
+// Where client c's requests arrive and its READs and responses leave (responses rotate over
+// the k shared queues; see post_send_st).
+fabric::Endpoint& HerdWorker::endpoint_of(uint32_t c) const {
+  return isolated_ ? *client_eps_[c] : *eps_[0];
+}
+
+void HerdWorker::post_rx_st(size_t b) {
+  long ret = rx_endpoint(b).recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_ctx_[b]);
+  if (ret == fabric::kAgain) {
+    rx_repost_[b] = true;  // the receive queue is full: the next round tries again
+  } else if (ret != 0) {
+    spdlog::error("worker {}: cannot post a receive buffer: {}", index_, fabric::error_text(ret));
   }
 }
 
@@ -182,8 +267,13 @@ PilafRegions HerdWorker::pilaf_regions() const {
   return pilaf_current_;
 }
 
-std::vector<std::vector<uint8_t>> HerdWorker::endpoint_names() const {
+std::vector<std::vector<uint8_t>> HerdWorker::endpoint_names(uint32_t client) const {
   std::vector<std::vector<uint8_t>> names;
+  if (isolated_) {
+    std::lock_guard lock(names_mu_);
+    if (client < client_names_.size()) names.push_back(client_names_[client]);
+    return names;
+  }
   for (const auto& ep : eps_) names.push_back(ep->name());
   return names;
 }
@@ -212,27 +302,48 @@ void HerdWorker::drain_events_st() {
     events.swap(events_);
     events_pending_.store(false, std::memory_order_relaxed);
   }
+  // Completions reaped while posting may point into an endpoint about to be closed.
+  for (size_t i = 0; i < deferred_.size(); ++i) on_completion_st(deferred_[i]);
+  deferred_.clear();
   for (Event& e : events) {
     uint32_t c = e.info.index;
     if (c >= max_clients_) continue;
     ClientSlotState& s = clients_[c];
     if (!e.add) {
       // The client is gone (its control connection closed): stop serving its slots and clear
-      // them, so nothing it left there is taken for the next client of this index. Its address
-      // stays in the AV until the index is reused (in-flight SENDs may still use it).
-      if (s.active) active_clients_.fetch_sub(1, std::memory_order_relaxed);
+      // them, so nothing it left there is taken for the next client of this index.
+      const bool was_active = s.active;
       s.active = false;
-      retire_peer_st(s.peer);
-      s.peer = fabric::kNoPeer;
+      s.dropped = false;
+      s.backlog.clear();
       std::memset(region_->data() + herd::slot_offset(c, window_, slot_size_, 0), 0,
                   size_t{window_} * slot_size_);
+      if (isolated_) {
+        // Whatever it left inside the provider goes with its endpoint.
+        s.peer = fabric::kNoPeer;
+        try {
+          open_client_endpoint_st(c);
+        } catch (const std::exception& ex) {
+          spdlog::error("worker {}: cannot reopen client {}'s endpoint: {}", index_, c, ex.what());
+          continue;  // the index stays taken rather than handing out a dead endpoint
+        }
+        if (fabric::remove_dead_peer_region(*fabric_, s.address))
+          counters_.regions_reclaimed.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        // Its address stays in the AV a while (in-flight SENDs may still use it).
+        retire_peer_st(s.peer);
+        s.peer = fabric::kNoPeer;
+      }
+      // Counted out only now that the index is reusable (stats readers wait on this).
+      if (was_active) active_clients_.fetch_sub(1, std::memory_order_relaxed);
       idle_[c].store(true, std::memory_order_release);
       continue;
     }
-    retire_peer_st(s.peer);
+    if (!isolated_) retire_peer_st(s.peer);
     s.peer = fabric::kNoPeer;
     try {
       fabric::PeerAddr peer = fabric::kNoPeer;
+      if (isolated_) peer = client_eps_[c]->insert_peer(e.info.address);
       for (auto& ep : eps_) peer = ep->insert_peer(e.info.address);  // one AV per endpoint, same index
       s.peer = peer;
     } catch (const std::exception& ex) {
@@ -241,11 +352,16 @@ void HerdWorker::drain_events_st() {
     }
     if (!s.active) active_clients_.fetch_add(1, std::memory_order_relaxed);
     s.active = true;
+    s.dropped = false;
     s.epoch = e.info.epoch;
     s.staging = e.info.staging;
     s.slots = e.info.slots;
+    s.address = e.info.address;
     s.exp = 1;
     s.stall = 0;
+    s.in_flight = 0;  // READs of an earlier client of this index no longer count (Pending::epoch)
+    s.sent = 0;
+    s.backlog.clear();
   }
 }
 
@@ -295,6 +411,13 @@ void HerdWorker::poll_cqs_st() {
     size_t n = ep->poll(comps);
     for (size_t i = 0; i < n; ++i) on_completion_st(comps[i]);
   }
+  // Isolated: every admitted client's endpoint (its READ/WRITE notices and its first contact
+  // need our progress); a free index's endpoint has no peer yet.
+  for (uint32_t c = 0; c < client_eps_.size(); ++c) {
+    if (!clients_[c].active) continue;
+    size_t n = client_eps_[c]->poll(comps);
+    for (size_t i = 0; i < n; ++i) on_completion_st(comps[i]);
+  }
 }
 
 // Drives progress while in the middle of posting (a full queue): completions are kept for the
@@ -304,6 +427,11 @@ void HerdWorker::reap_st() {
   fabric::Completion comps[32];
   for (auto& ep : eps_) {
     size_t n = ep->poll(comps);
+    for (size_t i = 0; i < n; ++i) deferred_.push_back(std::move(comps[i]));
+  }
+  for (uint32_t c = 0; c < client_eps_.size(); ++c) {
+    if (!clients_[c].active) continue;
+    size_t n = client_eps_[c]->poll(comps);
     for (size_t i = 0; i < n; ++i) deferred_.push_back(std::move(comps[i]));
   }
 }
@@ -319,8 +447,10 @@ void HerdWorker::on_completion_st(fabric::Completion& c) {
       Pending* p = static_cast<Pending*>(ctx->user);
       ctx->user = nullptr;
       counters_.read_errors.fetch_add(1, std::memory_order_relaxed);
-      if (clients_[p->client].in_flight > 0) clients_[p->client].in_flight--;
-      reply_error_st(p->client, p->seq, static_cast<uint8_t>(herd::OpCode::kPut), WireStatus::kInternal);
+      ClientSlotState& s = clients_[p->client];
+      if (s.epoch == p->epoch && s.in_flight > 0) s.in_flight--;
+      reply_error_st(p->client, p->epoch, p->seq, static_cast<uint8_t>(herd::OpCode::kPut),
+                     WireStatus::kInternal);
       delete p;
     } else {
       // A response SEND to a client that went away: nothing to do but count it.
@@ -342,6 +472,11 @@ void HerdWorker::on_completion_st(fabric::Completion& c) {
     Pending* p = static_cast<Pending*>(ctx->user);
     ctx->user = nullptr;
     ClientSlotState& s = clients_[p->client];
+    if (s.epoch != p->epoch || !s.active) {
+      counters_.stale_responses.fetch_add(1, std::memory_order_relaxed);
+      delete p;  // its client left while the body was fetched
+      return;
+    }
     if (s.in_flight > 0) s.in_flight--;
     const char* body = staging_->data() + size_t{static_cast<uint32_t>(ctx->tag)} * staging_slot_;
     p->req.key = std::string_view(body, p->req.key.size());
@@ -356,7 +491,7 @@ void HerdWorker::on_completion_st(fabric::Completion& c) {
 // (Guidelines sec. 4.1: a round's responses then leave as one batch).
 void HerdWorker::scan_region_st() {
   for (uint32_t c = 0; c < max_clients_; ++c) {
-    if (!clients_[c].active || !clients_[c].slots) continue;
+    if (!clients_[c].active || !clients_[c].slots || clients_[c].dropped) continue;
     take_slot_st(c);
     if (!batching_ && (!batch_.empty() || !out_.empty())) execute_st();
   }
@@ -366,6 +501,8 @@ bool HerdWorker::take_slot_st(uint32_t c) {
   ClientSlotState& s = clients_[c];
   if (s.in_flight > 0) return false;  // an indirect body is being fetched for this client
   const uint32_t exp = s.exp;
+  // A READ of an earlier client of this index may still hold this slot's context.
+  if (read_ctx_[size_t{c} * window_ + (exp - 1) % window_].user != nullptr) return false;
   char* slot = region_->data() + herd::slot_offset(c, window_, slot_size_, exp - 1);
   const uint32_t seq = herd::load<uint32_t>(slot);
   if (seq == 0 || (exp > window_ && seq == exp - window_)) {
@@ -387,8 +524,10 @@ bool HerdWorker::take_slot_st(uint32_t c) {
         return false;
       }
       s.stall = 0;
+      // Not taken (the provider refused the indirect READ): it stays in its slot for the
+      // next round.
+      if (!accept_request_st(c, seq, slot)) return false;
       s.exp = exp + 1 == 0 ? 1 : exp + 1;
-      accept_request_st(c, seq, slot, toff, true);
       return true;
     }
     if (!fits) {  // impossible lengths: it will never become whole
@@ -416,11 +555,13 @@ void HerdWorker::on_message_st(const char* buf, size_t len) {
     return;
   }
   RequestHeader h = herd::load<RequestHeader>(buf);
-  if (h.client >= max_clients_ || !clients_[h.client].active ||
-      clients_[h.client].epoch != h.epoch) {
+  auto known = [&] {
+    return h.client < max_clients_ && clients_[h.client].active && !clients_[h.client].dropped &&
+           clients_[h.client].epoch == h.epoch;
+  };
+  if (!known()) {
     drain_events_st();  // the client's add may still be queued
-    if (h.client >= max_clients_ || !clients_[h.client].active ||
-        clients_[h.client].epoch != h.epoch) {
+    if (!known()) {
       counters_.unknown_client.fetch_add(1, std::memory_order_relaxed);
       return;  // cannot tell who sent it
     }
@@ -432,104 +573,138 @@ void HerdWorker::on_message_st(const char* buf, size_t len) {
     reply_error_st(h.client, h.seq, h.op, WireStatus::kMalformed);
     return;
   }
-  accept_request_st(h.client, h.seq, buf, herd::trailer_offset(body), false);
+  if (!accept_request_st(h.client, h.seq, buf)) {
+    // Only an indirect body can be refused, and messages carry theirs inline.
+    counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+    reply_error_st(h.client, h.seq, h.op, WireStatus::kMalformed);
+  }
 }
 
-// `msg` holds a whole, verified request (header, body); build the engine request.
-void HerdWorker::accept_request_st(uint32_t c, uint32_t seq, const char* msg, size_t, bool) {
+// `msg` holds a whole, verified request (header, body); build the engine request. Returns
+// false only when an indirect body's READ could not be posted now (nothing was counted).
+bool HerdWorker::accept_request_st(uint32_t c, uint32_t seq, const char* msg) {
   RequestHeader h = herd::load<RequestHeader>(msg);
-  counters_.requests.fetch_add(1, std::memory_order_relaxed);
   if (h.client != c || h.epoch != clients_[c].epoch) {
+    counters_.requests.fetch_add(1, std::memory_order_relaxed);
     counters_.malformed.fetch_add(1, std::memory_order_relaxed);
     reply_error_st(c, seq, h.op, WireStatus::kMalformed);
-    return;
+    return true;
   }
   Pending p;
   p.client = c;
+  p.epoch = h.epoch;
   p.seq = seq;
+  std::atomic<uint64_t>* op_counter = nullptr;
   switch (static_cast<herd::OpCode>(h.op)) {
     case herd::OpCode::kGet:
       p.req.op = store::Op::kGet;
-      counters_.gets.fetch_add(1, std::memory_order_relaxed);
+      op_counter = &counters_.gets;
       break;
     case herd::OpCode::kPut:
       p.req.op = store::Op::kPut;
-      counters_.puts.fetch_add(1, std::memory_order_relaxed);
+      op_counter = &counters_.puts;
       break;
     case herd::OpCode::kDel:
       p.req.op = store::Op::kDel;
-      counters_.dels.fetch_add(1, std::memory_order_relaxed);
+      op_counter = &counters_.dels;
       break;
     default:
-      counters_.malformed.fetch_add(1, std::memory_order_relaxed);
-      reply_error_st(c, seq, h.op, WireStatus::kMalformed);
-      return;
+      break;
   }
-  if (h.key_len == 0) {
-    reply_error_st(c, seq, h.op, WireStatus::kInvalidKey);
-    return;
+  WireStatus refuse = WireStatus::kOk;
+  if (op_counter == nullptr) refuse = WireStatus::kMalformed;
+  else if (h.key_len == 0) refuse = WireStatus::kInvalidKey;
+  else if (h.key_len > store::kMaxKeySize || h.value_len > max_value_ ||
+           (p.req.op != store::Op::kPut && h.value_len != 0))
+    refuse = WireStatus::kTooLarge;
+  const char* body = msg + sizeof(RequestHeader);
+  herd::IndirectBody ib{};
+  if (refuse == WireStatus::kOk && (h.flags & herd::kFlagIndirect)) {
+    ib = herd::load<herd::IndirectBody>(body);
+    if (ib.length != size_t{h.key_len} + h.value_len || ib.length > staging_slot_)
+      refuse = WireStatus::kMalformed;
   }
-  if (h.key_len > store::kMaxKeySize || h.value_len > max_value_ ||
-      (p.req.op != store::Op::kPut && h.value_len != 0)) {
-    reply_error_st(c, seq, h.op, WireStatus::kTooLarge);
-    return;
+  if (refuse == WireStatus::kOk && (h.flags & herd::kFlagIndirect)) {
+    // The body lives in client memory: one READ fetches it (the slot only carries where).
+    uint32_t slot_index = c * window_ + (seq - 1) % window_;
+    p.req.key = std::string_view(body, h.key_len);  // lengths only; rebased on arrival
+    p.req.value = std::string_view(body, h.value_len);
+    p.req.put.expected_version = h.expected_version;
+    p.req.put.expire_at = h.expire_at;
+    long ret = post_read_st(c, slot_index, ib);
+    if (ret == fabric::kAgain) return false;
+    counters_.requests.fetch_add(1, std::memory_order_relaxed);
+    op_counter->fetch_add(1, std::memory_order_relaxed);
+    if (ret != 0) {
+      counters_.read_errors.fetch_add(1, std::memory_order_relaxed);
+      reply_error_st(c, seq, h.op, WireStatus::kInternal);
+      return true;
+    }
+    counters_.indirect.fetch_add(1, std::memory_order_relaxed);
+    read_ctx_[slot_index].user = new Pending(p);  // set-up path of a large request; freed on completion
+    clients_[c].in_flight++;
+    return true;
+  }
+  counters_.requests.fetch_add(1, std::memory_order_relaxed);
+  if (op_counter != nullptr) op_counter->fetch_add(1, std::memory_order_relaxed);
+  if (refuse != WireStatus::kOk) {
+    if (refuse == WireStatus::kMalformed) counters_.malformed.fetch_add(1, std::memory_order_relaxed);
+    reply_error_st(c, seq, h.op, refuse);
+    return true;
   }
   p.req.put.expected_version = h.expected_version;
   p.req.put.expire_at = h.expire_at;
-  const char* body = msg + sizeof(RequestHeader);
-  if (h.flags & herd::kFlagIndirect) {
-    // The body lives in client memory: one READ fetches it (the slot only carries where).
-    herd::IndirectBody ib = herd::load<herd::IndirectBody>(body);
-    ClientSlotState& s = clients_[c];
-    if (ib.length != size_t{h.key_len} + h.value_len || ib.length > staging_slot_) {
-      counters_.malformed.fetch_add(1, std::memory_order_relaxed);
-      reply_error_st(c, seq, h.op, WireStatus::kMalformed);
-      return;
-    }
-    uint32_t slot_index = c * window_ + (seq - 1) % window_;
-    fabric::OpContext& ctx = read_ctx_[slot_index];
-    p.req.key = std::string_view(body, h.key_len);  // lengths only; rebased on arrival
-    p.req.value = std::string_view(body, h.value_len);
-    ctx.user = new Pending(p);  // set-up path of a large request; freed on completion
-    ctx.tag = slot_index;
-    counters_.indirect.fetch_add(1, std::memory_order_relaxed);
-    long ret;
-    Deadline d = Deadline::after_ms(1000);
-    while ((ret = eps_[0]->read(staging_->local(size_t{slot_index} * staging_slot_, ib.length),
-                                s.peer, ib.addr, ib.rkey, &ctx)) == fabric::kAgain &&
-           !d.expired()) {
-      reap_st();
-    }
-    if (ret != 0) {
-      delete static_cast<Pending*>(ctx.user);
-      ctx.user = nullptr;
-      counters_.read_errors.fetch_add(1, std::memory_order_relaxed);
-      reply_error_st(c, seq, h.op, WireStatus::kInternal);
-      return;
-    }
-    s.in_flight++;
-    return;
-  }
   p.req.key = std::string_view(body, h.key_len);
   p.req.value = std::string_view(body + h.key_len, h.value_len);
   p.req.hash = store::hash_key(p.req.key);
   batch_.push_back(p);
+  return true;
+}
+
+// One try, with one round of progress if the queue is full: the caller keeps the request (in
+// its slot) and tries again next round rather than waiting here on one peer.
+long HerdWorker::post_read_st(uint32_t c, uint32_t slot_index, const herd::IndirectBody& ib) {
+  ClientSlotState& s = clients_[c];
+  fabric::OpContext& ctx = read_ctx_[slot_index];
+  ctx.tag = slot_index;
+  fabric::LocalBuffer dst = staging_->local(size_t{slot_index} * staging_slot_, ib.length);
+  long ret = endpoint_of(c).read(dst, s.peer, ib.addr, ib.rkey, &ctx);
+  if (ret == fabric::kAgain) {
+    reap_st();
+    ret = endpoint_of(c).read(dst, s.peer, ib.addr, ib.rkey, &ctx);
+  }
+  if (ret != fabric::kAgain) {
+    s.stuck_since = {};
+    return ret;
+  }
+  auto now = Clock::now();
+  if (s.stuck_since == Clock::time_point{}) s.stuck_since = now;
+  else if (now - s.stuck_since > std::chrono::milliseconds(kPeerStallMs)) drop_peer_st(c, "READs");
+  return ret;
 }
 
 char* HerdWorker::tx_slot(uint32_t c, uint32_t seq) { return tx_->data() + tx_offset(c, seq); }
 size_t HerdWorker::tx_offset(uint32_t c, uint32_t seq) const {
-  return (size_t{c} * window_ + (seq - 1) % window_) * recv_size();
+  return (size_t{c} * window_ + (seq - 1) % window_) * tx_stride_;
 }
 
 void HerdWorker::reply_error_st(uint32_t c, uint32_t seq, uint8_t op, WireStatus st) {
-  if (c >= max_clients_ || !clients_[c].active || seq == 0) return;
+  if (c >= max_clients_) return;
+  reply_error_st(c, clients_[c].epoch, seq, op, st);
+}
+
+void HerdWorker::reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t op,
+                                WireStatus st) {
+  if (c >= max_clients_ || !clients_[c].active || clients_[c].epoch != epoch || seq == 0) return;
   ResponseHeader r{};
   r.seq = seq;
   r.status = static_cast<uint8_t>(st);
   r.op = op;
   r.worker = static_cast<uint16_t>(index_);
+  r.client = static_cast<uint16_t>(c);
+  r.epoch = epoch;
   herd::store(tx_slot(c, seq), r);
-  out_.push_back({c, tx_offset(c, seq), sizeof(ResponseHeader)});
+  out_.push_back({c, epoch, tx_offset(c, seq), sizeof(ResponseHeader)});
 }
 
 // Runs the round's requests through the engine's prefetch pipeline (HERD sec. 4.1.1: bucket,
@@ -550,6 +725,8 @@ void HerdWorker::execute_st() {
                                   : p.req.op == store::Op::kPut ? herd::OpCode::kPut
                                                                 : herd::OpCode::kDel);
       h.worker = static_cast<uint16_t>(index_);
+      h.client = static_cast<uint16_t>(p.client);
+      h.epoch = p.epoch;
       h.version = r.version;
       size_t len = sizeof(ResponseHeader);
       if (p.req.op == store::Op::kGet && r.status == store::Status::kOk) {
@@ -560,7 +737,7 @@ void HerdWorker::execute_st() {
         len += r.value.size();
       }
       herd::store(out, h);
-      out_.push_back({p.client, tx_offset(p.client, p.seq), len});
+      out_.push_back({p.client, p.epoch, tx_offset(p.client, p.seq), len});
     });
     batch_.clear();
   }
@@ -577,54 +754,114 @@ void HerdWorker::log_mutation_st(const store::Request& req, const store::Respons
 
 // Receive buffers whose messages were all consumed (the batch that used them has run) go back
 // to the provider. Called every round, so a buffer released by a message that produced no
-// work (a dropped one) is reposted too.
+// work (a dropped one) is reposted too, and one the provider refused is tried again.
 void HerdWorker::repost_rx_st() {
   if (!rx_) return;
-  const size_t per = rx_->size() / kRxBuffers;
-  for (size_t i = 0; i < kRxBuffers; ++i) {
-    if (!rx_repost_[i]) continue;
-    rx_repost_[i] = false;
-    long ret;
-    while ((ret = eps_[0]->recv_multi(rx_->local(i * per, per), &rx_ctx_[i])) == fabric::kAgain)
-      reap_st();
-    if (ret != 0)
-      spdlog::error("worker {}: cannot repost a receive buffer: {}", index_, fabric::error_text(ret));
+  for (size_t b = 0; b < rx_repost_.size(); ++b) {
+    if (!rx_repost_[b]) continue;
+    rx_repost_[b] = false;
+    post_rx_st(b);
   }
 }
 
+// One try, with one round of progress if the provider refuses; kAgain leaves the response to
+// the client's backlog (send_responses_st).
 long HerdWorker::post_send_st(uint32_t c, size_t offset, size_t len, bool more) {
-  // Multi-queue (Guidelines sec. 4.3.1): responses leave through the k endpoints in turn.
-  fabric::Endpoint& ep = *eps_[sent_ % queues_];
+  ClientSlotState& s = clients_[c];
+  // Multi-queue (Guidelines sec. 4.3.1): responses leave through the k endpoints in turn; an
+  // isolated client's through its own.
+  fabric::Endpoint& ep = isolated_ ? *client_eps_[c] : *eps_[sent_ % queues_];
+  uint64_t& n = isolated_ ? s.sent : sent_;
+  // Padded where the provider would otherwise lock the client's region (fabric/isolation.h);
+  // the slot and the client's receive buffers have room (recv_size_).
+  len = fabric::lock_free_len(*fabric_, len);
   fabric::PostOptions po;
   po.more = more;
   po.inlined = len <= ep.inject_size();
-  po.signaled = (sent_ + 1) % kSignalEvery == 0;
-  long ret;
-  Deadline d = Deadline::after_ms(1000);
-  while ((ret = ep.send(tx_->local(offset, len), clients_[c].peer, nullptr, po)) == fabric::kAgain &&
-         !d.expired()) {
-    reap_st();  // the transmit queue is full: progress, then retry
+  po.signaled = (n + 1) % kSignalEvery == 0;
+  long ret = ep.send(tx_->local(offset, len), s.peer, nullptr, po);
+  if (ret == fabric::kAgain) {
+    reap_st();  // the transmit queue is full: progress, then one more try
+    ret = ep.send(tx_->local(offset, len), s.peer, nullptr, po);
   }
-  sent_++;
+  if (ret == 0) n++;
   return ret;
 }
 
 void HerdWorker::send_responses_st() {
+  flush_backlogs_st();
   // Response batching: FI_MORE on all but the last SEND of the round, one doorbell.
   for (size_t i = 0; i < out_.size(); ++i) {
     const Outgoing& o = out_[i];
-    if (!clients_[o.client].active) continue;
+    ClientSlotState& s = clients_[o.client];
+    if (!s.active || s.dropped || s.epoch != o.epoch) {
+      counters_.stale_responses.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (!s.backlog.empty()) {  // keep its order behind what is already waiting
+      s.backlog.push_back(o);
+      continue;
+    }
     bool more = batching_ && i + 1 < out_.size();
     long ret = post_send_st(o.client, o.offset, o.len, more);
-    if (ret != 0) counters_.send_errors.fetch_add(1, std::memory_order_relaxed);
+    if (ret == fabric::kAgain) {
+      counters_.backlogged.fetch_add(1, std::memory_order_relaxed);
+      s.backlog.push_back(o);
+      s.stuck_since = Clock::now();
+    } else if (ret != 0) {
+      counters_.send_errors.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   out_.clear();
+}
+
+// Responses the provider refused earlier, oldest first; a client that takes none for
+// kPeerStallMs is dropped so that it cannot hold the worker (or its memory) any longer.
+void HerdWorker::flush_backlogs_st() {
+  for (uint32_t c = 0; c < max_clients_; ++c) {
+    ClientSlotState& s = clients_[c];
+    while (!s.backlog.empty()) {
+      const Outgoing o = s.backlog.front();
+      if (!s.active || s.dropped || s.epoch != o.epoch) {
+        s.backlog.clear();
+        break;
+      }
+      long ret = post_send_st(c, o.offset, o.len, false);
+      if (ret == fabric::kAgain) {
+        if (Clock::now() - s.stuck_since > std::chrono::milliseconds(kPeerStallMs))
+          drop_peer_st(c, "responses");
+        break;
+      }
+      if (ret != 0) counters_.send_errors.fetch_add(1, std::memory_order_relaxed);
+      s.backlog.pop_front();
+      s.stuck_since = Clock::now();
+    }
+  }
+}
+
+// The client stopped taking what we post for kPeerStallMs: it is no longer served (its
+// requests are ignored, its responses discarded) until its control connection closes and the
+// index is reclaimed as for any departed client.
+void HerdWorker::drop_peer_st(uint32_t c, const char* why) {
+  ClientSlotState& s = clients_[c];
+  if (s.dropped) return;
+  s.dropped = true;
+  s.backlog.clear();
+  counters_.dropped_peers.fetch_add(1, std::memory_order_relaxed);
+  spdlog::warn("worker {}: dropped client {} (epoch {}): the provider refused its {} for {} ms",
+               index_, c, s.epoch, why, kPeerStallMs);
 }
 
 nlohmann::json HerdWorker::stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   fabric::VerbSnapshot verbs;
   for (const auto& ep : eps_) verbs += ep->counters().snapshot();
+  {
+    std::lock_guard lock(names_mu_);
+    verbs += closed_verbs_;
+    for (const auto& ep : client_eps_)
+      if (ep) verbs += ep->counters().snapshot();
+  }
   store::StatsSnapshot es = engine_->stats();
   nlohmann::json pilaf = nullptr;
   if (pilaf_) {
@@ -649,6 +886,12 @@ nlohmann::json HerdWorker::stats() const {
           {"indirect", r(counters_.indirect)},
           {"send_errors", r(counters_.send_errors)},
           {"read_errors", r(counters_.read_errors)},
+          {"isolated", isolated_},
+          {"stale_responses", r(counters_.stale_responses)},
+          {"backlogged", r(counters_.backlogged)},
+          {"dropped_peers", r(counters_.dropped_peers)},
+          {"endpoints_reopened", r(counters_.endpoints_reopened)},
+          {"regions_reclaimed", r(counters_.regions_reclaimed)},
           {"batches", r(counters_.batches)},
           {"rounds", r(counters_.rounds)},
           {"verbs", verbs.to_json()},

@@ -3,6 +3,12 @@
 // drives fabric progress, runs what it collected through the engine's prefetch pipeline and
 // answers each request with one SEND over its connectionless endpoint(s).
 //
+// Fault isolation (docs/fabric.md): where the provider needs it (shm), each client index has
+// an endpoint of its own, closed and opened anew when the client leaves, so a client killed
+// inside the provider wedges nothing but its own endpoint. No post waits on one peer: a SEND
+// that the provider refuses is kept in that client's backlog and retried every round, and a
+// peer that takes none for kPeerStallMs is dropped (counted), never the worker.
+//
 // Threading: constructed on the main thread; run_st() then owns the fabric objects and the
 // engine. add_client/remove_client/stats may be called from any thread.
 #pragma once
@@ -53,9 +59,13 @@ class HerdWorker {
   ~HerdWorker();
 
   uint32_t index() const { return index_; }
-  std::vector<std::vector<uint8_t>> endpoint_names() const;
+  // The endpoint names a client of this index talks to: its own endpoint where clients are
+  // isolated, else the worker's k shared ones. Valid while the index is admitted.
+  std::vector<std::vector<uint8_t>> endpoint_names(uint32_t client) const;
+  bool isolated() const { return isolated_; }
   fabric::RemoteRegion request_region() const { return region_->remote(); }
-  size_t recv_size() const { return sizeof(herd::ResponseHeader) + max_value_; }
+  // Bytes a client posts per response buffer (room for the provider's lock-free padding).
+  size_t recv_size() const { return recv_size_; }
   const std::string& provider() const { return fabric_->provider_name(); }
   // Pilaf engine only (else nullopt-like: generation 0, empty regions). Any thread.
   PilafRegions pilaf_regions() const;
@@ -80,6 +90,12 @@ class HerdWorker {
   };
 
   void drain_events_st();
+  void open_client_endpoint_st(uint32_t c);
+  void post_rx_st(size_t b);
+  fabric::Endpoint& rx_endpoint(size_t b) const;
+  fabric::Endpoint& endpoint_of(uint32_t c) const;
+  void drop_peer_st(uint32_t c, const char* why);
+  void flush_backlogs_st();
   void retire_peer_st(fabric::PeerAddr peer);
   void bury_retired_st();
   void poll_cqs_st();
@@ -88,12 +104,14 @@ class HerdWorker {
   void scan_region_st();
   bool take_slot_st(uint32_t c);
   void on_message_st(const char* buf, size_t len);
-  void accept_request_st(uint32_t c, uint32_t seq, const char* msg, size_t len, bool from_slot);
+  bool accept_request_st(uint32_t c, uint32_t seq, const char* msg);
   void reply_error_st(uint32_t c, uint32_t seq, uint8_t op, herd::WireStatus st);
+  void reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t op, herd::WireStatus st);
   void execute_st();
   void send_responses_st();
   void repost_rx_st();
   long post_send_st(uint32_t c, size_t offset, size_t len, bool more);
+  long post_read_st(uint32_t c, uint32_t slot_index, const herd::IndirectBody& ib);
   void pilaf_live(const store::PilafGeneration& g);
   void pilaf_release(const store::PilafGeneration& g);
   void log_mutation_st(const store::Request& req, const store::Response& r);
@@ -109,7 +127,14 @@ class HerdWorker {
   const int core_;
 
   std::unique_ptr<fabric::Fabric> fabric_;
-  std::vector<std::unique_ptr<fabric::Endpoint>> eps_;
+  bool isolated_ = false;                               // one endpoint per client index
+  size_t recv_size_ = 0, tx_stride_ = 0, rx_per_ = 0;   // response slot, rx buffer bytes
+  fabric::EndpointOptions client_eo_;
+  std::vector<std::unique_ptr<fabric::Endpoint>> eps_;         // shared (not isolated)
+  std::vector<std::unique_ptr<fabric::Endpoint>> client_eps_;  // per client (isolated)
+  mutable std::mutex names_mu_;  // client_eps_ swaps vs. stats(); client_names_
+  std::vector<std::vector<uint8_t>> client_names_;
+  fabric::VerbSnapshot closed_verbs_;  // what closed client endpoints had counted
   std::unique_ptr<store::Engine> engine_;
   store::PilafEngine* pilaf_ = nullptr;  // engine_ when it is the pilaf engine
   struct PilafMrs {
@@ -134,6 +159,7 @@ class HerdWorker {
   std::vector<fabric::Completion> deferred_;  // reaped by reap_st, handled by poll_cqs_st
   struct Outgoing {
     uint32_t client;
+    uint16_t epoch;
     size_t offset, len;
   };
   std::vector<Outgoing> out_;       // responses built this round
@@ -150,7 +176,9 @@ class HerdWorker {
 
   struct Counters {
     std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},
-        indirect{0}, send_errors{0}, read_errors{0}, batches{0}, unknown_client{0}, rounds{0};
+        indirect{0}, send_errors{0}, read_errors{0}, batches{0}, unknown_client{0}, rounds{0},
+        stale_responses{0}, backlogged{0}, dropped_peers{0}, endpoints_reopened{0},
+        regions_reclaimed{0};
   };
   Counters counters_;
   std::atomic<uint32_t> active_clients_{0};

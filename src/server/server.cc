@@ -183,7 +183,7 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
   const size_t recv = workers_[0]->recv_size();
   w.provider = provider();
   for (auto& wk : workers_) {
-    for (auto& name : wk->endpoint_names()) w.fabric_addresses.push_back(name);
+    for (auto& name : wk->endpoint_names(index)) w.fabric_addresses.push_back(name);
     fabric::RemoteRegion r = wk->request_region();
     w.regions.push_back({fmt::format("herd.requests.{}", wk->index()), r.addr, r.length, r.key,
                          static_cast<uint32_t>(r.access)});
@@ -203,7 +203,8 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
   nlohmann::json layout = {{"wire", herd::kWireVersion},   {"client", index},
                            {"epoch", epoch},               {"workers", o_.workers},
                            {"window", o_.window},          {"slot_size", o_.slot_size},
-                           {"max_clients", o_.max_clients}, {"queues", o_.queues},
+                           {"max_clients", o_.max_clients},
+                           {"queues", workers_[0]->isolated() ? 1u : o_.queues},
                            {"transport", transport},          {"protocol", protocol},
                            {"max_value", o_.max_value},    {"max_key", store::kMaxKeySize},
                            {"engine", o_.engine},          {"provider", provider()},

@@ -135,13 +135,16 @@ TEST(Responses, StatusMappingAndParsing) {
   h.value_len = 5;
   h.version = 17;
   herd::store(buf, h);
-  std::memcpy(buf + 24, "value", 5);
+  constexpr size_t kHeader = sizeof(herd::ResponseHeader);
+  std::memcpy(buf + kHeader, "value", 5);
   ParsedResponse r;
-  ASSERT_TRUE(parse_response(buf, 29, &r));
+  ASSERT_TRUE(parse_response(buf, kHeader + 5, &r));
   EXPECT_EQ(r.header.seq, 9u);
   EXPECT_EQ(r.value, "value");
-  EXPECT_FALSE(parse_response(buf, 28, &r));  // value runs past the message
-  EXPECT_FALSE(parse_response(buf, 23, &r));  // shorter than a header
+  ASSERT_TRUE(parse_response(buf, kHeader + 40 - 8, &r)) << "padding after the value is ignored";
+  EXPECT_EQ(r.value, "value");
+  EXPECT_FALSE(parse_response(buf, kHeader + 4, &r));  // value runs past the message
+  EXPECT_FALSE(parse_response(buf, kHeader - 1, &r));  // shorter than a header
 }
 
 TEST(Client, StatusNames) {

@@ -11,6 +11,8 @@
 //
 // History:
 //   v1  first version: inline and indirect (client-memory) requests, SEND responses.
+//   v2  responses name the client index and epoch they answer, so a client that took over a
+//       departed client's index never accepts an answer meant for its predecessor.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +25,7 @@
 
 namespace fabkv::herd {
 
-inline constexpr uint32_t kWireVersion = 1;
+inline constexpr uint32_t kWireVersion = 2;
 inline constexpr const char* kService = "fabkv";  // control-channel service name
 inline constexpr const char* kProtocol = "herd";  // Hello payload {"protocol": "herd", ...}
 
@@ -99,8 +101,11 @@ struct ResponseHeader {
   uint32_t value_len;  // kGet hit: value bytes that follow
   uint32_t expire_at;  // kGet hit
   uint64_t version;    // kGet: item version; kPut: new version
+  uint16_t client;     // the request's client index and epoch (v2)
+  uint16_t epoch;
+  uint32_t reserved;   // 0
 };
-static_assert(sizeof(ResponseHeader) == 24 && alignof(ResponseHeader) == 8);
+static_assert(sizeof(ResponseHeader) == 32 && alignof(ResponseHeader) == 8);
 
 // Layout a client learns at connect (the Welcome payload, JSON on the set-up path):
 //   {"wire": 1, "client": c, "epoch": e, "workers": N, "window": W, "slot_size": S,
