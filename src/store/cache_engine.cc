@@ -51,13 +51,6 @@ CacheEngine::CacheEngine(const EngineOptions& opts)
   sweep_interval_ = kSweepWindow / nb;
 }
 
-uint64_t CacheEngine::next_version() {
-  const uint64_t v = version_;
-  // 0 means "no expected version" in PutOptions, so the counter skips it when it wraps.
-  version_ = v == UINT64_MAX ? 1 : v + 1;
-  return v;
-}
-
 bool CacheEngine::live(uint64_t entry, uint64_t* abs) const {
   const uint64_t tail8 = tail_ >> 3;
   const uint64_t dist8 = (tail8 - layout::entry_location(entry)) & layout::kLocationMask;
@@ -230,7 +223,7 @@ Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
   }
 
   ItemHeader hdr{};
-  hdr.version = next_version();
+  hdr.version = stamp_version(version_, opts);
   hdr.expire_at = opts.expire_at;
   hdr.value_size = static_cast<uint32_t>(value.size());
   hdr.key_size = static_cast<uint8_t>(key.size());

@@ -61,7 +61,6 @@ class CacheEngine final : public Engine {
   uint64_t* find(KeyHash h, std::string_view key, const std::byte** item, layout::ItemHeader* hdr);
   uint64_t append(std::string_view key, std::string_view value, const layout::ItemHeader& h);
   void sweep_st(uint64_t appended);
-  uint64_t next_version();
 
   PartitionMemory mem_;
   layout::CacheBucket* buckets_ = nullptr;

@@ -78,7 +78,22 @@ struct MemoryRegion {
 struct PutOptions {
   uint64_t expected_version = 0;  // 0 = unconditional set; otherwise memcached `cas`
   uint32_t expire_at = 0;         // absolute Unix seconds, 0 = never
+  // Restore path (op log replay): != 0 stamps the item with exactly this version instead of
+  // the counter's next one, and moves the counter past it (see stamp_version), so that later
+  // PUTs never hand out a restored version again. Restore in the order the versions were
+  // handed out (the op log's order); that also carries a counter that wrapped. 0 = normal PUT.
+  uint64_t restore_version = 0;
 };
+
+// The version a successful PUT stamps, and the engine's counter after it: the counter's value
+// (the counter then advances, skipping 0 when it wraps: 0 means "no expected version"), or
+// opts.restore_version, in which case a counter at or below it moves to restore_version + 1
+// (again skipping 0) and a counter already past it stays. Every engine uses this.
+inline uint64_t stamp_version(uint64_t& counter, const PutOptions& opts) {
+  const uint64_t v = opts.restore_version != 0 ? opts.restore_version : counter;
+  if (opts.restore_version == 0 || v >= counter) counter = v == UINT64_MAX ? 1 : v + 1;
+  return v;
+}
 
 struct ItemView {
   std::string_view value;  // valid until the next put/del on this engine (see top)

@@ -130,12 +130,6 @@ void PilafEngine::publish_sizes() {
   stats_.bytes.store(live_->heap.used_bytes(), std::memory_order_relaxed);
 }
 
-uint64_t PilafEngine::next_version() {
-  const uint64_t v = version_;
-  version_ = v == UINT64_MAX ? 1 : v + 1;  // 0 means "unconditional" in PutOptions
-  return v;
-}
-
 const PilafGeneration& PilafEngine::current() const { return live_->info; }
 
 MemoryRegion PilafEngine::memory() const {
@@ -424,7 +418,7 @@ Status PilafEngine::put(KeyHash, std::string_view key, std::string_view value,
 
     // 1. The record, in space no entry points at.
     ExtentHeader h{};
-    h.version = next_version();
+    h.version = stamp_version(version_, opts);
     h.expire_at = opts.expire_at;
     h.key_len = static_cast<uint16_t>(key.size());
     std::byte* p = g.info.extents + off;

@@ -169,7 +169,6 @@ class PilafEngine final : public Engine {
   bool expired(uint32_t expire_at) const {
     return expire_at != 0 && clock_(clock_ctx_) >= expire_at;
   }
-  uint64_t next_version();
   void publish_sizes();
 
   std::unique_ptr<Gen> live_;

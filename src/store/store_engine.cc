@@ -33,12 +33,6 @@ StoreEngine::StoreEngine(const EngineOptions& opts)
   heap_ = Heap(mem_.base() + index_bytes, bytes - index_bytes);
 }
 
-uint64_t StoreEngine::next_version() {
-  const uint64_t v = version_;
-  version_ = v == UINT64_MAX ? 1 : v + 1;  // 0 means "unconditional" in PutOptions
-  return v;
-}
-
 void StoreEngine::prefetch_index(KeyHash h) const { __builtin_prefetch(&main_bucket(h), 0, 3); }
 
 void StoreEngine::prefetch_item(KeyHash h) const {
@@ -165,7 +159,7 @@ Status StoreEngine::put(KeyHash h, std::string_view key, std::string_view value,
   }
 
   ItemHeader hdr{};
-  hdr.version = next_version();
+  hdr.version = stamp_version(version_, opts);
   hdr.expire_at = opts.expire_at;
   hdr.value_size = static_cast<uint32_t>(value.size());
   hdr.key_size = static_cast<uint8_t>(key.size());

@@ -63,7 +63,6 @@ class StoreEngine final : public Engine {
   // Finds the key's entry; on a miss, *free_slot (if given) is the first empty slot met.
   bool find(KeyHash h, std::string_view key, Slot* found, Slot* free_slot) const;
   void remove(const Slot& s);
-  uint64_t next_version();
 
   PartitionMemory mem_;
   layout::StoreBucket* buckets_ = nullptr;

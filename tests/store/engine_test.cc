@@ -156,6 +156,119 @@ TEST_P(EngineTest, VersionCounterWrapsAroundSkippingZero) {
   EXPECT_EQ(e->put("a", "y", PutOptions{.expected_version = v[3]}), Status::kOk);
 }
 
+// The op log's replay path: every restored item keeps the version it was logged with, and the
+// counter moves past all of them, so a new PUT never hands out a restored version again (a
+// client's old version must not match a different item after a restart).
+TEST_P(EngineTest, RestoredVersionsAreKeptAndNeverHandedOutAgain) {
+  auto e = make();
+  struct Logged {
+    const char* key;
+    uint64_t version;
+    uint32_t expire_at;
+  };
+  // Sparse and not starting at the counter: a log whose earlier records were dropped (a put
+  // that no longer fits) or a server that ran a long time.
+  const Logged log[] = {{"a", 7, 0}, {"b", 9, 0}, {"a", 40, clock_.now + 100}, {"c", 41, 0},
+                        {"b", 1000, 0}};
+  for (const Logged& l : log) {
+    uint64_t got = 0;
+    PutOptions p;
+    p.expire_at = l.expire_at;
+    p.restore_version = l.version;
+    ASSERT_EQ(e->put(l.key, std::string("v") + std::to_string(l.version), p, &got), Status::kOk);
+    EXPECT_EQ(got, l.version) << "put reports the restored version";
+  }
+  ItemView v;
+  ASSERT_EQ(e->get("a", v), Status::kOk);
+  EXPECT_EQ(v.version, 40u);
+  EXPECT_EQ(v.value, "v40");
+  EXPECT_EQ(v.expire_at, clock_.now + 100);
+  ASSERT_EQ(e->get("b", v), Status::kOk);
+  EXPECT_EQ(v.version, 1000u);
+  ASSERT_EQ(e->get("c", v), Status::kOk);
+  EXPECT_EQ(v.version, 41u);
+
+  // New PUTs get versions past every restored one.
+  uint64_t nv = 0;
+  ASSERT_EQ(e->put("d", "new", {}, &nv), Status::kOk);
+  EXPECT_EQ(nv, 1001u);
+  ASSERT_EQ(e->put("a", "newer", {}, &nv), Status::kOk);
+  EXPECT_EQ(nv, 1002u);
+
+  // CAS with a restored version works; with an older one it is a mismatch.
+  EXPECT_EQ(e->put("b", "x", PutOptions{.expected_version = 9}), Status::kVersionMismatch);
+  ASSERT_EQ(e->put("b", "x", PutOptions{.expected_version = 1000}, &nv), Status::kOk);
+  EXPECT_EQ(nv, 1003u);
+
+  // A restore below the counter keeps that version and leaves the counter alone.
+  PutOptions low;
+  low.restore_version = 5;
+  ASSERT_EQ(e->put("e", "old", low, &nv), Status::kOk);
+  EXPECT_EQ(nv, 5u);
+  ASSERT_EQ(e->get("e", v), Status::kOk);
+  EXPECT_EQ(v.version, 5u);
+  ASSERT_EQ(e->put("f", "next", {}, &nv), Status::kOk);
+  EXPECT_EQ(nv, 1004u);
+
+  // Through the batch form too.
+  Request r{Op::kPut, hash_key("g"), "g", "batch", {}};
+  r.put.restore_version = 5000;
+  Response resp[1];
+  e->run_batch(std::span<const Request>(&r, 1), resp);
+  EXPECT_EQ(resp[0].status, Status::kOk);
+  EXPECT_EQ(resp[0].version, 5000u);
+  ASSERT_EQ(e->put("h", "after-batch", {}, &nv), Status::kOk);
+  EXPECT_EQ(nv, 5001u);
+}
+
+TEST_P(EngineTest, RestoringTheLargestVersionWrapsTheCounterSkippingZero) {
+  auto e = make();
+  uint64_t nv = 0;
+  PutOptions p;
+  p.restore_version = UINT64_MAX;
+  ASSERT_EQ(e->put("a", "x", p, &nv), Status::kOk);
+  EXPECT_EQ(nv, UINT64_MAX);
+  // The log continues after the wrap: versions 1, 2 (restored in log order) move it on.
+  p.restore_version = 1;
+  ASSERT_EQ(e->put("b", "x", p, &nv), Status::kOk);
+  p.restore_version = 2;
+  ASSERT_EQ(e->put("c", "x", p, &nv), Status::kOk);
+  ASSERT_EQ(e->put("d", "x", {}, &nv), Status::kOk);
+  EXPECT_EQ(nv, 3u);
+  ItemView v;
+  ASSERT_EQ(e->get("a", v), Status::kOk);
+  EXPECT_EQ(v.version, UINT64_MAX);
+}
+
+TEST_P(EngineTest, ARestoreIsStillAPutForCasExpiryAndFailures) {
+  auto e = make();
+  uint64_t v1 = 0;
+  ASSERT_EQ(e->put("a", "1", {}, &v1), Status::kOk);
+  // expected_version still applies on the restore path.
+  PutOptions p;
+  p.restore_version = 77;
+  p.expected_version = v1 + 1;
+  EXPECT_EQ(e->put("a", "2", p), Status::kVersionMismatch);
+  p.expected_version = v1;
+  ASSERT_EQ(e->put("a", "2", p), Status::kOk);
+  // A restore that fails (too large) leaves the counter where it was.
+  PutOptions big;
+  big.restore_version = 1u << 20;
+  EXPECT_EQ(e->put("b", std::string(kDefaultMaxValueSize + 1, 'x'), big), Status::kTooLarge);
+  uint64_t nv = 0;
+  ASSERT_EQ(e->put("c", "x", {}, &nv), Status::kOk);
+  EXPECT_EQ(nv, 78u);
+  // A restored item that has expired meanwhile is gone, like any other.
+  PutOptions old;
+  old.restore_version = 90;
+  old.expire_at = clock_.now;  // the clock has reached it
+  ASSERT_EQ(e->put("t", "x", old), Status::kOk);
+  ItemView v;
+  EXPECT_EQ(e->get("t", v), Status::kNotFound);
+  ASSERT_EQ(e->put("d", "x", {}, &nv), Status::kOk);
+  EXPECT_EQ(nv, 91u) << "the counter moved past the expired item's version too";
+}
+
 TEST_P(EngineTest, ExpiryIsCheckedLazily) {
   auto e = make();
   ASSERT_EQ(e->put("t", "v", PutOptions{.expire_at = clock_.now + 10}), Status::kOk);

@@ -136,6 +136,31 @@ TEST(PilafEngine, PutGetDeleteCasExpire) {
   EXPECT_EQ(e.check(), "");
 }
 
+// Restored versions (op log replay) live in the extent records, so clients READ them, and a
+// growth copies them along with the records.
+TEST(PilafEngine, RestoredVersionsSurviveAGrowthAndAreWhatClientsRead) {
+  PilafOptions p = tiny(64, size_t{1} << 20);
+  PilafEngine e(opts(size_t{64} << 20), p);
+  for (int i = 0; i < 40; ++i) {
+    PutOptions po;
+    po.restore_version = 1000 + 10 * static_cast<uint64_t>(i);
+    ASSERT_EQ(e.put(key_of(i), "v", po), Status::kOk);
+  }
+  const uint32_t gen = e.current().generation;
+  int next = 40;
+  while (e.current().generation == gen) ASSERT_EQ(e.put(key_of(next++), "w"), Status::kOk);
+  for (int i = 0; i < 40; ++i) {
+    const ClientResult r = client_get(e.current(), key_of(i));
+    ASSERT_EQ(r.kind, ClientResult::kFound) << i;
+    EXPECT_EQ(r.version, 1000 + 10 * static_cast<uint64_t>(i)) << i;
+  }
+  // The PUTs after the restores continued past the largest restored version.
+  const ClientResult first_new = client_get(e.current(), key_of(40));
+  ASSERT_EQ(first_new.kind, ClientResult::kFound);
+  EXPECT_EQ(first_new.version, 1000u + 10 * 39 + 1);
+  EXPECT_EQ(e.check(), "");
+}
+
 TEST(PilafEngine, RejectsBadKeysAndValues) {
   EngineOptions o = opts(size_t{16} << 20);
   o.max_value_size = 1000;
