@@ -136,9 +136,10 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   if (!o.oplog.empty()) {
     // Replay first (the engine starts with what the log says), then append to the same file.
     std::string path = fmt::format("{}.{}", o.oplog, index_);
-    auto put = [&](std::string_view k, std::string_view v, uint64_t, uint32_t expire_at) {
+    auto put = [&](std::string_view k, std::string_view v, uint64_t version, uint32_t expire_at) {
       store::PutOptions p;
       p.expire_at = expire_at;
+      p.restore_version = version;  // the logged CAS version; the engine's counter moves past it
       engine_->put(k, v, p);
     };
     auto del = [&](std::string_view k) { engine_->del(k); };
