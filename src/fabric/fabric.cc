@@ -50,6 +50,17 @@ fi_info* make_hints(const std::string& provider, EndpointType type, bool atomics
     if (atomics) hints->caps |= FI_ATOMIC;
   }
   if (type == EndpointType::kRdm) hints->caps |= FI_MULTI_RECV;
+  // rdm over tcp and verbs is ofi_rxm. In libfabric 2.0 to 2.4 its fi_av_insert walks the
+  // messages that arrived while no receive was posted and dereferences the connection each
+  // came on, which rxm records only with FI_SOURCE (or FI_DIRECTED_RECV): without it, a peer
+  // inserted while any such message waits crashes the process in rxm_get_addr (upstream
+  // 47e04dcbf, in 2.5). A server flooded with SENDs then joined by a new client did exactly
+  // that (tests/fabric/netns_test.sh). With FI_SOURCE, messages from peers already in the AV
+  // wait in their own queue and the walk finds their connection. What is left: a message from a
+  // peer not in the AV, waiting for a receive, whose connection closes before an insert (rxm
+  // frees the connection). Building libfabric with 47e04dcbf closes that too.
+  if (type == EndpointType::kRdm && (provider == "tcp" || provider == "verbs"))
+    hints->caps |= FI_SOURCE;
   // Modes fabkv supports: every op context is an OpContext (fi_context2 first), and
   // WRITE-with-immediate targets post receives (verbs asks for FI_RX_CQ_DATA).
   hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;

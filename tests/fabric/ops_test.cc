@@ -200,6 +200,29 @@ TEST_P(FabricOps, WriteWithImmediateLandsAndIsAnnounced) {
   EXPECT_EQ(back, magic);
 }
 
+TEST_P(FabricOps, PeersJoiningWhileSendsWaitForReceivesLeaveTheTargetRunning) {
+  // A SEND completes at a tcp initiator once it is in the socket, so a flood queues far more
+  // messages at the target than its 512 posted receives; the provider keeps the excess until
+  // receives are posted again. libfabric 2.1's ofi_rxm crashed in fi_av_insert (rxm_get_addr)
+  // when a peer was inserted meanwhile, unless fabkv asked for FI_SOURCE (fabric.cc).
+  auto& c = *conn_;
+  auto before = c.server_counters();
+  constexpr uint64_t kFlood = 20000;
+  run_ops(kFlood, 256, [&](int i) {
+    return c.ep->send(c.local->local((i % 1024) * 32, 32), c.peer, nullptr);
+  });
+  std::vector<std::unique_ptr<Connection>> joiners;
+  for (int j = 0; j < 4; ++j) joiners.push_back(std::make_unique<Connection>(GetParam(), *server_));
+  // The target is still there and receives every message.
+  Deadline d = Deadline::after_ms(20000);
+  uint64_t got = 0;
+  do {
+    got = c.server_counters()["recv"]["inbound"].get<uint64_t>() -
+          before["recv"]["inbound"].get<uint64_t>();
+  } while (got < kFlood && !d.expired());
+  EXPECT_EQ(got, kFlood);
+}
+
 TEST_P(FabricOps, FetchAddAndCompareSwapAreAtomic) {
   auto& c = *conn_;
   ASSERT_TRUE(c.fabric->has_atomics());
