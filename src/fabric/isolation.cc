@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <fstream>
 #include <string>
 
 namespace fabkv::fabric {
@@ -17,6 +18,16 @@ constexpr size_t kShmInlineMax = 192;
 constexpr size_t kShmInjectMax = 4096;
 
 bool is_shm(const Fabric& f) { return f.provider_name() == "shm"; }
+
+// Gone, or a zombie whose parent has not reaped it yet (it runs no more code either way).
+bool process_dead(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  size_t paren = line.rfind(')');  // "pid (comm) S ...": comm may hold spaces and parentheses
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
 
 }  // namespace
 
@@ -47,7 +58,7 @@ bool remove_dead_peer_region(const Fabric& fabric, std::span<const uint8_t> name
     pid = pid * 10 + (s[i] - '0');
     if (pid > (1L << 30)) return false;
   }
-  if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return false;
+  if (pid <= 0 || !process_dead(pid)) return false;
   return ::shm_unlink(s.c_str()) == 0;
 }
 

@@ -1,6 +1,7 @@
 #include "server/herd_worker.h"
 
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -184,29 +185,45 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
                       "fi_recvmsg(multi)");
   }
   if (isolated_) {
+    // Opened on demand (open_endpoint), one shm region each: ~7 MiB resident with libfabric
+    // 2.1, so memory follows the clients connected, not --max-clients.
     client_eps_.resize(max_clients_);
     client_names_.resize(max_clients_);
-    for (uint32_t c = 0; c < max_clients_; ++c) open_client_endpoint_st(c);  // not yet running
   }
 }
 
-// Isolated clients: index c's endpoint, opened anew for every client of that index. Closing the
-// old one drops whatever its client left inside the provider (an uncommitted command, pending
-// operations), and its region goes with it.
-void HerdWorker::open_client_endpoint_st(uint32_t c) {
-  for (uint32_t r = 0; r < window_; ++r) {
-    fabric::OpContext& ctx = read_ctx_[size_t{c} * window_ + r];
-    delete static_cast<Pending*>(ctx.user);  // its READ dies with the endpoint
-    ctx.user = nullptr;
+bool HerdWorker::open_endpoint(uint32_t c, int timeout_ms) {
+  if (!isolated_ || c >= max_clients_) return c < max_clients_;
+  auto ready = [&] {
+    std::lock_guard lock(names_mu_);
+    return !client_names_[c].empty();
+  };
+  if (ready()) return true;
+  {
+    std::lock_guard lock(mu_);
+    Event e;
+    e.kind = Event::Kind::kOpenEndpoint;
+    e.info.index = c;
+    events_.push_back(std::move(e));
+    events_pending_.store(true, std::memory_order_release);
   }
+  Deadline d = Deadline::after_ms(timeout_ms);
+  while (!ready()) {
+    if (d.expired()) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+// Isolated clients: index c's endpoint, one per client of that index. Closing it drops
+// whatever its client left inside the provider (an uncommitted command, pending operations),
+// and its region goes with it.
+void HerdWorker::open_client_endpoint_st(uint32_t c) {
+  if (client_eps_[c]) return;
   auto ep = std::make_unique<fabric::Endpoint>(*fabric_, client_eo_);
   {
     std::lock_guard lock(names_mu_);  // stats() reads the endpoints' counters
-    if (client_eps_[c]) {
-      counters_.endpoints_reopened.fetch_add(1, std::memory_order_relaxed);
-      closed_verbs_ += client_eps_[c]->counters().snapshot();
-    }
-    client_eps_[c] = std::move(ep);  // closes the old one
+    client_eps_[c] = std::move(ep);
     client_names_[c] = client_eps_[c]->name();
   }
   if (rx_)
@@ -214,6 +231,23 @@ void HerdWorker::open_client_endpoint_st(uint32_t c) {
       rx_repost_[b] = false;
       post_rx_st(b);
     }
+}
+
+void HerdWorker::close_client_endpoint_st(uint32_t c) {
+  for (uint32_t r = 0; r < window_; ++r) {
+    fabric::OpContext& ctx = read_ctx_[size_t{c} * window_ + r];
+    delete static_cast<Pending*>(ctx.user);  // its READ dies with the endpoint
+    ctx.user = nullptr;
+  }
+  if (rx_)
+    for (size_t b = size_t{c} * kRxBuffers; b < size_t{c + 1} * kRxBuffers; ++b)
+      rx_repost_[b] = false;
+  std::lock_guard lock(names_mu_);
+  if (!client_eps_[c]) return;
+  counters_.endpoints_closed.fetch_add(1, std::memory_order_relaxed);
+  closed_verbs_ += client_eps_[c]->counters().snapshot();
+  client_eps_[c].reset();
+  client_names_[c].clear();
 }
 
 fabric::Endpoint& HerdWorker::rx_endpoint(size_t b) const {
@@ -282,14 +316,14 @@ std::vector<std::vector<uint8_t>> HerdWorker::endpoint_names(uint32_t client) co
 void HerdWorker::add_client(ClientInfo c) {
   if (c.index < max_clients_) idle_[c.index].store(false, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
-  events_.push_back({true, std::move(c)});
+  events_.push_back({Event::Kind::kAdd, std::move(c)});
   events_pending_.store(true, std::memory_order_release);
 }
 
 void HerdWorker::remove_client(uint32_t index) {
   std::lock_guard lock(mu_);
   Event e;
-  e.add = false;
+  e.kind = Event::Kind::kRemove;
   e.info.index = index;
   events_.push_back(std::move(e));
   events_pending_.store(true, std::memory_order_release);
@@ -310,7 +344,15 @@ void HerdWorker::drain_events_st() {
     uint32_t c = e.info.index;
     if (c >= max_clients_) continue;
     ClientSlotState& s = clients_[c];
-    if (!e.add) {
+    if (e.kind == Event::Kind::kOpenEndpoint) {
+      try {
+        open_client_endpoint_st(c);
+      } catch (const std::exception& ex) {
+        spdlog::error("worker {}: cannot open client {}'s endpoint: {}", index_, c, ex.what());
+      }
+      continue;
+    }
+    if (e.kind == Event::Kind::kRemove) {
       // The client is gone (its control connection closed): stop serving its slots and clear
       // them, so nothing it left there is taken for the next client of this index.
       const bool was_active = s.active;
@@ -322,12 +364,7 @@ void HerdWorker::drain_events_st() {
       if (isolated_) {
         // Whatever it left inside the provider goes with its endpoint.
         s.peer = fabric::kNoPeer;
-        try {
-          open_client_endpoint_st(c);
-        } catch (const std::exception& ex) {
-          spdlog::error("worker {}: cannot reopen client {}'s endpoint: {}", index_, c, ex.what());
-          continue;  // the index stays taken rather than handing out a dead endpoint
-        }
+        close_client_endpoint_st(c);  // the index's next client gets a fresh one
         if (fabric::remove_dead_peer_region(*fabric_, s.address))
           counters_.regions_reclaimed.fetch_add(1, std::memory_order_relaxed);
       } else {
@@ -344,7 +381,10 @@ void HerdWorker::drain_events_st() {
     s.peer = fabric::kNoPeer;
     try {
       fabric::PeerAddr peer = fabric::kNoPeer;
-      if (isolated_) peer = client_eps_[c]->insert_peer(e.info.address);
+      if (isolated_) {
+        if (!client_eps_[c]) throw std::runtime_error("its endpoint is not open");
+        peer = client_eps_[c]->insert_peer(e.info.address);
+      }
       for (auto& ep : eps_) peer = ep->insert_peer(e.info.address);  // one AV per endpoint, same index
       s.peer = peer;
     } catch (const std::exception& ex) {
@@ -415,7 +455,7 @@ void HerdWorker::poll_cqs_st() {
   // Isolated: every admitted client's endpoint (its READ/WRITE notices and its first contact
   // need our progress); a free index's endpoint has no peer yet.
   for (uint32_t c = 0; c < client_eps_.size(); ++c) {
-    if (!clients_[c].active) continue;
+    if (!clients_[c].active || !client_eps_[c]) continue;
     size_t n = client_eps_[c]->poll(comps);
     for (size_t i = 0; i < n; ++i) on_completion_st(comps[i]);
   }
@@ -431,7 +471,7 @@ void HerdWorker::reap_st() {
     for (size_t i = 0; i < n; ++i) deferred_.push_back(std::move(comps[i]));
   }
   for (uint32_t c = 0; c < client_eps_.size(); ++c) {
-    if (!clients_[c].active) continue;
+    if (!clients_[c].active || !client_eps_[c]) continue;
     size_t n = client_eps_[c]->poll(comps);
     for (size_t i = 0; i < n; ++i) deferred_.push_back(std::move(comps[i]));
   }
@@ -891,7 +931,7 @@ nlohmann::json HerdWorker::stats() const {
           {"stale_responses", r(counters_.stale_responses)},
           {"backlogged", r(counters_.backlogged)},
           {"dropped_peers", r(counters_.dropped_peers)},
-          {"endpoints_reopened", r(counters_.endpoints_reopened)},
+          {"endpoints_closed", r(counters_.endpoints_closed)},
           {"regions_reclaimed", r(counters_.regions_reclaimed)},
           {"batches", r(counters_.batches)},
           {"rounds", r(counters_.rounds)},

@@ -70,6 +70,10 @@ class HerdWorker {
   // Pilaf engine only (else nullopt-like: generation 0, empty regions). Any thread.
   PilafRegions pilaf_regions() const;
 
+  // Isolated clients: has the worker open index c's endpoint (its first client, or the first
+  // since the last one left) and waits for it, up to `timeout_ms`; false if it did not come.
+  // True at once when clients are not isolated or the endpoint is open. Any thread.
+  bool open_endpoint(uint32_t c, int timeout_ms);
   void add_client(ClientInfo c);
   void remove_client(uint32_t index);
   // True once a client index is free on this worker: never used, or its removal has been
@@ -85,12 +89,13 @@ class HerdWorker {
   struct ClientSlotState;
   struct Pending;
   struct Event {
-    bool add = true;
+    enum class Kind { kAdd, kRemove, kOpenEndpoint } kind = Kind::kAdd;
     ClientInfo info;
   };
 
   void drain_events_st();
   void open_client_endpoint_st(uint32_t c);
+  void close_client_endpoint_st(uint32_t c);
   void post_rx_st(size_t b);
   fabric::Endpoint& rx_endpoint(size_t b) const;
   fabric::Endpoint& endpoint_of(uint32_t c) const;
@@ -177,7 +182,7 @@ class HerdWorker {
   struct Counters {
     std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},
         indirect{0}, send_errors{0}, read_errors{0}, batches{0}, unknown_client{0}, rounds{0},
-        stale_responses{0}, backlogged{0}, dropped_peers{0}, endpoints_reopened{0},
+        stale_responses{0}, backlogged{0}, dropped_peers{0}, endpoints_closed{0},
         regions_reclaimed{0};
   };
   Counters counters_;

@@ -170,6 +170,18 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     epoch = s.epoch;
     admitted_++;
   }
+  // Isolated clients (shm) get endpoints of their own, opened by each worker on demand.
+  for (auto& wk : workers_) {
+    if (wk->open_endpoint(index, 5000)) continue;
+    {
+      std::lock_guard lock(mu_);
+      clients_[index].used = false;
+      admitted_--;
+    }
+    w.status = control::Status::kServerBusy;
+    w.message = fmt::format("worker {} could not open an endpoint for this client", wk->index());
+    return w;
+  }
   // Workers learn of the client before it learns the layout, so its first request finds it.
   for (auto& wk : workers_) {
     ClientInfo ci;

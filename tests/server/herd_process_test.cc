@@ -3,6 +3,8 @@
 // verb counters show exactly one WRITE (or SEND) and one response SEND per request.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "raw_client.h"
 
 namespace fabkv::testing {
@@ -36,6 +38,64 @@ TEST_P(HerdProcesses, ManyClientsMatchTheirModels) {
         FABKV_TEST_CLIENT_BIN, "stress", server_->address(), GetParam().provider,
         std::to_string(1000 + i), "400"}));
   for (auto& c : clients) EXPECT_EQ(c->wait(Deadline::after_ms(120000)), 0);
+}
+
+// A client killed with indirect PUTs outstanding (on tcp the worker's READs of its memory are
+// still waiting for it), its index then taken by a new client: the new client gets answers to
+// its own requests only, each naming its index and epoch; nothing meant for the dead one.
+TEST_P(HerdProcesses, AReusedIndexNeverSeesItsPredecessorsAnswers) {
+  if (GetParam().transport != "write") GTEST_SKIP() << "indirect requests ride the write transport";
+  RawClient bystander(GetParam().provider, server_->address());
+  perf::ChildProcess victim(
+      {FABKV_TEST_CLIENT_BIN, "victim-indirect", server_->address(), GetParam().provider});
+  std::string line;
+  ASSERT_TRUE(victim.read_line(&line, Deadline::after_ms(20000)));
+  unsigned idx = 0, epoch = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "READY %u %u", &idx, &epoch), 2) << line;
+  victim.kill(SIGKILL);
+  victim.wait(Deadline::after_ms(5000));
+  perf::remove_shm_leftovers(victim.pid());
+  Deadline d = Deadline::after_ms(10000);
+  nlohmann::json s;
+  auto worker_active = [](const nlohmann::json& st) {
+    uint64_t n = 0;
+    for (const auto& w : st.at("workers")) n = std::max<uint64_t>(n, w.at("active_clients").get<uint64_t>());
+    return n;
+  };
+  do {
+    s = bystander.stats();
+  } while ((s.at("clients").at("departed").get<uint64_t>() < 1 || worker_active(s) > 1) &&
+           !d.expired());
+  RawClient next(GetParam().provider, server_->address(), "write");
+  ASSERT_EQ(next.client, idx);
+  ASSERT_EQ(next.epoch, epoch + 1);
+  char req[512];
+  const std::string key = "reuse-0";  // the same worker and slots the victim used
+  const uint32_t w = next.worker_of(key);
+  for (uint32_t r = 0; r < next.window; ++r) {
+    size_t n = next.build(r + 1, herd::OpCode::kGet, key, "", req);
+    next.write_slot(w, r, req, n);
+  }
+  std::set<uint32_t> seen;
+  for (uint32_t r = 0; r < next.window; ++r) {
+    auto resp = next.response(10000);
+    ASSERT_TRUE(resp.has_value()) << "answer " << r << " never came; " << next.stats().dump();
+    EXPECT_EQ(resp->h.client, idx);
+    EXPECT_EQ(resp->h.epoch, next.epoch) << "an answer for the dead client's epoch";
+    EXPECT_EQ(resp->h.op, static_cast<uint8_t>(herd::OpCode::kGet)) << "an answer to its PUT";
+    EXPECT_TRUE(seen.insert(resp->h.seq).second) << "seq " << resp->h.seq << " answered twice";
+  }
+  EXPECT_FALSE(next.response(500).has_value()) << "an extra answer arrived";
+  nlohmann::json st = next.stats();
+  uint64_t stale = 0, indirect = 0, read_errors = 0;
+  for (const auto& wk : st.at("workers")) {
+    stale += wk.at("stale_responses").get<uint64_t>();
+    indirect += wk.at("indirect").get<uint64_t>();
+    read_errors += wk.at("read_errors").get<uint64_t>();
+  }
+  std::printf("index reuse %s: victim's indirect PUTs taken %lu, READ errors %lu, stale answers "
+              "dropped %lu\n", GetParam().provider.c_str(), static_cast<unsigned long>(indirect),
+              static_cast<unsigned long>(read_errors), static_cast<unsigned long>(stale));
 }
 
 TEST_P(HerdProcesses, KilledClientIsReclaimedAndOthersSeeNoError) {

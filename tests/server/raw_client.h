@@ -109,6 +109,29 @@ class RawClient {
     return herd::request_bytes(n);
   }
 
+  // Builds an indirect PUT into `out`: key and value placed in this client's own region at
+  // 3 MiB + `off`, for the worker to READ (returns the slot bytes).
+  size_t build_indirect_put(uint32_t seq, const std::string& key, const std::string& value,
+                            size_t off, char* out) const {
+    const size_t at = 3 * 1024 * 1024 + off;
+    std::memcpy(buf_->data() + at, key.data(), key.size());
+    std::memcpy(buf_->data() + at + key.size(), value.data(), value.size());
+    herd::IndirectBody ib{buf_->remote().at(at), buf_->remote().key, key.size() + value.size()};
+    herd::RequestHeader h{};
+    h.seq = seq;
+    h.client = static_cast<uint16_t>(client);
+    h.epoch = static_cast<uint16_t>(epoch);
+    h.op = static_cast<uint8_t>(herd::OpCode::kPut);
+    h.flags = herd::kFlagIndirect;
+    h.key_len = static_cast<uint16_t>(key.size());
+    h.value_len = static_cast<uint32_t>(value.size());
+    h.check = herd::request_check(seq, &ib, sizeof(ib));
+    herd::store(out, h);
+    herd::store(out + sizeof(h), ib);
+    herd::store(out + herd::trailer_offset(sizeof(ib)), herd::RequestTrailer{seq});
+    return herd::request_bytes(sizeof(ib));
+  }
+
   // WRITEs `len` raw bytes into slot (seq-1) % W of worker w.
   void write_slot(uint32_t w, uint32_t slot, const char* bytes, size_t len) {
     std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
@@ -180,6 +203,8 @@ class RawClient {
           r.h = herd::load<herd::ResponseHeader>(at);
           r.value.assign(at + sizeof(herd::ResponseHeader), r.h.value_len);
           post_recv(slot);
+          // Keep what this poll brought after it for the next call (in order).
+          for (size_t j = n; j-- > i + 1;) early_.push_front(std::move(c[j]));
           return r;
         }
       }

@@ -1,5 +1,6 @@
 // fabkv-herd-test-client: a separate client process for the server tests.
 //   victim SERVER PROVIDER        connect, leave `window` PUTs in flight, print READY, sleep
+//   victim-indirect SERVER PROVIDER  the same with indirect PUTs (write transport)
 //   stress SERVER PROVIDER SEED N N random get/put/del on keys of its own, checked against a
 //                                 model map; exit 0 when every answer matched, 1 otherwise
 #include <unistd.h>
@@ -28,6 +29,25 @@ int victim(const std::string& server, const std::string& provider) {
   std::printf("READY %u %u\n", c.client, c.epoch);
   std::fflush(stdout);
   ::pause();  // killed by the test, mid-window, never reading its responses
+  return 0;
+}
+
+// Leaves an indirect PUT (body in its own memory, for the worker to READ) in every slot of
+// one worker, then sleeps without ever driving progress: on tcp the worker's READs wait for
+// this process, so they are still outstanding when the test kills it.
+int victim_indirect(const std::string& server, const std::string& provider) {
+  RawClient c(provider, server, "write");
+  char req[1024];
+  const std::string key = "reuse-0";
+  const uint32_t w = c.worker_of(key);
+  for (uint32_t r = 0; r < c.window; ++r) {
+    size_t n = c.build_indirect_put(r + 1, key, std::string(2000, static_cast<char>('a' + r)),
+                                    r * 4096, req);
+    c.write_slot(w, r, req, n);
+  }
+  std::printf("READY %u %u\n", c.client, c.epoch);
+  std::fflush(stdout);
+  ::pause();
   return 0;
 }
 
@@ -78,6 +98,8 @@ int stress(const std::string& server, const std::string& provider, uint64_t seed
 
 int main(int argc, char** argv) {
   if (argc >= 4 && std::string(argv[1]) == "victim") return victim(argv[2], argv[3]);
+  if (argc >= 4 && std::string(argv[1]) == "victim-indirect")
+    return victim_indirect(argv[2], argv[3]);
   if (argc >= 6 && std::string(argv[1]) == "stress")
     return stress(argv[2], argv[3], std::stoull(argv[4]), std::stoi(argv[5]));
   std::fprintf(stderr, "usage: fabkv-herd-test-client victim|stress SERVER PROVIDER [SEED N]\n");

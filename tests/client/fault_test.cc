@@ -1,0 +1,272 @@
+// Fault isolation end to end (docs/fabric.md, "Fault isolation"): real fabkv-server processes on
+// shm and tcp, real client processes SIGKILLed at random instants, and a survivor whose every
+// answer is checked against a model map while they die around it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "client/client.h"
+#include "perf/process.h"
+#include "support/ready_process.h"
+
+namespace fabkv {
+namespace {
+
+using fabkv::testing::ReadyProcess;
+using Ms = std::chrono::milliseconds;
+
+#ifdef FABKV_SANITIZED
+constexpr int kServeWithinMs = 5000;  // sanitizer builds start and connect several times slower
+#else
+constexpr int kServeWithinMs = 1000;  // the issue's bound: a new client is served within 1 s
+#endif
+
+struct Param {
+  std::string provider, transport;  // transport: herd's request transport on this server
+};
+std::string name_of(const ::testing::TestParamInfo<Param>& i) {
+  return i.param.provider + "_" + i.param.transport;
+}
+
+class Server : public ReadyProcess {
+ public:
+  Server(const Param& p, const std::vector<std::string>& extra = {})
+      : ReadyProcess(argv(p, extra), Stop::kSigterm) {}
+
+ private:
+  static std::vector<std::string> argv(const Param& p, const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", p.provider, "--listen",
+                                  "127.0.0.1:0", "--protocols", "herd,pilaf,pilaf-vo",
+                                  "--transport", p.transport, "--cores", "-1", "--memory",
+                                  "128M", "--log", "warn"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+};
+
+class Faults : public ::testing::TestWithParam<Param> {
+ protected:
+  ClientOptions options(const std::string& protocol, int timeout_ms = 10000) const {
+    ClientOptions o;
+    o.server = server_->address();
+    o.provider = GetParam().provider;
+    o.protocol = protocol;
+    if (protocol == "herd") o.transport = GetParam().transport;
+    o.timeout_ms = timeout_ms;
+    o.connect_timeout_ms = timeout_ms;
+    return o;
+  }
+  static uint64_t worker_max(const nlohmann::json& st, const char* name) {
+    uint64_t n = 0;
+    for (const auto& w : st.at("workers")) n = std::max<uint64_t>(n, w.value(name, uint64_t{0}));
+    return n;
+  }
+  static uint64_t worker_sum(const nlohmann::json& st, const char* name) {
+    uint64_t n = 0;
+    for (const auto& w : st.at("workers")) n += w.value(name, uint64_t{0});
+    return n;
+  }
+  // Waits (bounded) until the server holds exactly `n` clients everywhere.
+  static nlohmann::json settle(Client& c, uint64_t n) {
+    Deadline d = Deadline::after_ms(15000);
+    nlohmann::json s;
+    do {
+      s = c.stats();
+      if (s.at("clients").at("active").get<uint64_t>() == n && worker_max(s, "active_clients") == n)
+        break;
+      std::this_thread::sleep_for(Ms(20));
+    } while (!d.expired());
+    return s;
+  }
+  std::unique_ptr<Server> server_;
+};
+
+// A survivor thread: random GET/PUT/DEL on keys of its own against a model map, until stopped.
+struct Survivor {
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> ops{0}, wrong{0}, failed{0}, max_us{0};
+  std::string first_error;
+  void run(Client& c, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::map<std::string, std::string> model;
+    std::string v;
+    while (!stop.load()) {
+      std::string key = "survivor-" + std::to_string(rng() % 64);
+      int what = static_cast<int>(rng() % 10);
+      auto t0 = std::chrono::steady_clock::now();
+      Status st;
+      bool ok = true;
+      if (what < 5) {
+        st = c.get(key, &v);
+        auto it = model.find(key);
+        ok = it == model.end() ? st == Status::kNotFound : (st == Status::kOk && v == it->second);
+      } else if (what < 9) {
+        std::string value = key + "#" + std::to_string(ops.load()) + std::string(rng() % 2000, 'x');
+        st = c.put(key, value);
+        ok = st == Status::kOk;
+        if (ok) model[key] = value;
+      } else {
+        st = c.del(key);
+        ok = st == (model.count(key) ? Status::kOk : Status::kNotFound);
+        model.erase(key);
+      }
+      auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                    std::chrono::steady_clock::now() - t0).count();
+      if (static_cast<uint64_t>(us) > max_us.load()) max_us.store(static_cast<uint64_t>(us));
+      if (!ok) {
+        (st == Status::kOk || st == Status::kNotFound ? wrong : failed).fetch_add(1);
+        if (first_error.empty())
+          first_error = key + ": " + to_string(st) + (what < 5 ? " (get)" : what < 9 ? " (put)" : " (del)");
+      }
+      ops.fetch_add(1);
+    }
+  }
+};
+
+// 100 client processes, each SIGKILLed at a random instant (before, during or after its
+// connect, mid-request), rotating herd, pilaf and pilaf-vo, while a survivor checks every
+// answer and a fresh client connects after every 10th kill.
+TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
+  server_ = std::make_unique<Server>(GetParam());
+  auto survivor_client = Client::connect(options("herd"));
+  Survivor survivor;
+  std::thread t([&] { survivor.run(*survivor_client, 7); });
+  const char* protocols[] = {"herd", "pilaf", "pilaf-vo"};
+  std::mt19937_64 rng(2026);
+  int killed_before_ready = 0, fresh = 0;
+  int64_t fresh_max_ms = 0;
+  for (int i = 0; i < 100; ++i) {
+    const std::string protocol = protocols[i % 3];
+    perf::ChildProcess victim({FABKV_VICTIM_BIN, server_->address(), GetParam().provider, protocol,
+                               protocol == "herd" ? GetParam().transport : "", std::to_string(i)});
+    if (rng() % 4 == 0) {
+      // During start-up or the handshake.
+      std::this_thread::sleep_for(Ms(rng() % 40));
+      killed_before_ready++;
+    } else {
+      std::string line;
+      ASSERT_TRUE(victim.read_line(&line, Deadline::after_ms(30000))) << "victim " << i << " never connected";
+      ASSERT_EQ(line.rfind("READY", 0), 0u) << line;
+      std::this_thread::sleep_for(Ms(rng() % 60));  // mid-request
+    }
+    victim.kill(SIGKILL);
+    ASSERT_GE(victim.wait(Deadline::after_ms(10000)), -1);
+    auto killed_at = std::chrono::steady_clock::now();
+    if (i % 10 == 9) {
+      const std::string p = protocols[(i / 10) % 3];
+      auto c = Client::connect(options(p, kServeWithinMs));
+      std::string v;
+      ASSERT_EQ(c->put("fresh-" + std::to_string(i), "ok"), Status::kOk) << p << " after kill " << i;
+      ASSERT_EQ(c->get("fresh-" + std::to_string(i), &v), Status::kOk) << p << " after kill " << i;
+      ASSERT_EQ(v, "ok");
+      fresh_max_ms = std::max<int64_t>(
+          fresh_max_ms, std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - killed_at).count());
+      fresh++;
+    }
+    perf::remove_shm_leftovers(victim.pid());  // what the server could not reclaim (see below)
+  }
+  survivor.stop = true;
+  t.join();
+  EXPECT_EQ(survivor.wrong.load(), 0u) << survivor.first_error;
+  EXPECT_EQ(survivor.failed.load(), 0u) << survivor.first_error;
+  EXPECT_GT(survivor.ops.load(), 100u);
+  EXPECT_LE(fresh_max_ms, kServeWithinMs);
+  // Every victim's index is reclaimed: the survivor is the only client left.
+  nlohmann::json s = settle(*survivor_client, 1);
+  EXPECT_EQ(s.at("clients").at("active").get<uint64_t>(), 1u) << s.dump();
+  EXPECT_EQ(worker_max(s, "active_clients"), 1u) << s.dump();
+  std::printf("kill-storm %s/%s: 100 kills (%d before READY), survivor %lu ops, max %lu us; "
+              "%d fresh clients served, slowest %ld ms after a kill; departed %lu, dropped %lu, "
+              "endpoints closed %lu, shm regions reclaimed %lu, stale responses %lu\n",
+              GetParam().provider.c_str(), GetParam().transport.c_str(), killed_before_ready,
+              static_cast<unsigned long>(survivor.ops.load()),
+              static_cast<unsigned long>(survivor.max_us.load()), fresh,
+              static_cast<long>(fresh_max_ms),
+              static_cast<unsigned long>(s.at("clients").at("departed").get<uint64_t>()),
+              static_cast<unsigned long>(worker_sum(s, "dropped_peers")),
+              static_cast<unsigned long>(worker_sum(s, "endpoints_closed")),
+              static_cast<unsigned long>(worker_sum(s, "regions_reclaimed")),
+              static_cast<unsigned long>(worker_sum(s, "stale_responses")));
+}
+
+// 500 short-lived clients (100 on tcp, where libfabric 2.1's rxm spends ~0.6 s of CPU setting
+// up each client's endpoint here), then every slot taken at once: the 65th is refused with the
+// reason, and once they leave a new client gets in and is served.
+TEST_P(Faults, ConnectChurnThenEverySlotTaken) {
+  server_ = std::make_unique<Server>(GetParam(), std::vector<std::string>{"--max-clients", "64"});
+  const char* protocols[] = {"herd", "pilaf", "pilaf-vo"};
+  const int churn = GetParam().provider == "tcp" ? 100 : 500;
+  for (int i = 0; i < churn; ++i) {
+    auto c = Client::connect(options(protocols[i % 3]));
+    ASSERT_EQ(c->put("churn-" + std::to_string(i % 50), std::to_string(i)), Status::kOk) << i;
+  }
+  std::vector<std::unique_ptr<Client>> all;
+  for (int i = 0; i < 64; ++i) all.push_back(Client::connect(options(protocols[i % 3])));
+  try {
+    Client::connect(options("herd"));
+    FAIL() << "a 65th client was admitted";
+  } catch (const ClientError& e) {
+    EXPECT_NE(std::string(e.what()).find("client slots are taken"), std::string::npos) << e.what();
+  }
+  std::string v;
+  ASSERT_EQ(all[63]->get("churn-49", &v), Status::kOk);
+  EXPECT_EQ(v, std::to_string(churn - 1));
+  all.clear();
+  auto late = Client::connect(options("pilaf"));
+  ASSERT_EQ(late->get("churn-0", &v), Status::kOk);
+  EXPECT_EQ(v, std::to_string(churn - 50));
+  nlohmann::json s = settle(*late, 1);
+  EXPECT_EQ(s.at("clients").at("admitted").get<uint64_t>(), static_cast<uint64_t>(churn + 65));
+  EXPECT_EQ(s.at("clients").at("active").get<uint64_t>(), 1u);
+}
+
+// A server SIGKILLed under load: a client with a full window on every protocol gets
+// kServerGone or kTimeout for each request within its timeout, never a hang.
+TEST_P(Faults, ServerKilledUnderAFullWindowEndsEveryRequest) {
+  for (const std::string protocol : {"herd", "pilaf", "pilaf-vo"}) {
+    server_ = std::make_unique<Server>(GetParam());
+    const int timeout_ms = 2000;
+    auto c = Client::connect(options(protocol, timeout_ms));
+    ASSERT_EQ(c->put("k0", "v"), Status::kOk);
+    uint64_t ended = 0, other = 0, posted = 0;
+    auto cb = [&](Status st, std::string_view, uint64_t) {
+      if (st == Status::kServerGone || st == Status::kTimeout) ended++;
+      else if (st != Status::kOk && st != Status::kNotFound) other++;
+    };
+    // Keep the window full for a while, then kill the server under it.
+    Deadline load = Deadline::after_ms(300);
+    while (!load.expired()) {
+      Status st = posted % 2 ? c->get_async("k" + std::to_string(posted % 16), cb)
+                             : c->put_async("k" + std::to_string(posted % 16), "value", cb);
+      if (st == Status::kOk) posted++;
+      c->poll();
+    }
+    for (int i = 0; i < 64; ++i)
+      if (c->get_async("k" + std::to_string(i % 16), cb) == Status::kOk) posted++;
+    ASSERT_GT(c->in_flight(), 0u);
+    server_->kill();
+    auto t0 = std::chrono::steady_clock::now();
+    Status fl = c->flush();
+    auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(c->in_flight(), 0u) << protocol;
+    EXPECT_TRUE(fl == Status::kServerGone || fl == Status::kOk) << protocol << ": " << to_string(fl);
+    EXPECT_LE(ms, timeout_ms + 1000) << protocol;
+    EXPECT_EQ(other, 0u) << protocol;
+    EXPECT_EQ(c->get("k0", nullptr), Status::kServerGone) << protocol;
+    server_.reset();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, Faults,
+                         ::testing::Values(Param{"shm", "write"}, Param{"shm", "send"},
+                                           Param{"tcp", "write"}, Param{"tcp", "send"}),
+                         name_of);
+
+}  // namespace
+}  // namespace fabkv
