@@ -150,6 +150,25 @@ bool Fabric::manual_progress() const {
 bool Fabric::has_atomics() const { return (info_->caps & FI_ATOMIC) != 0; }
 bool Fabric::has_rma() const { return (info_->caps & FI_RMA) != 0; }
 
+const char* fabkv_version() { return FABKV_VERSION; }
+
+std::string library_version() {
+  const uint32_t v = fi_version();
+  std::string version = fmt::format("{}.{}", FI_MAJOR(v), FI_MINOR(v));
+  char buf[128] = {};
+  const int any = 0;  // fi_tostr wants a non-null datum even for FI_TYPE_VERSION
+  if (const char* full = fi_tostr_r(buf, sizeof(buf), &any, FI_TYPE_VERSION); full != nullptr) {
+    std::string s(full);
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    if (s == version || s.rfind(version + ".", 0) == 0) version = s;
+  }
+  return version;
+}
+
+std::string version_line() {
+  return fmt::format("fabkv {}, libfabric {}", fabkv_version(), library_version());
+}
+
 std::string Fabric::describe() const {
   std::string mr;
   auto add = [&](uint64_t bit, const char* name) {

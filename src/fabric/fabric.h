@@ -74,7 +74,17 @@ class Fabric {
   std::atomic<uint64_t> next_key_{1};
 };
 
-// The libfabric API version fabkv asks for (Debian 12 ships 1.17).
+// The libfabric API version fabkv asks for: 2.x, built by scripts/install-libfabric.sh
+// (docs/fabric.md, "Which libfabric").
 inline constexpr uint32_t kFiVersionMajor = 2, kFiVersionMinor = 0;
+
+// fabkv's own version, the CMake project version: "0.1.0".
+const char* fabkv_version();
+// The libfabric loaded at run time (not the headers fabkv was compiled against): fi_version()'s
+// major.minor, completed with the library's release string (fi_tostr(FI_TYPE_VERSION)) when
+// that agrees with it: "2.1.0".
+std::string library_version();
+// What `--version` prints: "fabkv 0.1.0, libfabric 2.1.0".
+std::string version_line();
 
 }  // namespace fabkv::fabric

@@ -11,6 +11,8 @@
 
 #include <rdma/fabric.h>
 
+#include "fabric/fabric.h"
+
 namespace fabkv::fabric {
 
 namespace {
@@ -63,7 +65,8 @@ bool rdma_device_present() {
   fi_info* hints = fi_allocinfo();
   hints->fabric_attr->prov_name = strdup("verbs");
   fi_info* info = nullptr;
-  int ret = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints, &info);
+  int ret = fi_getinfo(FI_VERSION(kFiVersionMajor, kFiVersionMinor), nullptr, nullptr, 0, hints,
+                       &info);
   fi_freeinfo(hints);
   if (info != nullptr) fi_freeinfo(info);
   return ret == 0;

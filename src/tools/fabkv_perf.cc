@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "fabric/fabric.h"
 #include "perf/perf.h"
 
 using namespace fabkv;
@@ -109,6 +110,8 @@ int main(int argc, char** argv) {
   init_logging("fabkv-perf");
   CLI::App app{"fabkv-perf: RDMA verb microbenchmarks (HERD sec. 3, Guidelines sec. 5) over libfabric"};
   app.require_subcommand(0, 1);
+  app.set_version_flag("--version", [] { return fabric::version_line(); },
+                       "print fabkv's version and the libfabric loaded, then exit");
 
   CoordinatorOptions co;
   std::string mode = "all", log_level;

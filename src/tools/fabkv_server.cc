@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "fabric/fabric.h"
 #include "server/server.h"
 
 using namespace fabkv;
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
   std::string config, memory = "256M", max_value = "64K", transport = "write", batching = "on";
   std::string cores, pilaf_entries = "64K", pilaf_extents = "8M";
   CLI::App app{"fabkv-server: an in-memory key-value store for RDMA fabrics (libfabric)"};
+  app.set_version_flag("--version", [] { return fabric::version_line(); },
+                       "print fabkv's version and the libfabric loaded, then exit");
   app.add_option("--config", config, "TOML file with the settings below (flags override it)");
   app.add_option("--provider", o.provider, "auto|shm|tcp|verbs: auto picks verbs with an RDMA "
                  "device, else shm for a loopback --listen, else tcp")->capture_default_str();
