@@ -294,6 +294,7 @@ struct Client::Impl {
     po.timeout_ms = o.timeout_ms;
     po.grace_ms = layout.value("pilaf_grace_ms", 5000u);
     po.parallel_probes = o.pilaf_parallel_probes;
+    po.clock_skew_s = o.clock_skew_s;  // test only
     pilaf = std::make_unique<client_detail::PilafReader>(
         *fabric, *ep, po, std::move(maps),
         [this](std::vector<client_detail::PilafMap>* maps) { return refresh_pilaf(maps); },

@@ -50,6 +50,11 @@ struct ClientOptions {
   // pilaf: READ a key's three table entries at once instead of one after another (one round
   // trip instead of up to three; ~3 entry READs per GET instead of ~1.6 at 75% fill).
   bool pilaf_parallel_probes = false;
+  // TEST ONLY: pretend this client's wall clock is off by this many seconds (a host whose
+  // clock is skewed). Expiry is judged by the server's clock on every protocol, so this
+  // changes nothing against a server that publishes its clock (pilaf: TableHeader.clock,
+  // docs/pilaf.md "Expiry and the server's clock"); tests use it to show exactly that.
+  int clock_skew_s = 0;
 };
 
 enum class Status {

@@ -1,7 +1,8 @@
 #include "client/pilaf_reader.h"
 
-#include <ctime>
+#include <algorithm>
 #include <cstring>
+#include <ctime>
 
 #include "proto/pilaf/layout.h"
 
@@ -20,6 +21,8 @@ nlohmann::json PilafCounters::to_json() const {
           {"hit_entry_reads", hit_entry_reads},
           {"extent_reads", extent_reads},
           {"header_reads", header_reads},
+          {"clock_reads", clock_reads},
+          {"expired", expired},
           {"torn_entries", torn_entries},
           {"torn_extents", torn_extents},
           {"reprobes", reprobes},
@@ -33,14 +36,25 @@ nlohmann::json PilafCounters::to_json() const {
 }
 
 // kEntries: entry READs of this round (one, or three in parallel); kRecord: the record of
-// entry `probe`; kHeader: TableHeader.moves/state after three misses.
-enum class PilafReader::Step : uint8_t { kEntries, kRecord, kHeader };
+// entry `probe`; kHeader: TableHeader.moves/state/clock after three misses; kClock: the same
+// 16 bytes after our record, to judge its expire_at by the server's clock.
+enum class PilafReader::Step : uint8_t { kEntries, kRecord, kHeader, kClock };
 
-// Per op, its slice of the buffer: the three entries at 0, 32, 64, the record (or the header's
-// 16 bytes) at kRecordAt. READ k uses ctx[k]: 0..2 the entries, 3 the record or header.
+// Per op, its slice of the buffer: the three entries at 0, 32, 64, the header's 16 bytes for
+// kClock at kClockAt (the record stays where it is meanwhile), the record (or the header's 16
+// bytes for kHeader) at kRecordAt. READ k uses ctx[k]: 0..2 the entries, 3 the record or header.
 namespace {
+constexpr size_t kClockAt = 96;
 constexpr size_t kRecordAt = 128;
 constexpr uint32_t kRecordCtx = 3;
+static_assert(kClockAt >= pilaf::kWays * sizeof(pilaf::Entry) && kClockAt + 16 <= kRecordAt);
+
+// How long a READ of a worker's clock may stand in for it (then the next GET of an item with
+// an expiry READs it again: a server's clock may be stepped).
+constexpr auto kClockMaxAge = std::chrono::seconds(1);
+// How far TableHeader.clock may lag the server's clock when READ: the owner refreshes it every
+// 1024 poll rounds (well under a millisecond while idle), plus the READ's own round trip.
+constexpr double kClockSlackS = 0.5;
 }  // namespace
 
 struct PilafReader::Op {
@@ -68,6 +82,7 @@ PilafReader::PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Opt
     : ep_(ep), o_(o), maps_(std::move(maps)), refresh_(std::move(refresh)), poll_(std::move(poll)) {
   moves_.assign(maps_.size(), ~uint64_t{0});
   last_read_.assign(maps_.size(), Clock::now());
+  clocks_.assign(maps_.size(), ServerClock{});
   slot_bytes_ = (kRecordAt + std::max(o_.max_record, sizeof(pilaf::TableHeader)) + kSlotAlign - 1) &
                 ~(kSlotAlign - 1);
   buf_ = std::make_unique<fabric::RegisteredBuffer>(fabric, slot_bytes_ * o_.ops,
@@ -315,16 +330,37 @@ size_t PilafReader::on_completion(fabric::Completion& c) {
           evaluate(op, op.probe + 1);
           break;
         }
-        if (rec.header.expire_at != 0 &&
-            static_cast<uint64_t>(std::time(nullptr)) >= rec.header.expire_at)
+        on_record(op, rec);
+        break;
+      }
+      case Step::kClock: {
+        const pilaf::HeaderWord w =
+            pilaf::load_header_word(buf_->data() + op.buf_off + kClockAt);
+        if (w.state == pilaf::kStateRetired) {
+          // A retired table's clock has stopped: learn the new layout and look again.
+          if (retry(op, nullptr) == 0) {
+            if (!refresh()) return finish(op, Status::kServerGone);
+            start(op);
+          }
+          break;
+        }
+        learn_clock(op.worker, w);
+        pilaf::Record rec;  // the record READ before, still in the buffer
+        if (!pilaf::check_record(op.entry, rec_buf, op.entry.kv_size, &rec))
+          return finish(op, Status::kError);
+        const bool gone = w.clock != 0 ? pilaf::expired(rec.header.expire_at, w.clock)
+                                       : pilaf::expired(rec.header.expire_at, local_seconds());
+        if (gone) {
+          counters_.expired++;
           return finish(op, Status::kNotFound);
+        }
         return finish(op, Status::kOk, rec.value, rec.header.version);
       }
       case Step::kHeader: {
-        uint64_t moves;
-        uint32_t state;
-        std::memcpy(&moves, rec_buf, 8);
-        std::memcpy(&state, rec_buf + 8, 4);
+        const pilaf::HeaderWord w = pilaf::load_header_word(rec_buf);
+        const uint64_t moves = w.moves;
+        const uint32_t state = w.state;
+        if (state != pilaf::kStateRetired) learn_clock(op.worker, w);
         if (state == pilaf::kStateRetired) {
           if (retry(op, nullptr) == 0) {
             if (!refresh()) return finish(op, Status::kServerGone);
@@ -347,6 +383,52 @@ size_t PilafReader::on_completion(fabric::Completion& c) {
   // Still ours, nothing outstanding: a READ could not be posted.
   if (op.busy && !op.zombie && op.pending == 0) ran += finish(op, Status::kError);
   return ran;
+}
+
+size_t PilafReader::on_record(Op& op, const pilaf::Record& rec) {
+  switch (judge(op.worker, rec.header.expire_at)) {
+    case Expiry::kLive:
+      return finish(op, Status::kOk, rec.value, rec.header.version);
+    case Expiry::kExpired:
+      counters_.expired++;
+      return finish(op, Status::kNotFound);
+    case Expiry::kUnsure:
+      break;
+  }
+  // Too close to call from what we know: READ the server's clock (moves, state, clock), then
+  // answer (Step::kClock). A READ that cannot be posted ends the GET with kError.
+  const PilafMap& m = maps_[op.worker];
+  op.step = Step::kClock;
+  counters_.clock_reads++;
+  post(op, kRecordCtx, kClockAt, m.table.at(pilaf::kMovesOffset), 16, m.table.key);
+  return 0;
+}
+
+// The server's clock now lies in [seconds + age, seconds + 1 + age + slack): the header value
+// was written before our READ completed (age counts from the completion) and lags the true
+// clock by less than a second plus the refresh period and the READ's round trip (slack).
+PilafReader::Expiry PilafReader::judge(uint32_t worker, uint32_t expire_at) const {
+  if (expire_at == 0) return Expiry::kLive;
+  const ServerClock& c = clocks_[worker];
+  const auto age = Clock::now() - c.at;
+  if (!c.known || age > kClockMaxAge) return Expiry::kUnsure;
+  if (c.seconds == 0) {
+    // The server publishes no clock (layout v1): our own is all there is.
+    return pilaf::expired(expire_at, local_seconds()) ? Expiry::kExpired : Expiry::kLive;
+  }
+  const double low = c.seconds + std::chrono::duration<double>(age).count();
+  if (low >= expire_at) return Expiry::kExpired;
+  if (low + 1.0 + kClockSlackS <= expire_at) return Expiry::kLive;
+  return Expiry::kUnsure;
+}
+
+void PilafReader::learn_clock(uint32_t worker, const pilaf::HeaderWord& w) {
+  clocks_[worker] = ServerClock{true, w.clock, Clock::now()};
+}
+
+uint32_t PilafReader::local_seconds() const {
+  const int64_t t = static_cast<int64_t>(std::time(nullptr)) + o_.clock_skew_s;
+  return static_cast<uint32_t>(std::clamp<int64_t>(t, 0, UINT32_MAX));
 }
 
 size_t PilafReader::expire(bool all, Status why) {

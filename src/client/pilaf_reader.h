@@ -6,6 +6,12 @@
 // Options::parallel_probes it READs the three entries at once (one round trip instead of up to
 // three, for ~1.9 more entry READs per hit at 75% fill).
 //
+// Expiry: the server's clock is authoritative (it owns the data; memcached's rule). A record
+// with expire_at is judged by the worker's TableHeader.clock: the reader keeps the last value
+// it READ per worker and the steady-clock instant it arrived, which bound the server's clock
+// now from both sides; only when that bound cannot decide (within ~1.5 s of expire_at, or
+// older than 1 s) does the GET READ the 16 header bytes once more (counted clock_reads).
+//
 // Owned by Client::Impl and driven by its poll loop: completions whose context owns() says are
 // ours go to on_completion(). Owner thread only.
 #pragma once
@@ -22,6 +28,7 @@
 #include "common/deadline.h"
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
+#include "proto/pilaf/layout.h"
 
 namespace fabkv::client_detail {
 
@@ -40,6 +47,8 @@ struct PilafCounters {
   uint64_t hit_entry_reads = 0; // ... of GETs that found their key (Pilaf fig. 6's measure)
   uint64_t extent_reads = 0;    // record READs
   uint64_t header_reads = 0;    // "not found" confirmations (TableHeader.moves)
+  uint64_t clock_reads = 0;     // TableHeader.clock READs to judge an expiry (docs/pilaf.md)
+  uint64_t expired = 0;         // records found but expired by the server's clock: not found
   uint64_t torn_entries = 0;    // entry CRC mismatch: READ again (Pilaf fig. 9)
   uint64_t torn_extents = 0;    // record CRC mismatch: entry READ again (Pilaf fig. 9)
   uint64_t reprobes = 0;        // a cuckoo move during the probes: probe again
@@ -62,6 +71,10 @@ class PilafReader {
     // READ fails and takes the connection down with it).
     uint32_t grace_ms = 5000;
     bool parallel_probes = false;  // READ h1, h2, h3 at once
+    // TEST ONLY (ClientOptions::clock_skew_s): seconds added to this client's wall clock. The
+    // reader judges expire_at by the server's clock (TableHeader.clock) and reads its own
+    // wall clock only for a server that does not publish one (layout v1).
+    int64_t clock_skew_s = 0;
   };
   // Fetches every worker's map again (a control request); false when that failed.
   using Refresh = std::function<bool(std::vector<PilafMap>*)>;
@@ -94,6 +107,12 @@ class PilafReader {
   void post_entry(Op& op, uint32_t i);
   void evaluate(Op& op, uint32_t from);
   size_t finish(Op& op, Status st, std::string_view value = {}, uint64_t version = 0);
+  // Our key's record is in: answer by its expiry, or READ the server's clock first.
+  size_t on_record(Op& op, const pilaf::Record& rec);
+  enum class Expiry : uint8_t { kLive, kExpired, kUnsure };
+  Expiry judge(uint32_t worker, uint32_t expire_at) const;
+  void learn_clock(uint32_t worker, const pilaf::HeaderWord& w);
+  uint32_t local_seconds() const;  // this client's wall clock (+ clock_skew_s)
   size_t retry(Op& op, uint64_t* counter);
   bool refresh();
 
@@ -102,6 +121,13 @@ class PilafReader {
   std::vector<PilafMap> maps_;
   std::vector<uint64_t> moves_;  // per worker: TableHeader.moves last seen (even), or ~0
   std::vector<Clock::time_point> last_read_;  // per worker: when a READ of its table returned
+  // Per worker: TableHeader.clock as last READ, and when that READ completed.
+  struct ServerClock {
+    bool known = false;      // READ at least once
+    uint32_t seconds = 0;    // 0 = the server does not publish its clock (layout v1)
+    Clock::time_point at{};  // completion of that READ (steady clock)
+  };
+  std::vector<ServerClock> clocks_;
   Refresh refresh_;
   Poll poll_;
   size_t slot_bytes_;

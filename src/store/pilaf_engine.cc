@@ -117,6 +117,7 @@ std::unique_ptr<PilafEngine::Gen> PilafEngine::map_gen(uint64_t entries, size_t 
   h.generation = generation;
   h.moves = 0;
   h.state = pilaf::kStateLive;
+  h.clock = clock_(clock_ctx_);
   h.entries = entries;
   h.extent_bytes = extent_bytes;
   std::memcpy(g->header(), &h, sizeof h);
@@ -323,7 +324,14 @@ Status PilafEngine::grow(bool more_entries, bool more_extents, size_t record) {
   return Status::kOk;
 }
 
+void PilafEngine::publish_clock() {
+  // Clients READ it at any moment: one aligned 4-byte store, never torn.
+  std::atomic_ref<uint32_t>(live_->header()->clock)
+      .store(clock_(clock_ctx_), std::memory_order_relaxed);
+}
+
 void PilafEngine::reap_retired() {
+  publish_clock();
   const auto now = std::chrono::steady_clock::now();
   const auto grace = std::chrono::milliseconds(grace_ms_);
   for (auto it = retired_.begin(); it != retired_.end();) {
@@ -484,8 +492,10 @@ PilafLookup PilafEngine::lookup(const PilafGeneration& g, std::string_view key) 
   PilafLookup r;
   const pilaf::KeySlots ks = pilaf::key_slots(key, g.entries);
   auto read_moves = [&](uint64_t& moves, uint32_t& state) {
-    std::memcpy(&moves, g.table + pilaf::kMovesOffset, 8);
-    std::memcpy(&state, g.table + pilaf::kMovesOffset + 8, 4);
+    const pilaf::HeaderWord w = pilaf::load_header_word(g.table + pilaf::kMovesOffset);
+    moves = w.moves;
+    state = w.state;
+    r.clock = w.clock;
   };
   uint64_t seen_moves;
   uint32_t state;

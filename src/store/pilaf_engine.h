@@ -22,9 +22,12 @@
 //     its slots at every instant (Pilaf sec. 3.4).
 //   Every mutation ends with a release fence (Pilaf sec. 3.3: linearizable).
 //
+// Clock: TableHeader.clock carries the expiry clock to clients (publish_clock()), so that a
+// GET by READ judges expire_at by the server's clock, as a GET served here does.
+//
 // Threads: like every engine, one owner thread calls get/put/del/run_batch, set_hooks,
-// current(), reap_retired() and the hooks run on it; stats(), pilaf_stats(), memory_bytes()
-// may be called from any thread.
+// current(), reap_retired(), publish_clock() and the hooks run on it; stats(), pilaf_stats(),
+// memory_bytes() may be called from any thread.
 //
 // Prefetch: the slots of a key come from pilaf::key_slots(key), which the KeyHash of the
 // pipeline stages cannot give, so prefetch_index/prefetch_item are no-ops.
@@ -87,6 +90,7 @@ struct PilafLookup {
   uint32_t probes = 0;    // entry reads, retries included
   uint64_t version = 0;
   uint32_t expire_at = 0;
+  uint32_t clock = 0;      // TableHeader.clock as last read: judge expire_at by this
   std::string_view value;  // into the generation's extents
 };
 
@@ -118,8 +122,14 @@ class PilafEngine final : public Engine {
   void set_hooks(PilafHooks h);
   // The live generation; the reference is valid until the next put() (a growth).
   const PilafGeneration& current() const;
-  // Releases retired generations whose grace is over: hooks.on_release(gen), then munmap.
+  // Housekeeping the owner calls every so often (a worker: every 1024 poll rounds): releases
+  // retired generations whose grace is over (hooks.on_release(gen), then munmap), and
+  // publishes the clock (publish_clock()).
   void reap_retired();
+  // Writes the expiry clock (EngineOptions::clock) into the live TableHeader.clock, where
+  // clients READ it to judge expire_at by the server's clock. Also done at every new
+  // generation and by reap_retired().
+  void publish_clock();
 
   struct PilafStats {
     uint64_t growths = 0;       // generations built after the first

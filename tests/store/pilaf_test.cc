@@ -136,6 +136,58 @@ TEST(PilafEngine, PutGetDeleteCasExpire) {
   EXPECT_EQ(e.check(), "");
 }
 
+// Clients judge expire_at by the server's clock, which the table header carries (layout v2).
+TEST(PilafEngine, TheTableHeaderCarriesTheEnginesClock) {
+  FakeClock clock;
+  PilafOptions p = tiny(64, size_t{1} << 20);
+  p.retire_grace_ms = 60'000;
+  PilafEngine e(opts(size_t{64} << 20, &clock), p);
+  auto header = [](const PilafGeneration& g) {
+    pilaf::TableHeader h;
+    std::memcpy(&h, g.table, sizeof h);
+    return h;
+  };
+  EXPECT_EQ(header(e.current()).version, 2u);
+  EXPECT_EQ(header(e.current()).clock, clock.now) << "published when the table is made";
+  const pilaf::HeaderWord w0 = pilaf::load_header_word(e.current().table + pilaf::kMovesOffset);
+  EXPECT_EQ(w0.clock, clock.now) << "within the 16 bytes a client READs at kMovesOffset";
+  EXPECT_EQ(w0.state, pilaf::kStateLive);
+
+  clock.now += 7;
+  EXPECT_EQ(header(e.current()).clock, clock.now - 7) << "only the owner's housekeeping moves it";
+  e.reap_retired();
+  EXPECT_EQ(header(e.current()).clock, clock.now);
+  clock.now += 1;
+  e.publish_clock();
+  EXPECT_EQ(header(e.current()).clock, clock.now);
+
+  // An item expired by that clock: the record is still in the table (lazy expiry), and the
+  // client's rule with the header's clock says "not found", whatever the reader's own clock.
+  ASSERT_EQ(e.put("t", "v", PutOptions{.expire_at = clock.now}), Status::kOk);
+  ASSERT_EQ(e.put("u", "v", PutOptions{.expire_at = clock.now + 1}), Status::kOk);
+  const PilafLookup lt = PilafEngine::lookup(e.current(), "t");
+  ASSERT_TRUE(lt.found);
+  EXPECT_EQ(lt.clock, clock.now);
+  EXPECT_TRUE(pilaf::expired(lt.expire_at, lt.clock));
+  const PilafLookup lu = PilafEngine::lookup(e.current(), "u");
+  ASSERT_TRUE(lu.found);
+  EXPECT_FALSE(pilaf::expired(lu.expire_at, lu.clock));
+  EXPECT_FALSE(pilaf::expired(0, UINT32_MAX)) << "0 = never";
+
+  // A growth: the new table starts with the current clock; the retired one's clock stops.
+  const PilafGeneration old = e.current();
+  clock.now += 5;
+  for (int i = 0; e.current().generation == old.generation; ++i)
+    ASSERT_EQ(e.put(key_of(i), std::string(100, 'x')), Status::kOk);
+  EXPECT_EQ(header(e.current()).clock, clock.now);
+  clock.now += 3;
+  e.reap_retired();
+  EXPECT_EQ(header(e.current()).clock, clock.now);
+  EXPECT_EQ(header(old).state, pilaf::kStateRetired);
+  EXPECT_EQ(header(old).clock, clock.now - 8);
+  EXPECT_EQ(e.check(), "");
+}
+
 // Restored versions (op log replay) live in the extent records, so clients READ them, and a
 // growth copies them along with the records.
 TEST(PilafEngine, RestoredVersionsSurviveAGrowthAndAreWhatClientsRead) {

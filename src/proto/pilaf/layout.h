@@ -23,6 +23,8 @@
 //
 // History:
 //   v1  first version.
+//   v2  TableHeader.clock (offset 28, reserved in v1): the owner's expiry clock, so that a
+//       client judges expire_at by the server's clock, not its own. A v1 table has 0 there.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +37,7 @@
 
 namespace fabkv::pilaf {
 
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr const char* kProtocol = "pilaf";     // GETs by READ, PUT/DEL by SEND
 inline constexpr const char* kProtocolVo = "pilaf-vo";  // Pilaf sec. 5.1: everything by SEND
 inline constexpr uint32_t kWays = 3;                    // Pilaf sec. 3.4: 3-way cuckoo
@@ -52,22 +54,49 @@ inline constexpr uint64_t kTableMagic = 0x464c4950564b4631ull;  // "1FKVPILF" li
 inline constexpr uint32_t kStateLive = 0;
 inline constexpr uint32_t kStateRetired = 1;  // a newer generation replaced this one
 
-// At offset 0 of the table region. Written by the owning worker only; clients READ `moves`
-// and `state` (16 bytes at offset 16) to confirm a "not found" (see lookup rules below).
+// At offset 0 of the table region. Written by the owning worker only; clients READ `moves`,
+// `state` and `clock` (16 bytes at offset 16) to confirm a "not found" (see lookup rules
+// below) and to learn the server's clock for expiry.
 struct TableHeader {
   uint64_t magic;         // kTableMagic
   uint32_t version;       // kLayoutVersion
   uint32_t generation;    // bumped by every growth (the "epoch" of the issue)
   uint64_t moves;         // seqlock over cuckoo displacements: odd while a path is being moved
   uint32_t state;         // kStateLive | kStateRetired
-  uint32_t reserved0;
+  // The owner's expiry clock (Unix seconds, the clock its engine compares expire_at with),
+  // refreshed by the live table's owner at least every few milliseconds while it runs (the
+  // engine's reap_retired(), which a worker calls every 1024 poll rounds). A retired table's
+  // clock stops. 0 = not published (a v1 table): the client falls back to its own clock.
+  uint32_t clock;
   uint64_t entries;       // slots in this table
   uint64_t extent_bytes;  // size of this generation's extent region
   uint64_t reserved[2];
 };
 static_assert(sizeof(TableHeader) == 64);
-inline constexpr size_t kMovesOffset = offsetof(TableHeader, moves);  // 16: moves, then state
-static_assert(kMovesOffset == 16 && offsetof(TableHeader, state) == 24);
+inline constexpr size_t kMovesOffset = offsetof(TableHeader, moves);  // 16: moves, state, clock
+static_assert(kMovesOffset == 16 && offsetof(TableHeader, state) == 24 &&
+              offsetof(TableHeader, clock) == 28);
+inline constexpr size_t kClockOffset = offsetof(TableHeader, clock);
+
+// What a client READs at kMovesOffset (16 bytes), decoded.
+struct HeaderWord {
+  uint64_t moves;
+  uint32_t state;
+  uint32_t clock;
+};
+inline HeaderWord load_header_word(const void* sixteen_bytes) {
+  HeaderWord w;
+  const char* p = static_cast<const char*>(sixteen_bytes);
+  std::memcpy(&w.moves, p, 8);
+  std::memcpy(&w.state, p + 8, 4);
+  std::memcpy(&w.clock, p + 12, 4);
+  return w;
+}
+
+// Expiry, the same rule on both sides: an item with expire_at != 0 is gone once the owner's
+// clock reaches expire_at. `now` must be the server's clock (TableHeader.clock), not the
+// reader's own (docs/pilaf.md, "Expiry and the server's clock").
+inline bool expired(uint32_t expire_at, uint32_t now) { return expire_at != 0 && now >= expire_at; }
 
 // Entry flags.
 inline constexpr uint8_t kInUse = 1;
@@ -169,11 +198,12 @@ inline bool may_hold(const Entry& e, std::string_view key, uint8_t tag) {
 //   kRetired  -> the layout is stale: fetch it again over the control channel, start over
 //   kEmpty, or used but !may_hold -> next i
 //   kUsed     -> READ the record; !check_record -> READ the entry again (retry);
-//                key differs -> next i; else the value (expired -> not found)
-// After three misses, READ TableHeader.moves/state (16 bytes at kMovesOffset): retired -> fetch
-// the layout; odd, or different from the value seen at the end of the previous such check ->
-// remember it and probe again (a cuckoo move may have carried the key from a slot not yet
-// probed to one already probed); equal and even -> no key moved since before the probes began:
-// not found.
+//                key differs -> next i; else the value (expired by the server's clock, see
+//                TableHeader.clock -> not found)
+// After three misses, READ TableHeader.moves/state/clock (16 bytes at kMovesOffset):
+// retired -> fetch the layout; odd, or different from the value seen at the end of the
+// previous such check -> remember it and probe again (a cuckoo move may have carried the key
+// from a slot not yet probed to one already probed); equal and even -> no key moved since
+// before the probes began: not found.
 
 }  // namespace fabkv::pilaf
