@@ -22,9 +22,13 @@ using fabkv::testing::ReadyProcess;
 using Ms = std::chrono::milliseconds;
 
 #ifdef FABKV_SANITIZED
-constexpr int kServeWithinMs = 5000;  // sanitizer builds start and connect several times slower
+// Sanitizer builds start and connect several times slower: a looser bound, and fewer victims
+// so that `make test` stays within CI's time (the release build runs the full storm).
+constexpr int kServeWithinMs = 5000;
+constexpr int kKills = 30, kChurn = 100;
 #else
-constexpr int kServeWithinMs = 1000;  // the bound: a new client is served within 1 s
+constexpr int kServeWithinMs = 1000;  // a new client is served within 1 s of a kill
+constexpr int kKills = 100, kChurn = 500;
 #endif
 
 struct Param {
@@ -141,7 +145,7 @@ TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
   std::mt19937_64 rng(2026);
   int killed_before_ready = 0, fresh = 0;
   int64_t fresh_max_ms = 0;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < kKills; ++i) {
     const std::string protocol = protocols[i % 3];
     perf::ChildProcess victim({FABKV_VICTIM_BIN, server_->address(), GetParam().provider, protocol,
                                protocol == "herd" ? GetParam().transport : "", std::to_string(i)});
@@ -181,10 +185,10 @@ TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
   nlohmann::json s = settle(*survivor_client, 1);
   EXPECT_EQ(s.at("clients").at("active").get<uint64_t>(), 1u) << s.dump();
   EXPECT_EQ(worker_max(s, "active_clients"), 1u) << s.dump();
-  std::printf("kill-storm %s/%s: 100 kills (%d before READY), survivor %lu ops, max %lu us; "
+  std::printf("kill-storm %s/%s: %d kills (%d before READY), survivor %lu ops, max %lu us; "
               "%d fresh clients served, slowest %ld ms after a kill; departed %lu, dropped %lu, "
               "endpoints closed %lu, shm regions reclaimed %lu, stale responses %lu\n",
-              GetParam().provider.c_str(), GetParam().transport.c_str(), killed_before_ready,
+              GetParam().provider.c_str(), GetParam().transport.c_str(), kKills, killed_before_ready,
               static_cast<unsigned long>(survivor.ops.load()),
               static_cast<unsigned long>(survivor.max_us.load()), fresh,
               static_cast<long>(fresh_max_ms),
@@ -201,7 +205,7 @@ TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
 TEST_P(Faults, ConnectChurnThenEverySlotTaken) {
   server_ = std::make_unique<Server>(GetParam(), std::vector<std::string>{"--max-clients", "64"});
   const char* protocols[] = {"herd", "pilaf", "pilaf-vo"};
-  const int churn = GetParam().provider == "tcp" ? 100 : 500;
+  const int churn = GetParam().provider == "tcp" ? 100 : kChurn;
   for (int i = 0; i < churn; ++i) {
     auto c = Client::connect(options(protocols[i % 3]));
     ASSERT_EQ(c->put("churn-" + std::to_string(i % 50), std::to_string(i)), Status::kOk) << i;
