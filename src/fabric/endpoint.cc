@@ -30,13 +30,15 @@ Endpoint::Endpoint(Fabric& fabric, const EndpointOptions& options)
   av_attr.count = options.av_size;
   check(fi_av_open(fabric.domain(), &av_attr, &av_, nullptr), "fi_av_open");
   check(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
-  check(fi_enable(ep_), "fi_enable");
-  // After fi_enable: shm (libfabric 1.17) dereferences state that enabling creates.
+  // Before fi_enable: libfabric 2.x's shm and rxm copy the minimum into the endpoint's receive
+  // context when it is enabled and ignore a later fi_setopt (which libfabric 1.17's shm
+  // required instead, dereferencing state that enabling creates).
   if (options.min_multi_recv > 0) {
     size_t min = options.min_multi_recv;
     check(fi_setopt(&ep_->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof(min)),
           "fi_setopt(FI_OPT_MIN_MULTI_RECV)");
   }
+  check(fi_enable(ep_), "fi_enable");
 }
 
 Endpoint::Endpoint(Fabric& fabric, const EndpointOptions& options, fi_info* conn_info)
