@@ -298,7 +298,11 @@ struct Client::Impl {
     pilaf = std::make_unique<client_detail::PilafReader>(
         *fabric, *ep, po, std::move(maps),
         [this](std::vector<client_detail::PilafMap>* maps) { return refresh_pilaf(maps); },
-        [this] { poll_once(); });
+        [this] { poll_once(); },
+        [this] {
+          check_control(false);
+          return !gone;
+        });
   }
 
   bool refresh_pilaf(std::vector<client_detail::PilafMap>* maps) {

@@ -78,8 +78,13 @@ struct PilafReader::Op {
 };
 
 PilafReader::PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Options& o,
-                         std::vector<PilafMap> maps, Refresh refresh, Poll poll)
-    : ep_(ep), o_(o), maps_(std::move(maps)), refresh_(std::move(refresh)), poll_(std::move(poll)) {
+                         std::vector<PilafMap> maps, Refresh refresh, Poll poll, Alive alive)
+    : ep_(ep),
+      o_(o),
+      maps_(std::move(maps)),
+      refresh_(std::move(refresh)),
+      poll_(std::move(poll)),
+      alive_(std::move(alive)) {
   moves_.assign(maps_.size(), ~uint64_t{0});
   last_read_.assign(maps_.size(), Clock::now());
   clocks_.assign(maps_.size(), ServerClock{});
@@ -115,6 +120,7 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
       }
     if (op != nullptr) break;
     poll_();
+    if (!alive_()) return Status::kServerGone;
     if (d.expired()) return Status::kTimeout;
   }
   op->busy = true;
@@ -134,7 +140,7 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
     op->busy = false;
     op->cb = nullptr;
     in_flight_--;
-    return Status::kError;
+    return alive_() ? Status::kError : Status::kServerGone;
   }
   return Status::kOk;
 }
@@ -167,7 +173,7 @@ bool PilafReader::post(Op& op, uint32_t k, size_t local_off, uint64_t raddr, siz
   // -FI_EAGAIN: a full queue, or (shm, tcp) the first operation to a peer: progress, retry.
   while ((ret = ep_.read(buf_->local(op.buf_off + local_off, len), maps_[op.worker].peer, raddr,
                          rkey, &op.ctx[k])) == fabric::kAgain &&
-         !d.expired()) {
+         !d.expired() && alive_()) {
     fabric::Completion c[8];
     size_t n = ep_.poll(c);
     for (size_t i = 0; i < n; ++i) {
@@ -381,7 +387,8 @@ size_t PilafReader::on_completion(fabric::Completion& c) {
   }
   size_t ran = counters_.gets - gets_before;
   // Still ours, nothing outstanding: a READ could not be posted.
-  if (op.busy && !op.zombie && op.pending == 0) ran += finish(op, Status::kError);
+  if (op.busy && !op.zombie && op.pending == 0)
+    ran += finish(op, alive_() ? Status::kError : Status::kServerGone);
   return ran;
 }
 

@@ -80,9 +80,13 @@ class PilafReader {
   using Refresh = std::function<bool(std::vector<PilafMap>*)>;
   // Drives the owner's progress once (used while waiting for a free op).
   using Poll = std::function<void()>;
+  // False once the owner knows the server is gone (its control connection closed): a READ
+  // that the provider keeps refusing is then given up at once (shm refuses every READ of a
+  // dead process's memory with -FI_EAGAIN) and the GET ends with kServerGone.
+  using Alive = std::function<bool()>;
 
   PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Options& o,
-              std::vector<PilafMap> maps, Refresh refresh, Poll poll);
+              std::vector<PilafMap> maps, Refresh refresh, Poll poll, Alive alive);
   ~PilafReader();
 
   // kOk once the first READ is posted (the callback then runs exactly once), or the reason
@@ -130,6 +134,7 @@ class PilafReader {
   std::vector<ServerClock> clocks_;
   Refresh refresh_;
   Poll poll_;
+  Alive alive_;
   size_t slot_bytes_;
   std::unique_ptr<fabric::RegisteredBuffer> buf_;
   std::vector<Op> ops_;
