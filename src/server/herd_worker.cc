@@ -199,14 +199,9 @@ bool HerdWorker::open_endpoint(uint32_t c, int timeout_ms) {
     return !client_names_[c].empty();
   };
   if (ready()) return true;
-  {
-    std::lock_guard lock(mu_);
-    Event e;
-    e.kind = Event::Kind::kOpenEndpoint;
-    e.info.index = c;
-    events_.push_back(std::move(e));
-    events_pending_.store(true, std::memory_order_release);
-  }
+  ClientInfo info;
+  info.index = c;
+  post_event({Event::Kind::kOpenEndpoint, std::move(info)});
   Deadline d = Deadline::after_ms(timeout_ms);
   while (!ready()) {
     if (d.expired()) return false;
@@ -313,20 +308,21 @@ std::vector<std::vector<uint8_t>> HerdWorker::endpoint_names(uint32_t client) co
   return names;
 }
 
-void HerdWorker::add_client(ClientInfo c) {
-  if (c.index < max_clients_) idle_[c.index].store(false, std::memory_order_relaxed);
+void HerdWorker::post_event(Event e) {
   std::lock_guard lock(mu_);
-  events_.push_back({Event::Kind::kAdd, std::move(c)});
+  events_.push_back(std::move(e));
   events_pending_.store(true, std::memory_order_release);
 }
 
+void HerdWorker::add_client(ClientInfo c) {
+  if (c.index < max_clients_) idle_[c.index].store(false, std::memory_order_relaxed);
+  post_event({Event::Kind::kAdd, std::move(c)});
+}
+
 void HerdWorker::remove_client(uint32_t index) {
-  std::lock_guard lock(mu_);
-  Event e;
-  e.kind = Event::Kind::kRemove;
-  e.info.index = index;
-  events_.push_back(std::move(e));
-  events_pending_.store(true, std::memory_order_release);
+  ClientInfo info;
+  info.index = index;
+  post_event({Event::Kind::kRemove, std::move(info)});
 }
 
 void HerdWorker::drain_events_st() {
@@ -443,38 +439,33 @@ void HerdWorker::run_st(const std::atomic<bool>& stop) {
   while (!d.expired()) poll_cqs_st();
 }
 
+// Polls every endpoint in use and hands each completion to `handle`: the shared ones, and
+// (isolated) every admitted client's own, whose READ/WRITE notices and first contact need our
+// progress.
+template <class Handle>
+void HerdWorker::poll_endpoints_st(Handle&& handle) {
+  fabric::Completion comps[32];
+  auto poll = [&](fabric::Endpoint& ep) {
+    size_t n = ep.poll(comps);
+    for (size_t i = 0; i < n; ++i) handle(comps[i]);
+  };
+  for (auto& ep : eps_) poll(*ep);
+  for (uint32_t c = 0; c < client_eps_.size(); ++c)
+    if (clients_[c].active && client_eps_[c]) poll(*client_eps_[c]);
+}
+
 void HerdWorker::poll_cqs_st() {
   // First what was reaped while posting (see reap_st), then whatever is new.
   for (size_t i = 0; i < deferred_.size(); ++i) on_completion_st(deferred_[i]);
   deferred_.clear();
-  fabric::Completion comps[32];
-  for (auto& ep : eps_) {
-    size_t n = ep->poll(comps);
-    for (size_t i = 0; i < n; ++i) on_completion_st(comps[i]);
-  }
-  // Isolated: every admitted client's endpoint (its READ/WRITE notices and its first contact
-  // need our progress); a free index's endpoint has no peer yet.
-  for (uint32_t c = 0; c < client_eps_.size(); ++c) {
-    if (!clients_[c].active || !client_eps_[c]) continue;
-    size_t n = client_eps_[c]->poll(comps);
-    for (size_t i = 0; i < n; ++i) on_completion_st(comps[i]);
-  }
+  poll_endpoints_st([this](fabric::Completion& c) { on_completion_st(c); });
 }
 
 // Drives progress while in the middle of posting (a full queue): completions are kept for the
 // next poll_cqs_st instead of being handled here, where they could add requests or responses
 // to the lists being walked.
 void HerdWorker::reap_st() {
-  fabric::Completion comps[32];
-  for (auto& ep : eps_) {
-    size_t n = ep->poll(comps);
-    for (size_t i = 0; i < n; ++i) deferred_.push_back(std::move(comps[i]));
-  }
-  for (uint32_t c = 0; c < client_eps_.size(); ++c) {
-    if (!clients_[c].active || !client_eps_[c]) continue;
-    size_t n = client_eps_[c]->poll(comps);
-    for (size_t i = 0; i < n; ++i) deferred_.push_back(std::move(comps[i]));
-  }
+  poll_endpoints_st([this](fabric::Completion& c) { deferred_.push_back(std::move(c)); });
 }
 
 void HerdWorker::on_completion_st(fabric::Completion& c) {

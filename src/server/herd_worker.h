@@ -93,7 +93,10 @@ class HerdWorker {
     ClientInfo info;
   };
 
+  void post_event(Event e);
   void drain_events_st();
+  template <class Handle>
+  void poll_endpoints_st(Handle&& handle);
   void open_client_endpoint_st(uint32_t c);
   void close_client_endpoint_st(uint32_t c);
   void post_rx_st(size_t b);

@@ -27,6 +27,32 @@ class HerdProcesses : public ::testing::TestWithParam<Param> {
         std::vector<std::string>{"--engine", "store", "--workers", "2", "--transport",
                                  GetParam().transport});
   }
+  // Starts `fabkv-herd-test-client MODE`, waits for its "READY <index> <epoch>", SIGKILLs it and
+  // waits (bounded) until the server has let it go everywhere; returns its index and epoch.
+  std::pair<unsigned, unsigned> kill_victim(const std::string& mode, RawClient& bystander,
+                                            nlohmann::json* stats) {
+    perf::ChildProcess victim({FABKV_TEST_CLIENT_BIN, mode, server_->address(), GetParam().provider});
+    std::string line;
+    unsigned idx = ~0u, epoch = 0;
+    if (!victim.read_line(&line, Deadline::after_ms(20000)) ||
+        std::sscanf(line.c_str(), "READY %u %u", &idx, &epoch) != 2)
+      throw std::runtime_error("victim did not start: " + line);
+    victim.kill(SIGKILL);
+    victim.wait(Deadline::after_ms(5000));
+    perf::remove_shm_leftovers(victim.pid());
+    // The server notices (control connection closed) and every worker lets the index go.
+    auto worker_active = [](const nlohmann::json& st) {
+      uint64_t n = 0;
+      for (const auto& w : st.at("workers")) n = std::max<uint64_t>(n, w.at("active_clients").get<uint64_t>());
+      return n;
+    };
+    Deadline d = Deadline::after_ms(10000);
+    do {
+      *stats = bystander.stats();
+    } while ((stats->at("clients").at("departed").get<uint64_t>() < 1 || worker_active(*stats) > 1) &&
+             !d.expired());
+    return {idx, epoch};
+  }
   std::unique_ptr<ServerProcess> server_;
 };
 
@@ -46,26 +72,8 @@ TEST_P(HerdProcesses, ManyClientsMatchTheirModels) {
 TEST_P(HerdProcesses, AReusedIndexNeverSeesItsPredecessorsAnswers) {
   if (GetParam().transport != "write") GTEST_SKIP() << "indirect requests ride the write transport";
   RawClient bystander(GetParam().provider, server_->address());
-  perf::ChildProcess victim(
-      {FABKV_TEST_CLIENT_BIN, "victim-indirect", server_->address(), GetParam().provider});
-  std::string line;
-  ASSERT_TRUE(victim.read_line(&line, Deadline::after_ms(20000)));
-  unsigned idx = 0, epoch = 0;
-  ASSERT_EQ(std::sscanf(line.c_str(), "READY %u %u", &idx, &epoch), 2) << line;
-  victim.kill(SIGKILL);
-  victim.wait(Deadline::after_ms(5000));
-  perf::remove_shm_leftovers(victim.pid());
-  Deadline d = Deadline::after_ms(10000);
   nlohmann::json s;
-  auto worker_active = [](const nlohmann::json& st) {
-    uint64_t n = 0;
-    for (const auto& w : st.at("workers")) n = std::max<uint64_t>(n, w.at("active_clients").get<uint64_t>());
-    return n;
-  };
-  do {
-    s = bystander.stats();
-  } while ((s.at("clients").at("departed").get<uint64_t>() < 1 || worker_active(s) > 1) &&
-           !d.expired());
+  auto [idx, epoch] = kill_victim("victim-indirect", bystander, &s);
   RawClient next(GetParam().provider, server_->address(), "write");
   ASSERT_EQ(next.client, idx);
   ASSERT_EQ(next.epoch, epoch + 1);
@@ -100,26 +108,8 @@ TEST_P(HerdProcesses, AReusedIndexNeverSeesItsPredecessorsAnswers) {
 
 TEST_P(HerdProcesses, KilledClientIsReclaimedAndOthersSeeNoError) {
   RawClient bystander(GetParam().provider, server_->address());
-  perf::ChildProcess victim({FABKV_TEST_CLIENT_BIN, "victim", server_->address(), GetParam().provider});
-  std::string line;
-  ASSERT_TRUE(victim.read_line(&line, Deadline::after_ms(20000)));
-  unsigned idx = 0, epoch = 0;
-  ASSERT_EQ(std::sscanf(line.c_str(), "READY %u %u", &idx, &epoch), 2) << line;
-  victim.kill(SIGKILL);
-  victim.wait(Deadline::after_ms(5000));
-  perf::remove_shm_leftovers(victim.pid());
-  // The server notices (control connection closed) and frees the index.
-  Deadline d = Deadline::after_ms(10000);
   nlohmann::json s;
-  auto worker_active = [](const nlohmann::json& st) {
-    uint64_t n = 0;
-    for (const auto& w : st.at("workers")) n = std::max<uint64_t>(n, w.at("active_clients").get<uint64_t>());
-    return n;
-  };
-  do {
-    s = bystander.stats();  // the control channel saw it go, and every worker has let it go
-  } while ((s.at("clients").at("departed").get<uint64_t>() < 1 || worker_active(s) > 1) &&
-           !d.expired());
+  auto [idx, epoch] = kill_victim("victim", bystander, &s);
   EXPECT_EQ(s.at("clients").at("departed").get<uint64_t>(), 1u);
   EXPECT_EQ(s.at("clients").at("active").get<uint64_t>(), 1u);
   // A new client takes the freed index, with a new epoch, and is served.
