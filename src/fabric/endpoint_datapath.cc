@@ -44,7 +44,8 @@ namespace {
 bool use_inject_call(const PostOptions& o) { return o.inlined && !o.signaled && !o.more; }
 
 // A message over the provider's max_msg_size is refused here: not every provider checks
-// (udp in libfabric 1.17 sends, and delivers, a datagram larger than it advertises).
+// (udp in libfabric 1.17 sends, and delivers, a datagram larger than it advertises; 2.1's
+// udpx_sendmsg still checks no size).
 long too_big(VerbCounters& counters) {
   counters.on_error(Verb::kSend);
   return -FI_EMSGSIZE;

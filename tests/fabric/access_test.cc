@@ -60,7 +60,8 @@ class FabricAccess : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Connection> conn_;
 };
 
-// What libfabric 1.17 enforces here, measured and pinned down (docs/fabric.md, "Security"):
+// What libfabric enforces here (1.17 and 2.1 alike), measured and pinned down (docs/fabric.md,
+// "Security"):
 // - tcp;ofi_rxm checks the key and the bounds of every remote access at the target, but not
 //   the access rights: a region registered write-only can be READ, a read-only one written.
 // - shm's one-sided path copies with process_vm_readv/writev (cross-memory attach) straight
