@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "fabric/error.h"
+#include "fabric/isolation.h"
 #include "fabric/provider.h"
 
 namespace fabkv::fabric {
@@ -79,6 +80,10 @@ std::unique_ptr<Fabric> Fabric::open(const FabricOptions& o) {
   if (o.type == EndpointType::kDgram && provider == "tcp") {
     provider = "udp";
     choice.reason += "; datagram endpoints come from the udp provider";
+  }
+  if (provider == "shm") {
+    if (size_t n = remove_stale_own_regions(); n > 0 && !o.quiet)
+      spdlog::info("fabric: removed {} shm region(s) a killed process with our pid left", n);
   }
   if (provider == "shm" && o.type != EndpointType::kRdm)
     throw FabricError("fi_getinfo", fmt::format("the shm provider offers only rdm endpoints, not {}",

@@ -3,8 +3,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 
 namespace fabkv::fabric {
@@ -60,6 +64,20 @@ bool remove_dead_peer_region(const Fabric& fabric, std::span<const uint8_t> name
   }
   if (pid <= 0 || !process_dead(pid)) return false;
   return ::shm_unlink(s.c_str()) == 0;
+}
+
+size_t remove_stale_own_regions() {
+  static std::once_flag once;
+  static size_t removed = 0;
+  std::call_once(once, [] {
+    const std::string prefix = std::to_string(::getpid()) + ":";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && ::shm_unlink(name.c_str()) == 0) removed++;
+    }
+  });
+  return removed;
 }
 
 }  // namespace fabkv::fabric

@@ -35,4 +35,10 @@ size_t lock_free_capacity(const Fabric& fabric, size_t len);
 // the peer whose endpoint name this is when that process no longer exists; true if removed.
 bool remove_dead_peer_region(const Fabric& fabric, std::span<const uint8_t> name);
 
+// The other half of that hazard: region files named after this process's pid that this process
+// did not create were left by an earlier, killed process with the same pid (pids wrap at
+// pid_max, 32768 here), and would make shm refuse our endpoints (fi_enable: EBUSY). Removes
+// them, once per process, before its first shm endpoint; returns how many.
+size_t remove_stale_own_regions();
+
 }  // namespace fabkv::fabric

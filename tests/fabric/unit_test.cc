@@ -417,3 +417,46 @@ TEST(LatencyHistogram, IndexOfAndUpperEdgeAgreeAcrossTheWholeRange) {
 
 }  // namespace
 }  // namespace fabkv::testing
+
+// A killed process left region files named after a pid that this process now has: shm would
+// refuse our endpoints (fi_enable: EBUSY) until fabric::remove_stale_own_regions clears them.
+// Each ctest case runs in a process of its own, so this one's Fabric::open is the first.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fabric/endpoint.h"
+
+namespace fabkv::testing {
+namespace {
+TEST(ShmStaleRegions, LeftoversOfAnEarlierProcessWithOurPidAreRemoved) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; ++i) {
+    std::string name = std::to_string(::getpid()) + ":0:" + std::to_string(i);
+    int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    // What a killed process leaves: a region header naming its pid, which is ours now
+    // (libfabric 2.1 shm: version 8 in the first byte, the owner's pid at offset 4). shm then
+    // refuses to create the region, since that pid is alive.
+    unsigned char header[4096] = {};
+    header[0] = 8;
+    const int pid = ::getpid();
+    std::memcpy(header + 4, &pid, sizeof(pid));
+    ASSERT_EQ(::write(fd, header, sizeof(header)), static_cast<ssize_t>(sizeof(header)));
+    ::close(fd);
+    names.push_back(name);
+  }
+  fabric::FabricOptions fo;
+  fo.provider = "shm";
+  fo.quiet = true;
+  auto f = fabric::Fabric::open(fo);
+  std::vector<std::unique_ptr<fabric::Endpoint>> eps;
+  for (int i = 0; i < 4; ++i) ASSERT_NO_THROW(eps.push_back(std::make_unique<fabric::Endpoint>(*f)));
+  eps.clear();
+  for (const auto& n : names)
+    EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + n)) << n << " outlived its endpoint";
+}
+}  // namespace
+}  // namespace fabkv::testing
