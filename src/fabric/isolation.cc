@@ -69,14 +69,19 @@ bool remove_dead_peer_region(const Fabric& fabric, std::span<const uint8_t> name
 size_t remove_stale_own_regions() {
   static std::once_flag once;
   static size_t removed = 0;
-  std::call_once(once, [] {
-    const std::string prefix = std::to_string(::getpid()) + ":";
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind(prefix, 0) == 0 && ::shm_unlink(name.c_str()) == 0) removed++;
-    }
-  });
+  std::call_once(once, [] { removed = remove_regions_of(::getpid()); });
+  return removed;
+}
+
+size_t remove_regions_of(long pid) {
+  if (pid <= 0) return 0;
+  const std::string prefix = std::to_string(pid) + ":";
+  size_t removed = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && ::shm_unlink(name.c_str()) == 0) removed++;
+  }
   return removed;
 }
 

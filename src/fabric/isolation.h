@@ -41,4 +41,7 @@ bool remove_dead_peer_region(const Fabric& fabric, std::span<const uint8_t> name
 // them, once per process, before its first shm endpoint; returns how many.
 size_t remove_stale_own_regions();
 
+// Removes every shm region file of process `pid` ("<pid>:..." in /dev/shm); returns how many.
+size_t remove_regions_of(long pid);
+
 }  // namespace fabkv::fabric

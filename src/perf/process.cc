@@ -1,5 +1,7 @@
 #include "perf/process.h"
 
+#include "fabric/isolation.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -119,11 +121,5 @@ void ChildProcess::kill(int sig) {
 }  // namespace fabkv::perf
 
 namespace fabkv::perf {
-void remove_shm_leftovers(pid_t pid) {
-  if (pid <= 0) return;
-  std::error_code ec;
-  const std::string prefix = std::to_string(pid) + ":";
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
-}
+void remove_shm_leftovers(pid_t pid) { fabric::remove_regions_of(pid); }
 }  // namespace fabkv::perf

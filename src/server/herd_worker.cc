@@ -693,18 +693,26 @@ bool HerdWorker::accept_request_st(uint32_t c, uint32_t seq, const char* msg) {
   return true;
 }
 
-// One try, with one round of progress if the queue is full: the caller keeps the request (in
-// its slot) and tries again next round rather than waiting here on one peer.
+// Every post on the data path: one try, and one more after a round of progress if the provider
+// refused it (a full queue). Never a loop: the caller keeps what was refused for the next round.
+template <class Post>
+long HerdWorker::post_twice_st(Post&& post) {
+  long ret = post();
+  if (ret == fabric::kAgain) {
+    reap_st();
+    ret = post();
+  }
+  return ret;
+}
+
+// The caller keeps a refused request in its slot and tries again next round rather than
+// waiting here on one peer.
 long HerdWorker::post_read_st(uint32_t c, uint32_t slot_index, const herd::IndirectBody& ib) {
   ClientSlotState& s = clients_[c];
   fabric::OpContext& ctx = read_ctx_[slot_index];
   ctx.tag = slot_index;
   fabric::LocalBuffer dst = staging_->local(size_t{slot_index} * staging_slot_, ib.length);
-  long ret = endpoint_of(c).read(dst, s.peer, ib.addr, ib.rkey, &ctx);
-  if (ret == fabric::kAgain) {
-    reap_st();
-    ret = endpoint_of(c).read(dst, s.peer, ib.addr, ib.rkey, &ctx);
-  }
+  long ret = post_twice_st([&] { return endpoint_of(c).read(dst, s.peer, ib.addr, ib.rkey, &ctx); });
   if (ret != fabric::kAgain) {
     s.stuck_since = {};
     return ret;
@@ -796,7 +804,7 @@ void HerdWorker::repost_rx_st() {
   }
 }
 
-// One try, with one round of progress if the provider refuses; kAgain leaves the response to
+// kAgain (after post_twice_st) leaves the response to
 // the client's backlog (send_responses_st).
 long HerdWorker::post_send_st(uint32_t c, size_t offset, size_t len, bool more) {
   ClientSlotState& s = clients_[c];
@@ -811,11 +819,7 @@ long HerdWorker::post_send_st(uint32_t c, size_t offset, size_t len, bool more) 
   po.more = more;
   po.inlined = len <= ep.inject_size();
   po.signaled = (n + 1) % kSignalEvery == 0;
-  long ret = ep.send(tx_->local(offset, len), s.peer, nullptr, po);
-  if (ret == fabric::kAgain) {
-    reap_st();  // the transmit queue is full: progress, then one more try
-    ret = ep.send(tx_->local(offset, len), s.peer, nullptr, po);
-  }
+  long ret = post_twice_st([&] { return ep.send(tx_->local(offset, len), s.peer, nullptr, po); });
   if (ret == 0) n++;
   return ret;
 }

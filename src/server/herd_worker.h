@@ -97,6 +97,8 @@ class HerdWorker {
   void drain_events_st();
   template <class Handle>
   void poll_endpoints_st(Handle&& handle);
+  template <class Post>
+  long post_twice_st(Post&& post);
   void open_client_endpoint_st(uint32_t c);
   void close_client_endpoint_st(uint32_t c);
   void post_rx_st(size_t b);
