@@ -21,6 +21,7 @@
 #include "fabric/error.h"
 #include "fabric/isolation.h"
 #include "proto/json.h"
+#include "proto/registry.h"
 #include "proto/pilaf/layout.h"
 #include "store/hash.h"
 #include "store/limits.h"
@@ -165,10 +166,10 @@ struct Client::Impl {
     fabric::RemoteRegion sr = staging_buf->remote();
     nlohmann::json payload = {{"protocol", o.protocol}, {"region", proto::region_to_json(sr)}};
     if (!o.transport.empty()) payload["transport"] = o.transport;
-    else if (o.protocol != herd::kProtocol) payload["transport"] = "send";
+    else if (o.protocol != "herd") payload["transport"] = "send";
     control::Hello hello;
     hello.secret = o.secret;
-    hello.service = herd::kService;
+    hello.service = proto::kService;
     hello.provider = fabric->provider_name();
     hello.fabric_address = ep->name();
     hello.payload = json_bytes(payload);
@@ -187,9 +188,9 @@ struct Client::Impl {
       bad_layout(std::string("payload is not JSON: ") + e.what());
     }
     try {
-      if (layout.contains("wire") && layout.at("wire").get<uint32_t>() != herd::kWireVersion)
+      if (layout.contains("wire") && layout.at("wire").get<uint32_t>() != rpc::kWireVersion)
         bad_layout(fmt::format("wire version {} (this client speaks {})",
-                               layout.at("wire").get<uint32_t>(), herd::kWireVersion));
+                               layout.at("wire").get<uint32_t>(), rpc::kWireVersion));
       client = layout.at("client").get<uint16_t>();
       epoch = layout.at("epoch").get<uint16_t>();
       n_workers = layout.at("workers").get<uint32_t>();
@@ -207,10 +208,10 @@ struct Client::Impl {
     if (n_workers == 0 || n_workers > 65536) bad_layout("workers out of range");
     if (window == 0 || window > 4096) bad_layout("window out of range");
     if (queues == 0) bad_layout("queues = 0");
-    if (slot_size < herd::request_bytes(sizeof(herd::IndirectBody)))
+    if (slot_size < rpc::request_bytes(sizeof(rpc::IndirectBody)))
       bad_layout(fmt::format("slot_size {} cannot hold an indirect request", slot_size));
     if (max_value > store::kMaxValueSizeLimit) bad_layout("max_value over 16 MiB");
-    if (recv_size < sizeof(herd::ResponseHeader)) bad_layout("recv_size under a response header");
+    if (recv_size < sizeof(rpc::ResponseHeader)) bad_layout("recv_size under a response header");
     if (o.protocol == pilaf::kProtocol &&
         (!layout.contains("pilaf") || layout.at("pilaf").size() != n_workers))
       bad_layout("the server runs no pilaf engine for these workers");
@@ -238,7 +239,7 @@ struct Client::Impl {
       if (!send_transport) {
         std::string name = fmt::format("herd.requests.{}", i);
         wk.region = region_of(w, name);
-        size_t end = herd::slot_offset(client, window, slot_size, window - 1) + slot_size;
+        size_t end = rpc::slot_offset(client, window, slot_size, window - 1) + slot_size;
         if (end > wk.region.length)
           bad_layout(fmt::format("{} ({} bytes) has no slots for client {}", name,
                                  wk.region.length, client));
@@ -483,7 +484,7 @@ struct Client::Impl {
     return ran;
   }
 
-  Status submit(herd::OpCode op, std::string_view key, std::string_view value,
+  Status submit(rpc::OpCode op, std::string_view key, std::string_view value,
                 uint64_t expected_version, uint32_t expire_at, Callback cb) {
     if (gone) return Status::kServerGone;
     Status v = client_detail::validate(key, value.size(), max_value);
@@ -491,7 +492,7 @@ struct Client::Impl {
     uint32_t w = store::partition_of(store::hash_key(key), n_workers);
     Worker& wk = workers[w];
     size_t body = key.size() + value.size();
-    size_t inline_bytes = herd::request_bytes(body);
+    size_t inline_bytes = rpc::request_bytes(body);
     bool indirect = !send_transport && inline_bytes > slot_size;
     bool staged_send = send_transport && inline_bytes > slot_size;
     size_t staging_len =
@@ -527,7 +528,7 @@ struct Client::Impl {
       char* st = staging_buf->data() + off;
       std::memcpy(st, key.data(), key.size());
       if (!value.empty()) std::memcpy(st + key.size(), value.data(), value.size());
-      herd::IndirectBody ib{staging_buf->remote().at(off), staging_buf->remote().key, body};
+      rpc::IndirectBody ib{staging_buf->remote().at(off), staging_buf->remote().key, body};
       size_t n = client_detail::encode_indirect(tx_area(w, si), f,
                                                 static_cast<uint16_t>(key.size()),
                                                 static_cast<uint32_t>(value.size()), ib);
@@ -552,7 +553,7 @@ struct Client::Impl {
     while (true) {
       ret = send_transport
                 ? ep->send(src, wk.peer, &s.tx_ctx, po)
-                : ep->write(src, wk.peer, wk.region.at(herd::slot_offset(client, window, slot_size, si)),
+                : ep->write(src, wk.peer, wk.region.at(rpc::slot_offset(client, window, slot_size, si)),
                             wk.region.key, &s.tx_ctx, po);
       if (ret != fabric::kAgain) break;
       // The first operation to a new peer waits for its progress; a full queue for ours.
@@ -590,9 +591,9 @@ struct Client::Impl {
   size_t pending() const { return in_flight + (pilaf ? pilaf->in_flight() : 0); }
 
   // GETs go by READ under pilaf; everything else (and all of pilaf-vo) by message.
-  Status submit_any(herd::OpCode op, std::string_view key, std::string_view value,
+  Status submit_any(rpc::OpCode op, std::string_view key, std::string_view value,
                     uint64_t expected_version, uint32_t expire_at, Callback cb) {
-    if (op != herd::OpCode::kGet || !pilaf)
+    if (op != rpc::OpCode::kGet || !pilaf)
       return submit(op, key, value, expected_version, expire_at, std::move(cb));
     if (gone) return Status::kServerGone;
     Status v = client_detail::validate(key, 0, max_value);
@@ -600,7 +601,7 @@ struct Client::Impl {
     return pilaf->get(key, store::partition_of(store::hash_key(key), n_workers), std::move(cb));
   }
 
-  Status blocking(herd::OpCode op, std::string_view key, std::string_view value,
+  Status blocking(rpc::OpCode op, std::string_view key, std::string_view value,
                   uint64_t expected_version, uint32_t expire_at, std::string* out_value,
                   uint64_t* out_version) {
     bool done = false;
@@ -636,7 +637,7 @@ Client::~Client() {
 
 std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   const bool by_message = options.protocol == pilaf::kProtocol || options.protocol == pilaf::kProtocolVo;
-  if (options.protocol != herd::kProtocol && !by_message)
+  if (options.protocol != "herd" && !by_message)
     throw ClientError(Status::kError, "fabkv: unknown protocol '" + options.protocol +
                                           "' (this client speaks: herd, pilaf, pilaf-vo)");
   if (by_message && !options.transport.empty() && options.transport != "send")
@@ -674,25 +675,25 @@ std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
 }
 
 Status Client::get(std::string_view key, std::string* value, uint64_t* version) {
-  return impl_->blocking(herd::OpCode::kGet, key, {}, 0, 0, value, version);
+  return impl_->blocking(rpc::OpCode::kGet, key, {}, 0, 0, value, version);
 }
 Status Client::put(std::string_view key, std::string_view value, uint64_t expected_version,
                    uint32_t expire_at, uint64_t* new_version) {
-  return impl_->blocking(herd::OpCode::kPut, key, value, expected_version, expire_at, nullptr,
+  return impl_->blocking(rpc::OpCode::kPut, key, value, expected_version, expire_at, nullptr,
                          new_version);
 }
 Status Client::del(std::string_view key) {
-  return impl_->blocking(herd::OpCode::kDel, key, {}, 0, 0, nullptr, nullptr);
+  return impl_->blocking(rpc::OpCode::kDel, key, {}, 0, 0, nullptr, nullptr);
 }
 Status Client::get_async(std::string_view key, Callback cb) {
-  return impl_->submit_any(herd::OpCode::kGet, key, {}, 0, 0, std::move(cb));
+  return impl_->submit_any(rpc::OpCode::kGet, key, {}, 0, 0, std::move(cb));
 }
 Status Client::put_async(std::string_view key, std::string_view value, Callback cb,
                          uint64_t expected_version, uint32_t expire_at) {
-  return impl_->submit(herd::OpCode::kPut, key, value, expected_version, expire_at, std::move(cb));
+  return impl_->submit(rpc::OpCode::kPut, key, value, expected_version, expire_at, std::move(cb));
 }
 Status Client::del_async(std::string_view key, Callback cb) {
-  return impl_->submit(herd::OpCode::kDel, key, {}, 0, 0, std::move(cb));
+  return impl_->submit(rpc::OpCode::kDel, key, {}, 0, 0, std::move(cb));
 }
 
 size_t Client::poll() { return impl_->poll_once(); }

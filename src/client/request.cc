@@ -14,7 +14,7 @@ namespace {
 
 void put_header(char* out, const RequestFields& f, uint8_t flags, uint16_t key_len,
                 uint32_t value_len, const void* body, size_t body_bytes) {
-  herd::RequestHeader h{};
+  rpc::RequestHeader h{};
   h.seq = f.seq;
   h.client = f.client;
   h.epoch = f.epoch;
@@ -24,23 +24,23 @@ void put_header(char* out, const RequestFields& f, uint8_t flags, uint16_t key_l
   h.value_len = value_len;
   h.expire_at = f.expire_at;
   h.expected_version = f.expected_version;
-  h.check = herd::request_check(f.seq, body, body_bytes);
-  herd::store(out, h);
+  h.check = rpc::request_check(f.seq, body, body_bytes);
+  rpc::store(out, h);
 }
 
 size_t put_trailer(char* out, uint32_t seq, size_t body_bytes) {
-  size_t body_end = sizeof(herd::RequestHeader) + body_bytes;
-  size_t t = herd::trailer_offset(body_bytes);
+  size_t body_end = sizeof(rpc::RequestHeader) + body_bytes;
+  size_t t = rpc::trailer_offset(body_bytes);
   std::memset(out + body_end, 0, t - body_end);  // padding: never leak stale bytes
-  herd::store(out + t, herd::RequestTrailer{seq});
-  return herd::request_bytes(body_bytes);
+  rpc::store(out + t, rpc::RequestTrailer{seq});
+  return rpc::request_bytes(body_bytes);
 }
 
 }  // namespace
 
 size_t encode_inline(char* out, const RequestFields& f, std::string_view key,
                      std::string_view value) {
-  char* body = out + sizeof(herd::RequestHeader);
+  char* body = out + sizeof(rpc::RequestHeader);
   if (!key.empty()) std::memcpy(body, key.data(), key.size());
   if (!value.empty()) std::memcpy(body + key.size(), value.data(), value.size());
   size_t body_bytes = key.size() + value.size();
@@ -50,33 +50,33 @@ size_t encode_inline(char* out, const RequestFields& f, std::string_view key,
 }
 
 size_t encode_indirect(char* out, const RequestFields& f, uint16_t key_len, uint32_t value_len,
-                       const herd::IndirectBody& ib) {
-  char* body = out + sizeof(herd::RequestHeader);
-  herd::store(body, ib);
-  put_header(out, f, herd::kFlagIndirect, key_len, value_len, body, sizeof(herd::IndirectBody));
-  return put_trailer(out, f.seq, sizeof(herd::IndirectBody));
+                       const rpc::IndirectBody& ib) {
+  char* body = out + sizeof(rpc::RequestHeader);
+  rpc::store(body, ib);
+  put_header(out, f, rpc::kFlagIndirect, key_len, value_len, body, sizeof(rpc::IndirectBody));
+  return put_trailer(out, f.seq, sizeof(rpc::IndirectBody));
 }
 
 Status from_wire(uint8_t s) {
-  switch (static_cast<herd::WireStatus>(s)) {
-    case herd::WireStatus::kOk: return Status::kOk;
-    case herd::WireStatus::kNotFound: return Status::kNotFound;
-    case herd::WireStatus::kTooLarge: return Status::kTooLarge;
-    case herd::WireStatus::kInvalidKey: return Status::kInvalidKey;
-    case herd::WireStatus::kNoSpace: return Status::kNoSpace;
-    case herd::WireStatus::kVersionMismatch: return Status::kVersionMismatch;
-    case herd::WireStatus::kMalformed: return Status::kMalformed;
-    case herd::WireStatus::kInternal: return Status::kError;
+  switch (static_cast<rpc::WireStatus>(s)) {
+    case rpc::WireStatus::kOk: return Status::kOk;
+    case rpc::WireStatus::kNotFound: return Status::kNotFound;
+    case rpc::WireStatus::kTooLarge: return Status::kTooLarge;
+    case rpc::WireStatus::kInvalidKey: return Status::kInvalidKey;
+    case rpc::WireStatus::kNoSpace: return Status::kNoSpace;
+    case rpc::WireStatus::kVersionMismatch: return Status::kVersionMismatch;
+    case rpc::WireStatus::kMalformed: return Status::kMalformed;
+    case rpc::WireStatus::kInternal: return Status::kError;
   }
   return Status::kError;
 }
 
 bool parse_response(const void* buf, size_t len, ParsedResponse* out) {
-  if (len < sizeof(herd::ResponseHeader)) return false;
-  out->header = herd::load<herd::ResponseHeader>(buf);
-  size_t room = len - sizeof(herd::ResponseHeader);
+  if (len < sizeof(rpc::ResponseHeader)) return false;
+  out->header = rpc::load<rpc::ResponseHeader>(buf);
+  size_t room = len - sizeof(rpc::ResponseHeader);
   if (out->header.value_len > room) return false;
-  out->value = std::string_view(static_cast<const char*>(buf) + sizeof(herd::ResponseHeader),
+  out->value = std::string_view(static_cast<const char*>(buf) + sizeof(rpc::ResponseHeader),
                                 out->header.value_len);
   return true;
 }

@@ -16,9 +16,9 @@
 
 namespace fabkv::server {
 
-using herd::RequestHeader;
-using herd::ResponseHeader;
-using herd::WireStatus;
+using rpc::RequestHeader;
+using rpc::ResponseHeader;
+using rpc::WireStatus;
 
 namespace {
 
@@ -78,15 +78,15 @@ struct HerdWorker::Pending {
 
 HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::FabricOptions& fo)
     : index_(index),
-      window_(o.window),
-      slot_size_(o.slot_size),
+      window_(o.rpc.window),
+      slot_size_(o.rpc.slot_size),
       max_clients_(o.max_clients),
-      queues_(o.queues),
+      queues_(o.rpc.queues),
       max_value_(o.max_value),
       staging_slot_(store::kMaxKeySize + o.max_value),
-      transport_(o.transport),
-      messages_(o.transport == RequestTransport::kSend || serves_pilaf(o)),
-      batching_(o.batching),
+      transport_(o.herd.transport),
+      messages_(o.herd.transport == rpc::Transport::kSend || serves_pilaf(o)),
+      batching_(o.rpc.batching),
       core_(o.cores.empty() ? static_cast<int>(index) : o.cores[index % o.cores.size()]) {
   fabric::FabricOptions f = fo;
   f.quiet = index > 0;  // one provider log line per server is enough
@@ -119,9 +119,9 @@ HerdWorker::HerdWorker(uint32_t index, const ServerOptions& o, const fabric::Fab
   auto kind = store::engine_kind_from_string(o.engine).value_or(store::EngineKind::kCache);
   if (kind == store::EngineKind::kPilaf) {
     store::PilafOptions po;
-    po.initial_entries = o.pilaf_entries;
-    po.initial_extent_bytes = o.pilaf_extents;
-    po.retire_grace_ms = o.pilaf_grace_ms;
+    po.initial_entries = o.pilaf.entries;
+    po.initial_extent_bytes = o.pilaf.extents;
+    po.retire_grace_ms = o.pilaf.grace_ms;
     auto engine = std::make_unique<store::PilafEngine>(so, po);
     pilaf_ = engine.get();
     engine_ = std::move(engine);
@@ -355,7 +355,7 @@ void HerdWorker::drain_events_st() {
       s.active = false;
       s.dropped = false;
       s.backlog.clear();
-      std::memset(region_->data() + herd::slot_offset(c, window_, slot_size_, 0), 0,
+      std::memset(region_->data() + rpc::slot_offset(c, window_, slot_size_, 0), 0,
                   size_t{window_} * slot_size_);
       if (isolated_) {
         // Whatever it left inside the provider goes with its endpoint.
@@ -428,7 +428,7 @@ void HerdWorker::run_st(const std::atomic<bool>& stop) {
     }
     drain_events_st();
     poll_cqs_st();
-    if (transport_ == RequestTransport::kWrite) scan_region_st();
+    if (transport_ == rpc::Transport::kWrite) scan_region_st();
     if (!batch_.empty() || !out_.empty()) execute_st();
     else repost_rx_st();
   }
@@ -481,7 +481,7 @@ void HerdWorker::on_completion_st(fabric::Completion& c) {
       counters_.read_errors.fetch_add(1, std::memory_order_relaxed);
       ClientSlotState& s = clients_[p->client];
       if (s.epoch == p->epoch && s.in_flight > 0) s.in_flight--;
-      reply_error_st(p->client, p->epoch, p->seq, static_cast<uint8_t>(herd::OpCode::kPut),
+      reply_error_st(p->client, p->epoch, p->seq, static_cast<uint8_t>(rpc::OpCode::kPut),
                      WireStatus::kInternal);
       delete p;
     } else {
@@ -535,20 +535,20 @@ bool HerdWorker::take_slot_st(uint32_t c) {
   const uint32_t exp = s.exp;
   // A READ of an earlier client of this index may still hold this slot's context.
   if (read_ctx_[size_t{c} * window_ + (exp - 1) % window_].user != nullptr) return false;
-  char* slot = region_->data() + herd::slot_offset(c, window_, slot_size_, exp - 1);
-  const uint32_t seq = herd::load<uint32_t>(slot);
+  char* slot = region_->data() + rpc::slot_offset(c, window_, slot_size_, exp - 1);
+  const uint32_t seq = rpc::load<uint32_t>(slot);
   if (seq == 0 || (exp > window_ && seq == exp - window_)) {
     s.stall = 0;  // empty, or still the previous request of this slot
     return false;
   }
   if (seq == exp) {
     // Header landed; the request is whole when the trailer agrees and the checksum matches.
-    RequestHeader h = herd::load<RequestHeader>(slot);
-    size_t body = herd::request_body_bytes(h.flags, h.key_len, h.value_len);
-    size_t toff = herd::trailer_offset(body);
-    bool fits = body <= slot_size_ && toff + sizeof(herd::RequestTrailer) <= slot_size_;
-    if (fits && herd::load<uint32_t>(slot + toff) == seq &&
-        herd::request_check(seq, slot + sizeof(RequestHeader), body) == h.check) {
+    RequestHeader h = rpc::load<RequestHeader>(slot);
+    size_t body = rpc::request_body_bytes(h.flags, h.key_len, h.value_len);
+    size_t toff = rpc::trailer_offset(body);
+    bool fits = body <= slot_size_ && toff + sizeof(rpc::RequestTrailer) <= slot_size_;
+    if (fits && rpc::load<uint32_t>(slot + toff) == seq &&
+        rpc::request_check(seq, slot + sizeof(RequestHeader), body) == h.check) {
       if (h.epoch != s.epoch) {
         // A whole request of an earlier client of this index that landed after its slots were
         // cleared (tcp places data at our progress): not ours to answer or to call garbage.
@@ -586,7 +586,7 @@ void HerdWorker::on_message_st(const char* buf, size_t len) {
     counters_.malformed.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  RequestHeader h = herd::load<RequestHeader>(buf);
+  RequestHeader h = rpc::load<RequestHeader>(buf);
   auto known = [&] {
     return h.client < max_clients_ && clients_[h.client].active && !clients_[h.client].dropped &&
            clients_[h.client].epoch == h.epoch;
@@ -598,9 +598,9 @@ void HerdWorker::on_message_st(const char* buf, size_t len) {
       return;  // cannot tell who sent it
     }
   }
-  size_t body = herd::request_body_bytes(h.flags, h.key_len, h.value_len);
+  size_t body = rpc::request_body_bytes(h.flags, h.key_len, h.value_len);
   if (h.seq == 0 || sizeof(RequestHeader) + body > len ||
-      herd::request_check(h.seq, buf + sizeof(RequestHeader), body) != h.check) {
+      rpc::request_check(h.seq, buf + sizeof(RequestHeader), body) != h.check) {
     counters_.malformed.fetch_add(1, std::memory_order_relaxed);
     reply_error_st(h.client, h.seq, h.op, WireStatus::kMalformed);
     return;
@@ -615,7 +615,7 @@ void HerdWorker::on_message_st(const char* buf, size_t len) {
 // `msg` holds a whole, verified request (header, body); build the engine request. Returns
 // false only when an indirect body's READ could not be posted now (nothing was counted).
 bool HerdWorker::accept_request_st(uint32_t c, uint32_t seq, const char* msg) {
-  RequestHeader h = herd::load<RequestHeader>(msg);
+  RequestHeader h = rpc::load<RequestHeader>(msg);
   if (h.client != c || h.epoch != clients_[c].epoch) {
     counters_.requests.fetch_add(1, std::memory_order_relaxed);
     counters_.malformed.fetch_add(1, std::memory_order_relaxed);
@@ -627,16 +627,16 @@ bool HerdWorker::accept_request_st(uint32_t c, uint32_t seq, const char* msg) {
   p.epoch = h.epoch;
   p.seq = seq;
   std::atomic<uint64_t>* op_counter = nullptr;
-  switch (static_cast<herd::OpCode>(h.op)) {
-    case herd::OpCode::kGet:
+  switch (static_cast<rpc::OpCode>(h.op)) {
+    case rpc::OpCode::kGet:
       p.req.op = store::Op::kGet;
       op_counter = &counters_.gets;
       break;
-    case herd::OpCode::kPut:
+    case rpc::OpCode::kPut:
       p.req.op = store::Op::kPut;
       op_counter = &counters_.puts;
       break;
-    case herd::OpCode::kDel:
+    case rpc::OpCode::kDel:
       p.req.op = store::Op::kDel;
       op_counter = &counters_.dels;
       break;
@@ -650,13 +650,13 @@ bool HerdWorker::accept_request_st(uint32_t c, uint32_t seq, const char* msg) {
            (p.req.op != store::Op::kPut && h.value_len != 0))
     refuse = WireStatus::kTooLarge;
   const char* body = msg + sizeof(RequestHeader);
-  herd::IndirectBody ib{};
-  if (refuse == WireStatus::kOk && (h.flags & herd::kFlagIndirect)) {
-    ib = herd::load<herd::IndirectBody>(body);
+  rpc::IndirectBody ib{};
+  if (refuse == WireStatus::kOk && (h.flags & rpc::kFlagIndirect)) {
+    ib = rpc::load<rpc::IndirectBody>(body);
     if (ib.length != size_t{h.key_len} + h.value_len || ib.length > staging_slot_)
       refuse = WireStatus::kMalformed;
   }
-  if (refuse == WireStatus::kOk && (h.flags & herd::kFlagIndirect)) {
+  if (refuse == WireStatus::kOk && (h.flags & rpc::kFlagIndirect)) {
     // The body lives in client memory: one READ fetches it (the slot only carries where).
     uint32_t slot_index = c * window_ + (seq - 1) % window_;
     p.req.key = std::string_view(body, h.key_len);  // lengths only; rebased on arrival
@@ -707,7 +707,7 @@ long HerdWorker::post_twice_st(Post&& post) {
 
 // The caller keeps a refused request in its slot and tries again next round rather than
 // waiting here on one peer.
-long HerdWorker::post_read_st(uint32_t c, uint32_t slot_index, const herd::IndirectBody& ib) {
+long HerdWorker::post_read_st(uint32_t c, uint32_t slot_index, const rpc::IndirectBody& ib) {
   ClientSlotState& s = clients_[c];
   fabric::OpContext& ctx = read_ctx_[slot_index];
   ctx.tag = slot_index;
@@ -743,7 +743,7 @@ void HerdWorker::reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_
   r.worker = static_cast<uint16_t>(index_);
   r.client = static_cast<uint16_t>(c);
   r.epoch = epoch;
-  herd::store(tx_slot(c, seq), r);
+  rpc::store(tx_slot(c, seq), r);
   out_.push_back({c, epoch, tx_offset(c, seq), sizeof(ResponseHeader)});
 }
 
@@ -761,9 +761,9 @@ void HerdWorker::execute_st() {
       ResponseHeader h{};
       h.seq = p.seq;
       h.status = static_cast<uint8_t>(to_wire(r.status));
-      h.op = static_cast<uint8_t>(p.req.op == store::Op::kGet   ? herd::OpCode::kGet
-                                  : p.req.op == store::Op::kPut ? herd::OpCode::kPut
-                                                                : herd::OpCode::kDel);
+      h.op = static_cast<uint8_t>(p.req.op == store::Op::kGet   ? rpc::OpCode::kGet
+                                  : p.req.op == store::Op::kPut ? rpc::OpCode::kPut
+                                                                : rpc::OpCode::kDel);
       h.worker = static_cast<uint16_t>(index_);
       h.client = static_cast<uint16_t>(p.client);
       h.epoch = p.epoch;
@@ -776,7 +776,7 @@ void HerdWorker::execute_st() {
         std::memcpy(out + sizeof(ResponseHeader), r.value.data(), r.value.size());
         len += r.value.size();
       }
-      herd::store(out, h);
+      rpc::store(out, h);
       out_.push_back({p.client, p.epoch, tx_offset(p.client, p.seq), len});
     });
     batch_.clear();

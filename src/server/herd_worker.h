@@ -25,7 +25,7 @@
 
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
-#include "proto/herd/wire.h"
+#include "proto/rpc/wire.h"
 #include "server/options.h"
 #include "store/engine.h"
 
@@ -115,13 +115,13 @@ class HerdWorker {
   bool take_slot_st(uint32_t c);
   void on_message_st(const char* buf, size_t len);
   bool accept_request_st(uint32_t c, uint32_t seq, const char* msg);
-  void reply_error_st(uint32_t c, uint32_t seq, uint8_t op, herd::WireStatus st);
-  void reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t op, herd::WireStatus st);
+  void reply_error_st(uint32_t c, uint32_t seq, uint8_t op, rpc::WireStatus st);
+  void reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t op, rpc::WireStatus st);
   void execute_st();
   void send_responses_st();
   void repost_rx_st();
   long post_send_st(uint32_t c, size_t offset, size_t len, bool more);
-  long post_read_st(uint32_t c, uint32_t slot_index, const herd::IndirectBody& ib);
+  long post_read_st(uint32_t c, uint32_t slot_index, const rpc::IndirectBody& ib);
   void pilaf_live(const store::PilafGeneration& g);
   void pilaf_release(const store::PilafGeneration& g);
   void log_mutation_st(const store::Request& req, const store::Response& r);
@@ -131,7 +131,7 @@ class HerdWorker {
   const uint32_t index_;
   const uint32_t window_, slot_size_, max_clients_, queues_;
   const size_t max_value_, staging_slot_;
-  const RequestTransport transport_;
+  const rpc::Transport transport_;
   const bool messages_;  // requests may arrive as messages (SEND transport, or a pilaf protocol)
   const bool batching_;
   const int core_;

@@ -5,13 +5,12 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include "proto/herd/wire.h"
+#include "proto/rpc/wire.h"
 #include "proto/pilaf/layout.h"
 #include "store/limits.h"
 
 namespace fabkv::server {
 
-const char* to_string(RequestTransport t) { return t == RequestTransport::kWrite ? "write" : "send"; }
 
 size_t parse_bytes(const std::string& s) {
   if (s.empty()) throw std::invalid_argument("empty size");
@@ -72,19 +71,19 @@ void load_toml(const std::string& path, ServerOptions* o) {
   str("engine", &o->engine);
   bytes("memory", &o->memory);
   bytes("max_value", &o->max_value);
-  u32("window", &o->window);
-  u32("slot_size", &o->slot_size);
+  u32("window", &o->rpc.window);
+  u32("slot_size", &o->rpc.slot_size);
   u32("max_clients", &o->max_clients);
-  u32("queues", &o->queues);
+  u32("queues", &o->rpc.queues);
   str("log", &o->log_level);
-  bytes("pilaf_entries", &o->pilaf_entries);
-  bytes("pilaf_extents", &o->pilaf_extents);
+  bytes("pilaf_entries", &o->pilaf.entries);
+  bytes("pilaf_extents", &o->pilaf.extents);
   str("oplog", &o->oplog);
   if (auto v = t["oplog_fsync"].value<bool>()) o->oplog_fsync = *v;
-  if (auto v = t["batching"].value<bool>()) o->batching = *v;
+  if (auto v = t["batching"].value<bool>()) o->rpc.batching = *v;
   if (auto tr = t["transport"].value<std::string>()) {
-    if (*tr == "write") o->transport = RequestTransport::kWrite;
-    else if (*tr == "send") o->transport = RequestTransport::kSend;
+    if (*tr == "write") o->herd.transport = rpc::Transport::kWrite;
+    else if (*tr == "send") o->herd.transport = rpc::Transport::kSend;
     else throw std::runtime_error(fmt::format("{}: transport must be write or send", path));
   }
   if (auto* arr = t["cores"].as_array()) {
@@ -114,14 +113,14 @@ void validate(const ServerOptions& o) {
   if (serves_pilaf(o) && o.engine != "pilaf")
     throw std::invalid_argument("the pilaf protocols READ the pilaf engine's table: use --engine "
                                 "pilaf (or leave --engine out), not '" + o.engine + "'");
-  if (o.pilaf_entries < 16 || o.pilaf_entries > (size_t{1} << 32))
+  if (o.pilaf.entries < 16 || o.pilaf.entries > (size_t{1} << 32))
     throw std::invalid_argument("--pilaf-entries must be 16..4G");
-  if (o.pilaf_extents < 4096) throw std::invalid_argument("--pilaf-extents must be at least 4K");
-  if (o.window < 1 || o.window > 64) throw std::invalid_argument("--window must be 1..64");
+  if (o.pilaf.extents < 4096) throw std::invalid_argument("--pilaf-extents must be at least 4K");
+  if (o.rpc.window < 1 || o.rpc.window > 64) throw std::invalid_argument("--window must be 1..64");
   if (o.max_clients < 1 || o.max_clients > 4096)
     throw std::invalid_argument("--max-clients must be 1..4096");
-  if (o.queues < 1 || o.queues > 16) throw std::invalid_argument("--queues must be 1..16");
-  if (o.slot_size < 64 || o.slot_size > (1u << 20) || o.slot_size % 8 != 0)
+  if (o.rpc.queues < 1 || o.rpc.queues > 16) throw std::invalid_argument("--queues must be 1..16");
+  if (o.rpc.slot_size < 64 || o.rpc.slot_size > (1u << 20) || o.rpc.slot_size % 8 != 0)
     throw std::invalid_argument("--slot-size must be a multiple of 8 in 64..1048576");
   if (o.max_value < 1 || o.max_value > store::kMaxValueSizeLimit)
     throw std::invalid_argument(
@@ -130,7 +129,7 @@ void validate(const ServerOptions& o) {
     throw std::invalid_argument("--memory too small for the workers and --max-value");
   if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
   for (const auto& p : o.protocols)
-    if (p != herd::kProtocol && p != pilaf::kProtocol && p != pilaf::kProtocolVo)
+    if (p != "herd" && p != pilaf::kProtocol && p != pilaf::kProtocolVo)
       throw std::invalid_argument("unknown protocol '" + p +
                                   "' (this build serves: herd, pilaf, pilaf-vo)");
 }

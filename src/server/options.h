@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "proto/options.h"
+
 namespace fabkv::server {
 
-enum class RequestTransport : uint8_t { kWrite, kSend };
-const char* to_string(RequestTransport t);
-
-struct ServerOptions {
+// The protocols' own knobs (rpc, herd, pilaf, ...) come from proto/options.h.
+struct ServerOptions : proto::ProtocolOptions {
   // libfabric provider: auto picks verbs with an RDMA device, else shm for a loopback
   // --listen and tcp otherwise.
   std::string provider = "auto";
@@ -28,22 +28,10 @@ struct ServerOptions {
   std::string engine;
   size_t memory = size_t{256} << 20;     // engine bytes, split evenly across workers
   size_t max_value = 64 * 1024;          // largest value accepted
-  // herd | pilaf | pilaf-vo, any mix: all of them reach the same engine (the same data).
+  // Any mix of proto/registry.h's protocols: all of them reach the same engine (the same data).
   std::vector<std::string> protocols = {"herd"};
-  // HERD knobs (HERD sec. 4.2, Guidelines sec. 4.1/4.3.1).
-  RequestTransport transport = RequestTransport::kWrite;  // WRITE into slots | SEND (sec. 5.5)
-  uint32_t window = 4;        // W: outstanding requests per client per worker
-  uint32_t slot_size = 1024;  // bytes per request slot; larger requests go indirect
   uint32_t max_clients = 64;  // Nc: clients at once (request region = workers*Nc*W*slot_size)
-  uint32_t queues = 1;        // multi-queue: response endpoints per worker, used in turn
-  bool batching = true;       // response batching: all replies of a round, FI_MORE on all but last
   std::string log_level = "info";
-  // pilaf engine: starting size of each worker's table (entries) and extent area; both double
-  // when full (a new generation, Pilaf sec. 3.3) up to the worker's share of `memory`.
-  size_t pilaf_entries = 65536;
-  size_t pilaf_extents = size_t{8} << 20;
-  // How long a replaced generation stays registered for clients still READing it.
-  uint32_t pilaf_grace_ms = 5000;
   // Asynchronous log of every PUT/DELETE (Pilaf sec. 4), one file per worker:
   // "<oplog>.<worker>"; replayed at start. "" = off (the default).
   std::string oplog;

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "control/client.h"
 #include "proto/json.h"
+#include "proto/registry.h"
 #include "store/limits.h"
 
 namespace fabkv::server {
@@ -101,15 +102,15 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     w.message = "the Hello payload is not JSON";
     return w;
   }
-  if (hello.service != herd::kService) {
+  if (hello.service != proto::kService) {
     w.status = control::Status::kUnknownService;
-    w.message = fmt::format("this is a fabkv server (service '{}'), not '{}'", herd::kService,
+    w.message = fmt::format("this is a fabkv server (service '{}'), not '{}'", proto::kService,
                             hello.service);
     return w;
   }
   std::string protocol;
   try {
-    protocol = req.value("protocol", std::string(herd::kProtocol));
+    protocol = req.value("protocol", std::string("herd"));
   } catch (const std::exception&) {
     protocol = "?";
   }
@@ -120,10 +121,10 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     return w;
   }
   // Pilaf clients send PUT/DELETE (pilaf-vo: everything) as messages (Pilaf sec. 3.1, 5.1).
-  const bool by_message = protocol != herd::kProtocol;
+  const bool by_message = protocol != "herd";
   std::string transport;
   try {
-    transport = req.value("transport", std::string(by_message ? "send" : to_string(o_.transport)));
+    transport = req.value("transport", std::string(by_message ? "send" : rpc::to_string(o_.herd.transport)));
   } catch (const std::exception&) {
     transport = "?";
   }
@@ -133,10 +134,10 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
                             protocol, transport);
     return w;
   }
-  if (!by_message && transport != to_string(o_.transport)) {
+  if (!by_message && transport != rpc::to_string(o_.herd.transport)) {
     w.status = control::Status::kRejected;
     w.message = fmt::format("this server takes requests by {} (--transport), not {}",
-                            to_string(o_.transport), transport);
+                            rpc::to_string(o_.herd.transport), transport);
     return w;
   }
   fabric::RemoteRegion staging;
@@ -212,18 +213,18 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
       pilaf.push_back({{"generation", p.generation}, {"entries", p.entries}});
     }
   }
-  nlohmann::json layout = {{"wire", herd::kWireVersion},   {"client", index},
+  nlohmann::json layout = {{"wire", rpc::kWireVersion},   {"client", index},
                            {"epoch", epoch},               {"workers", o_.workers},
-                           {"window", o_.window},          {"slot_size", o_.slot_size},
+                           {"window", o_.rpc.window},          {"slot_size", o_.rpc.slot_size},
                            {"max_clients", o_.max_clients},
-                           {"queues", workers_[0]->isolated() ? 1u : o_.queues},
+                           {"queues", workers_[0]->isolated() ? 1u : o_.rpc.queues},
                            {"transport", transport},          {"protocol", protocol},
                            {"max_value", o_.max_value},    {"max_key", store::kMaxKeySize},
                            {"engine", o_.engine},          {"provider", provider()},
                            {"recv_size", recv}};
   if (o_.engine == "pilaf") {
     layout["pilaf"] = pilaf;
-    layout["pilaf_grace_ms"] = o_.pilaf_grace_ms;
+    layout["pilaf_grace_ms"] = o_.pilaf.grace_ms;
   }
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());
@@ -268,7 +269,7 @@ nlohmann::json Server::stats() const {
   nlohmann::json j = {{"provider", provider()},
                       {"protocols", o_.protocols},
                       {"engine", o_.engine},
-                      {"transport", to_string(o_.transport)},
+                      {"transport", rpc::to_string(o_.herd.transport)},
                       {"workers", workers}};
   {
     std::lock_guard lock(mu_);

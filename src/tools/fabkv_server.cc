@@ -47,12 +47,12 @@ int main(int argc, char** argv) {
                  "(all reach the same data)")->delimiter(',')->capture_default_str();
   app.add_option("--transport", transport, "how HERD requests arrive: write (into the request "
                  "region, HERD sec. 4.2) | send (to the worker, HERD sec. 5.5)")->capture_default_str();
-  app.add_option("--window", o.window, "W: outstanding requests per client per worker")
+  app.add_option("--window", o.rpc.window, "W: outstanding requests per client per worker")
       ->capture_default_str();
-  app.add_option("--slot-size", o.slot_size, "request slot bytes; larger requests go indirect")
+  app.add_option("--slot-size", o.rpc.slot_size, "request slot bytes; larger requests go indirect")
       ->capture_default_str();
   app.add_option("--max-clients", o.max_clients, "clients at once")->capture_default_str();
-  app.add_option("--queues", o.queues, "multi-queue: response endpoints per worker")
+  app.add_option("--queues", o.rpc.queues, "multi-queue: response endpoints per worker")
       ->capture_default_str();
   app.add_option("--batching", batching, "response batching (FI_MORE): on|off")->capture_default_str();
   app.add_option("--pilaf-entries", pilaf_entries, "pilaf engine: starting table entries per "
@@ -79,28 +79,28 @@ int main(int argc, char** argv) {
       if (!given("--memory")) memory = std::to_string(from_file.memory);
       if (!given("--max-value")) max_value = std::to_string(from_file.max_value);
       if (!given("--protocols")) o.protocols = from_file.protocols;
-      if (!given("--transport")) transport = server::to_string(from_file.transport);
-      if (!given("--window")) o.window = from_file.window;
-      if (!given("--slot-size")) o.slot_size = from_file.slot_size;
+      if (!given("--transport")) transport = rpc::to_string(from_file.herd.transport);
+      if (!given("--window")) o.rpc.window = from_file.rpc.window;
+      if (!given("--slot-size")) o.rpc.slot_size = from_file.rpc.slot_size;
       if (!given("--max-clients")) o.max_clients = from_file.max_clients;
-      if (!given("--queues")) o.queues = from_file.queues;
-      if (!given("--batching")) batching = from_file.batching ? "on" : "off";
+      if (!given("--queues")) o.rpc.queues = from_file.rpc.queues;
+      if (!given("--batching")) batching = from_file.rpc.batching ? "on" : "off";
       if (!given("--log")) o.log_level = from_file.log_level;
       if (!given("--cores")) o.cores = from_file.cores;
-      if (!given("--pilaf-entries")) pilaf_entries = std::to_string(from_file.pilaf_entries);
-      if (!given("--pilaf-extents")) pilaf_extents = std::to_string(from_file.pilaf_extents);
+      if (!given("--pilaf-entries")) pilaf_entries = std::to_string(from_file.pilaf.entries);
+      if (!given("--pilaf-extents")) pilaf_extents = std::to_string(from_file.pilaf.extents);
       if (!given("--oplog")) o.oplog = from_file.oplog;
       if (!given("--oplog-fsync")) o.oplog_fsync = from_file.oplog_fsync;
     }
     o.memory = server::parse_bytes(memory);
     o.max_value = server::parse_bytes(max_value);
-    o.pilaf_entries = server::parse_bytes(pilaf_entries);
-    o.pilaf_extents = server::parse_bytes(pilaf_extents);
-    if (transport == "write") o.transport = server::RequestTransport::kWrite;
-    else if (transport == "send") o.transport = server::RequestTransport::kSend;
+    o.pilaf.entries = server::parse_bytes(pilaf_entries);
+    o.pilaf.extents = server::parse_bytes(pilaf_extents);
+    if (transport == "write") o.herd.transport = rpc::Transport::kWrite;
+    else if (transport == "send") o.herd.transport = rpc::Transport::kSend;
     else throw std::invalid_argument("--transport must be write or send");
     if (batching != "on" && batching != "off") throw std::invalid_argument("--batching must be on or off");
-    o.batching = batching == "on";
+    o.rpc.batching = batching == "on";
     if (!cores.empty()) {
       o.cores.clear();
       size_t pos = 0;
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
   srv->start();
   spdlog::info("serving {} on {} over {} with {} worker(s), engine {}, transport {}",
                fmt::join(o.protocols, ","), srv->address(), srv->provider(), o.workers, o.engine,
-               server::to_string(o.transport));
+               rpc::to_string(o.herd.transport));
   fmt::print("READY {}\n", srv->address());
   std::fflush(stdout);
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -11,7 +11,7 @@
 namespace fabkv::client_detail {
 namespace {
 
-RequestFields fields(uint32_t seq, herd::OpCode op) {
+RequestFields fields(uint32_t seq, rpc::OpCode op) {
   RequestFields f;
   f.seq = seq;
   f.client = 7;
@@ -26,22 +26,22 @@ TEST(Encoding, InlineRequestHasHeaderBodyTrailerAndCheck) {
   const std::string key = "hello", value = "world!!";  // 12 body bytes -> trailer at 44
   char buf[256];
   std::memset(buf, 0xAB, sizeof(buf));
-  size_t n = encode_inline(buf, fields(42, herd::OpCode::kPut), key, value);
-  EXPECT_EQ(n, herd::request_bytes(12));
+  size_t n = encode_inline(buf, fields(42, rpc::OpCode::kPut), key, value);
+  EXPECT_EQ(n, rpc::request_bytes(12));
   EXPECT_EQ(n, 48u);
-  auto h = herd::load<herd::RequestHeader>(buf);
+  auto h = rpc::load<rpc::RequestHeader>(buf);
   EXPECT_EQ(h.seq, 42u);
   EXPECT_EQ(h.client, 7u);
   EXPECT_EQ(h.epoch, 3u);
-  EXPECT_EQ(h.op, static_cast<uint8_t>(herd::OpCode::kPut));
+  EXPECT_EQ(h.op, static_cast<uint8_t>(rpc::OpCode::kPut));
   EXPECT_EQ(h.flags, 0u);
   EXPECT_EQ(h.key_len, 5u);
   EXPECT_EQ(h.value_len, 7u);
   EXPECT_EQ(h.expire_at, 1234u);
   EXPECT_EQ(h.expected_version, 99u);
   EXPECT_EQ(std::string(buf + 32, 12), "helloworld!!");
-  EXPECT_EQ(h.check, herd::request_check(42, buf + 32, 12));
-  EXPECT_EQ(herd::load<herd::RequestTrailer>(buf + herd::trailer_offset(12)).seq, 42u);
+  EXPECT_EQ(h.check, rpc::request_check(42, buf + 32, 12));
+  EXPECT_EQ(rpc::load<rpc::RequestTrailer>(buf + rpc::trailer_offset(12)).seq, 42u);
   // Nothing written past the request.
   EXPECT_EQ(static_cast<unsigned char>(buf[n]), 0xABu);
 }
@@ -49,37 +49,37 @@ TEST(Encoding, InlineRequestHasHeaderBodyTrailerAndCheck) {
 TEST(Encoding, PaddingBeforeTrailerIsZeroed) {
   char buf[128];
   std::memset(buf, 0xFF, sizeof(buf));
-  size_t n = encode_inline(buf, fields(1, herd::OpCode::kGet), "abc", "");  // body 3, pad 1
-  EXPECT_EQ(n, herd::request_bytes(3));
-  EXPECT_EQ(herd::trailer_offset(3), 36u);
+  size_t n = encode_inline(buf, fields(1, rpc::OpCode::kGet), "abc", "");  // body 3, pad 1
+  EXPECT_EQ(n, rpc::request_bytes(3));
+  EXPECT_EQ(rpc::trailer_offset(3), 36u);
   EXPECT_EQ(buf[35], 0);
-  EXPECT_EQ(herd::load<herd::RequestTrailer>(buf + 36).seq, 1u);
+  EXPECT_EQ(rpc::load<rpc::RequestTrailer>(buf + 36).seq, 1u);
 }
 
 TEST(Encoding, CheckIsSeededWithSeq) {
   char a[128], b[128];
-  encode_inline(a, fields(1, herd::OpCode::kGet), "key", "");
-  encode_inline(b, fields(2, herd::OpCode::kGet), "key", "");
-  EXPECT_NE(herd::load<herd::RequestHeader>(a).check, herd::load<herd::RequestHeader>(b).check);
+  encode_inline(a, fields(1, rpc::OpCode::kGet), "key", "");
+  encode_inline(b, fields(2, rpc::OpCode::kGet), "key", "");
+  EXPECT_NE(rpc::load<rpc::RequestHeader>(a).check, rpc::load<rpc::RequestHeader>(b).check);
 }
 
 TEST(Encoding, IndirectRequestCarriesTheBodyDescriptor) {
   char buf[128];
-  herd::IndirectBody ib{0x1000, 77, 250 + 60000};
-  size_t n = encode_indirect(buf, fields(5, herd::OpCode::kPut), 250, 60000, ib);
-  EXPECT_EQ(n, herd::request_bytes(sizeof(herd::IndirectBody)));
+  rpc::IndirectBody ib{0x1000, 77, 250 + 60000};
+  size_t n = encode_indirect(buf, fields(5, rpc::OpCode::kPut), 250, 60000, ib);
+  EXPECT_EQ(n, rpc::request_bytes(sizeof(rpc::IndirectBody)));
   EXPECT_EQ(n, 60u);
-  auto h = herd::load<herd::RequestHeader>(buf);
-  EXPECT_EQ(h.flags, herd::kFlagIndirect);
+  auto h = rpc::load<rpc::RequestHeader>(buf);
+  EXPECT_EQ(h.flags, rpc::kFlagIndirect);
   EXPECT_EQ(h.key_len, 250u);
   EXPECT_EQ(h.value_len, 60000u);
-  EXPECT_EQ(herd::request_body_bytes(h.flags, h.key_len, h.value_len), sizeof(herd::IndirectBody));
-  auto got = herd::load<herd::IndirectBody>(buf + 32);
+  EXPECT_EQ(rpc::request_body_bytes(h.flags, h.key_len, h.value_len), sizeof(rpc::IndirectBody));
+  auto got = rpc::load<rpc::IndirectBody>(buf + 32);
   EXPECT_EQ(got.addr, 0x1000u);
   EXPECT_EQ(got.rkey, 77u);
   EXPECT_EQ(got.length, 60250u);
-  EXPECT_EQ(h.check, herd::request_check(5, buf + 32, sizeof(herd::IndirectBody)));
-  EXPECT_EQ(herd::load<herd::RequestTrailer>(buf + 56).seq, 5u);
+  EXPECT_EQ(h.check, rpc::request_check(5, buf + 32, sizeof(rpc::IndirectBody)));
+  EXPECT_EQ(rpc::load<rpc::RequestTrailer>(buf + 56).seq, 5u);
 }
 
 TEST(Encoding, InlineOrIndirectByRequestSize) {
@@ -89,7 +89,7 @@ TEST(Encoding, InlineOrIndirectByRequestSize) {
   EXPECT_TRUE(fits_inline(1024, 1, 0));
   EXPECT_FALSE(fits_inline(1024, 10, 60000));
   // Whatever the slot, an indirect request always fits one the client accepts.
-  EXPECT_LE(herd::request_bytes(sizeof(herd::IndirectBody)), 64u);
+  EXPECT_LE(rpc::request_bytes(sizeof(rpc::IndirectBody)), 64u);
 }
 
 TEST(Encoding, SeqStartsAtOneAndSkipsZeroOnWrap) {
@@ -107,7 +107,7 @@ TEST(Encoding, SeqStartsAtOneAndSkipsZeroOnWrap) {
     seen.push_back(s);
   }
   for (size_t i = 4; i < seen.size(); ++i) EXPECT_NE(seen[i], seen[i - 4]);
-  EXPECT_EQ(herd::slot_offset(3, 4, 1024, 5), (3u * 4 + 1) * 1024);
+  EXPECT_EQ(rpc::slot_offset(3, 4, 1024, 5), (3u * 4 + 1) * 1024);
 }
 
 TEST(Validation, EmptyAndOversizedKeysAndValues) {
@@ -130,12 +130,12 @@ TEST(Responses, StatusMappingAndParsing) {
   EXPECT_EQ(from_wire(200), Status::kError);
 
   char buf[64] = {};
-  herd::ResponseHeader h{};
+  rpc::ResponseHeader h{};
   h.seq = 9;
   h.value_len = 5;
   h.version = 17;
-  herd::store(buf, h);
-  constexpr size_t kHeader = sizeof(herd::ResponseHeader);
+  rpc::store(buf, h);
+  constexpr size_t kHeader = sizeof(rpc::ResponseHeader);
   std::memcpy(buf + kHeader, "value", 5);
   ParsedResponse r;
   ASSERT_TRUE(parse_response(buf, kHeader + 5, &r));

@@ -11,8 +11,8 @@
 namespace fabkv::testing {
 namespace {
 
-using herd::OpCode;
-using herd::WireStatus;
+using rpc::OpCode;
+using rpc::WireStatus;
 
 class HerdFaults : public ::testing::TestWithParam<std::string> {
  protected:
@@ -55,7 +55,7 @@ TEST_P(HerdFaults, GarbageInASlotIsCountedAnsweredAndOthersKeepWorking) {
   std::mt19937_64 rng(42);
   char junk[1024];
   for (auto& b : junk) b = static_cast<char>(rng());
-  herd::store<uint32_t>(junk, 0xdeadbeef);  // a sequence number the server does not expect
+  rpc::store<uint32_t>(junk, 0xdeadbeef);  // a sequence number the server does not expect
   bad.write_slot(0, 0, junk, sizeof(junk));
   // The owner is told its request 1 failed once the garbage has sat there long enough.
   auto r = bad.response(5000);
@@ -70,14 +70,14 @@ TEST_P(HerdFaults, GarbageInASlotIsCountedAnsweredAndOthersKeepWorking) {
 TEST_P(HerdFaults, ImpossibleLengthsAreMalformedAtOnce) {
   RawClient c(GetParam(), server_->address());
   char req[1024] = {};
-  herd::RequestHeader h{};
+  rpc::RequestHeader h{};
   h.seq = 1;
   h.client = static_cast<uint16_t>(c.client);
   h.epoch = static_cast<uint16_t>(c.epoch);
   h.op = static_cast<uint8_t>(OpCode::kPut);
   h.key_len = 60000;  // cannot fit a slot
   h.value_len = 4000000;
-  herd::store(req, h);
+  rpc::store(req, h);
   c.write_slot(0, 0, req, sizeof(req));
   auto r = c.response();
   ASSERT_TRUE(r.has_value());
@@ -89,7 +89,7 @@ TEST_P(HerdFaults, ChecksumMismatchIsNeverExecuted) {
   RawClient c(GetParam(), server_->address());
   char req[1024];
   size_t n = c.build(1, OpCode::kPut, "torn", "xxxxxxxx", req);
-  req[sizeof(herd::RequestHeader) + 5] ^= 0x40;  // corrupt the value after the checksum
+  req[sizeof(rpc::RequestHeader) + 5] ^= 0x40;  // corrupt the value after the checksum
   c.write_slot(0, 0, req, n);
   auto r = c.response(5000);
   ASSERT_TRUE(r.has_value());
@@ -106,21 +106,21 @@ TEST_P(HerdFaults, OversizedKeyOrValueIsTooLargeAndNothingIsWritten) {
   RawClient c(GetParam(), server_->address());
   // An indirect PUT that claims a value over the server's limit: refused without a READ.
   char req[256] = {};
-  herd::RequestHeader h{};
+  rpc::RequestHeader h{};
   h.seq = 1;
   h.client = static_cast<uint16_t>(c.client);
   h.epoch = static_cast<uint16_t>(c.epoch);
   h.op = static_cast<uint8_t>(OpCode::kPut);
-  h.flags = herd::kFlagIndirect;
+  h.flags = rpc::kFlagIndirect;
   h.key_len = 3;
   h.value_len = c.layout.at("max_value").get<uint32_t>() + 1;
-  herd::IndirectBody ib{0, 0, uint64_t{h.key_len} + h.value_len};
+  rpc::IndirectBody ib{0, 0, uint64_t{h.key_len} + h.value_len};
   char* body = req + sizeof(h);
-  herd::store(body, ib);
-  h.check = herd::request_check(1, body, sizeof(ib));
-  herd::store(req, h);
-  herd::store(req + herd::trailer_offset(sizeof(ib)), herd::RequestTrailer{1});
-  c.write_slot(c.worker_of("big"), 0, req, herd::request_bytes(sizeof(ib)));
+  rpc::store(body, ib);
+  h.check = rpc::request_check(1, body, sizeof(ib));
+  rpc::store(req, h);
+  rpc::store(req + rpc::trailer_offset(sizeof(ib)), rpc::RequestTrailer{1});
+  c.write_slot(c.worker_of("big"), 0, req, rpc::request_bytes(sizeof(ib)));
   auto r = c.response();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kTooLarge));
@@ -181,7 +181,7 @@ TEST_P(HerdSendFaults, GarbageMessagesAreDroppedAndReceiveBuffersRecycled) {
   char junk[1024];
   std::mt19937_64 rng(7);
   for (auto& b : junk) b = static_cast<char>(rng());
-  herd::store<uint16_t>(junk + 4, 999);  // a client index that does not exist
+  rpc::store<uint16_t>(junk + 4, 999);  // a client index that does not exist
   c.send_raw(0, junk, 10);               // shorter than a header
   const int kMessages = 9000;            // > the worker's two 4 MiB receive buffers
   for (int i = 0; i < kMessages; ++i) c.send_raw(0, junk, sizeof(junk));

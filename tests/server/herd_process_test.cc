@@ -81,7 +81,7 @@ TEST_P(HerdProcesses, AReusedIndexNeverSeesItsPredecessorsAnswers) {
   const std::string key = "reuse-0";  // the same worker and slots the victim used
   const uint32_t w = next.worker_of(key);
   for (uint32_t r = 0; r < next.window; ++r) {
-    size_t n = next.build(r + 1, herd::OpCode::kGet, key, "", req);
+    size_t n = next.build(r + 1, rpc::OpCode::kGet, key, "", req);
     next.write_slot(w, r, req, n);
   }
   std::set<uint32_t> seen;
@@ -90,7 +90,7 @@ TEST_P(HerdProcesses, AReusedIndexNeverSeesItsPredecessorsAnswers) {
     ASSERT_TRUE(resp.has_value()) << "answer " << r << " never came; " << next.stats().dump();
     EXPECT_EQ(resp->h.client, idx);
     EXPECT_EQ(resp->h.epoch, next.epoch) << "an answer for the dead client's epoch";
-    EXPECT_EQ(resp->h.op, static_cast<uint8_t>(herd::OpCode::kGet)) << "an answer to its PUT";
+    EXPECT_EQ(resp->h.op, static_cast<uint8_t>(rpc::OpCode::kGet)) << "an answer to its PUT";
     EXPECT_TRUE(seen.insert(resp->h.seq).second) << "seq " << resp->h.seq << " answered twice";
   }
   EXPECT_FALSE(next.response(500).has_value()) << "an extra answer arrived";
@@ -118,19 +118,19 @@ TEST_P(HerdProcesses, KilledClientIsReclaimedAndOthersSeeNoError) {
   EXPECT_EQ(next.epoch, epoch + 1);
   char req[512];
   const bool by_send = GetParam().transport == "send";
-  size_t n = next.build(1, herd::OpCode::kGet, "victim-0", "", req);
+  size_t n = next.build(1, rpc::OpCode::kGet, "victim-0", "", req);
   if (by_send) next.send_raw(next.worker_of("victim-0"), req, n);
   else next.write_slot(next.worker_of("victim-0"), 0, req, n);
   auto r = next.response();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->h.seq, 1u);
   // The bystander was never disturbed.
-  n = bystander.build(1, herd::OpCode::kPut, "calm", "yes", req);
+  n = bystander.build(1, rpc::OpCode::kPut, "calm", "yes", req);
   if (by_send) bystander.send_raw(bystander.worker_of("calm"), req, n);
   else bystander.write_slot(bystander.worker_of("calm"), 0, req, n);
   r = bystander.response();
   ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->h.status, static_cast<uint8_t>(herd::WireStatus::kOk));
+  EXPECT_EQ(r->h.status, static_cast<uint8_t>(rpc::WireStatus::kOk));
 }
 
 TEST_P(HerdProcesses, OneRequestVerbAndOneResponseSendPerOperation) {
@@ -145,7 +145,7 @@ TEST_P(HerdProcesses, OneRequestVerbAndOneResponseSendPerOperation) {
     std::string key = "count-" + std::to_string(i % 17);
     uint32_t w = c.worker_of(key);
     uint32_t s = ++seq[w];
-    size_t n = c.build(s, i % 2 ? herd::OpCode::kGet : herd::OpCode::kPut, key, "v", req);
+    size_t n = c.build(s, i % 2 ? rpc::OpCode::kGet : rpc::OpCode::kPut, key, "v", req);
     if (by_send) c.send_raw(w, req, n);
     else c.write_slot(w, s - 1, req, n);
     ASSERT_TRUE(c.response().has_value());

@@ -31,9 +31,9 @@ TEST(ServerOptions, LoadsTomlAndRejectsUnknownKeys) {
   EXPECT_EQ(o.workers, 2u);
   EXPECT_EQ(o.memory, size_t{128} << 20);
   EXPECT_EQ(o.engine, "store");
-  EXPECT_EQ(o.transport, RequestTransport::kSend);
+  EXPECT_EQ(o.herd.transport, rpc::Transport::kSend);
   EXPECT_EQ(o.cores, (std::vector<int>{0, 1}));
-  EXPECT_FALSE(o.batching);
+  EXPECT_FALSE(o.rpc.batching);
   {
     std::ofstream f(path);
     f << "wokers = 2\n";
@@ -67,7 +67,7 @@ TEST(ServerOptions, ValidatesRanges) {
   resolve_defaults(&o);
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
-  o.slot_size = 100;  // not a multiple of 8
+  o.rpc.slot_size = 100;  // not a multiple of 8
   resolve_defaults(&o);
   EXPECT_THROW(validate(o), std::invalid_argument);
 }
@@ -82,14 +82,14 @@ TEST(ServerOptions, PilafProtocolsPickThePilafEngine) {
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
   o.protocols = {"pilaf"};
-  o.pilaf_entries = 4;
+  o.pilaf.entries = 4;
   resolve_defaults(&o);
   EXPECT_THROW(validate(o), std::invalid_argument);
-  o.pilaf_entries = 1024;
-  o.pilaf_extents = 100;
+  o.pilaf.entries = 1024;
+  o.pilaf.extents = 100;
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
-  o.slot_size = 100;  // not a multiple of 8
+  o.rpc.slot_size = 100;  // not a multiple of 8
   EXPECT_THROW(validate(o), std::invalid_argument);
 }
 

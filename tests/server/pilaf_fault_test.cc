@@ -12,8 +12,8 @@
 namespace fabkv::testing {
 namespace {
 
-using herd::OpCode;
-using herd::WireStatus;
+using rpc::OpCode;
+using rpc::WireStatus;
 
 class PilafFaults : public ::testing::TestWithParam<std::string> {
  protected:
@@ -38,7 +38,7 @@ TEST_P(PilafFaults, BadPutMessagesGetErrorsAndTheWorkerKeepsServing) {
   char msg[4096];
   // Garbage in the body: the checksum does not match, the PUT is never executed.
   size_t n = c.build(1, OpCode::kPut, "victim", "value", msg);
-  msg[sizeof(herd::RequestHeader) + 2] ^= 0x55;
+  msg[sizeof(rpc::RequestHeader) + 2] ^= 0x55;
   c.send_raw(0, msg, n);
   auto r = c.response();
   ASSERT_TRUE(r.has_value());
@@ -46,7 +46,7 @@ TEST_P(PilafFaults, BadPutMessagesGetErrorsAndTheWorkerKeepsServing) {
   EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kMalformed));
   // Truncated: the header promises more bytes than the message carries.
   n = c.build(2, OpCode::kPut, "victim", std::string(200, 'x'), msg);
-  c.send_raw(0, msg, sizeof(herd::RequestHeader) + 20);
+  c.send_raw(0, msg, sizeof(rpc::RequestHeader) + 20);
   r = c.response();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->h.seq, 2u);

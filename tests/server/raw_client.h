@@ -16,7 +16,8 @@
 #include "control/client.h"
 #include "fabric/endpoint.h"
 #include "perf/process.h"
-#include "proto/herd/wire.h"
+#include "proto/registry.h"
+#include "proto/rpc/wire.h"
 #include "proto/json.h"
 #include "store/hash.h"
 #include "support/ready_process.h"
@@ -41,7 +42,7 @@ class ServerProcess : public ReadyProcess {
 };
 
 struct RawResponse {
-  herd::ResponseHeader h{};
+  rpc::ResponseHeader h{};
   std::string value;
 };
 
@@ -57,7 +58,7 @@ class RawClient {
     buf_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, 4 << 20,
                                                       fabric::Access::kRemoteRead);
     control::Hello hello;
-    hello.service = herd::kService;
+    hello.service = proto::kService;
     hello.provider = fabric_->provider_name();
     hello.fabric_address = ep_->name();
     nlohmann::json p = {{"protocol", protocol}};
@@ -90,9 +91,9 @@ class RawClient {
   }
 
   // Builds a well-formed inline request into `out` (returns its size).
-  size_t build(uint32_t seq, herd::OpCode op, const std::string& key, const std::string& value,
+  size_t build(uint32_t seq, rpc::OpCode op, const std::string& key, const std::string& value,
                char* out) const {
-    herd::RequestHeader h{};
+    rpc::RequestHeader h{};
     h.seq = seq;
     h.client = static_cast<uint16_t>(client);
     h.epoch = static_cast<uint16_t>(epoch);
@@ -103,10 +104,10 @@ class RawClient {
     std::memcpy(body, key.data(), key.size());
     std::memcpy(body + key.size(), value.data(), value.size());
     size_t n = key.size() + value.size();
-    h.check = herd::request_check(seq, body, n);
-    herd::store(out, h);
-    herd::store(out + herd::trailer_offset(n), herd::RequestTrailer{seq});
-    return herd::request_bytes(n);
+    h.check = rpc::request_check(seq, body, n);
+    rpc::store(out, h);
+    rpc::store(out + rpc::trailer_offset(n), rpc::RequestTrailer{seq});
+    return rpc::request_bytes(n);
   }
 
   // Builds an indirect PUT into `out`: key and value placed in this client's own region at
@@ -116,26 +117,26 @@ class RawClient {
     const size_t at = 3 * 1024 * 1024 + off;
     std::memcpy(buf_->data() + at, key.data(), key.size());
     std::memcpy(buf_->data() + at + key.size(), value.data(), value.size());
-    herd::IndirectBody ib{buf_->remote().at(at), buf_->remote().key, key.size() + value.size()};
-    herd::RequestHeader h{};
+    rpc::IndirectBody ib{buf_->remote().at(at), buf_->remote().key, key.size() + value.size()};
+    rpc::RequestHeader h{};
     h.seq = seq;
     h.client = static_cast<uint16_t>(client);
     h.epoch = static_cast<uint16_t>(epoch);
-    h.op = static_cast<uint8_t>(herd::OpCode::kPut);
-    h.flags = herd::kFlagIndirect;
+    h.op = static_cast<uint8_t>(rpc::OpCode::kPut);
+    h.flags = rpc::kFlagIndirect;
     h.key_len = static_cast<uint16_t>(key.size());
     h.value_len = static_cast<uint32_t>(value.size());
-    h.check = herd::request_check(seq, &ib, sizeof(ib));
-    herd::store(out, h);
-    herd::store(out + sizeof(h), ib);
-    herd::store(out + herd::trailer_offset(sizeof(ib)), herd::RequestTrailer{seq});
-    return herd::request_bytes(sizeof(ib));
+    h.check = rpc::request_check(seq, &ib, sizeof(ib));
+    rpc::store(out, h);
+    rpc::store(out + sizeof(h), ib);
+    rpc::store(out + rpc::trailer_offset(sizeof(ib)), rpc::RequestTrailer{seq});
+    return rpc::request_bytes(sizeof(ib));
   }
 
   // WRITEs `len` raw bytes into slot (seq-1) % W of worker w.
   void write_slot(uint32_t w, uint32_t slot, const char* bytes, size_t len) {
     std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
-    uint64_t raddr = regions_.at(w).at(herd::slot_offset(client, window, slot_size, slot));
+    uint64_t raddr = regions_.at(w).at(rpc::slot_offset(client, window, slot_size, slot));
     post([&] {
       return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), raddr, regions_.at(w).key, &wctx_);
     });
@@ -200,8 +201,8 @@ class RawClient {
           size_t slot = c[i].context->tag;
           const char* at = buf_->data() + slot * recv_size;
           RawResponse r;
-          r.h = herd::load<herd::ResponseHeader>(at);
-          r.value.assign(at + sizeof(herd::ResponseHeader), r.h.value_len);
+          r.h = rpc::load<rpc::ResponseHeader>(at);
+          r.value.assign(at + sizeof(rpc::ResponseHeader), r.h.value_len);
           post_recv(slot);
           // Keep what this poll brought after it for the next call (in order).
           for (size_t j = n; j-- > i + 1;) early_.push_front(std::move(c[j]));

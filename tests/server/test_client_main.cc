@@ -22,7 +22,7 @@ int victim(const std::string& server, const std::string& provider) {
   char req[1024];
   for (uint32_t r = 0; r < c.window; ++r) {
     std::string key = "victim-" + std::to_string(r);
-    size_t n = c.build(r + 1, herd::OpCode::kPut, key, "v", req);
+    size_t n = c.build(r + 1, rpc::OpCode::kPut, key, "v", req);
     if (c.layout.at("transport") == "send") c.send_raw(c.worker_of(key), req, n);
     else c.write_slot(c.worker_of(key), r, req, n);
   }
@@ -62,9 +62,9 @@ int stress(const std::string& server, const std::string& provider, uint64_t seed
     uint32_t w = c.worker_of(key);
     uint32_t s = ++seq[w];
     int what = static_cast<int>(rng() % 10);
-    herd::OpCode op = what < 5 ? herd::OpCode::kGet : what < 9 ? herd::OpCode::kPut : herd::OpCode::kDel;
+    rpc::OpCode op = what < 5 ? rpc::OpCode::kGet : what < 9 ? rpc::OpCode::kPut : rpc::OpCode::kDel;
     std::string value;
-    if (op == herd::OpCode::kPut) value = std::string(1 + rng() % 300, static_cast<char>('a' + rng() % 26));
+    if (op == rpc::OpCode::kPut) value = std::string(1 + rng() % 300, static_cast<char>('a' + rng() % 26));
     size_t n = c.build(s, op, key, value, req);
     if (c.layout.at("transport") == "send") c.send_raw(w, req, n);
     else c.write_slot(w, s - 1, req, n);
@@ -73,20 +73,20 @@ int stress(const std::string& server, const std::string& provider, uint64_t seed
       std::fprintf(stderr, "stress: no or wrong response to op %d\n", i);
       return 1;
     }
-    auto st = static_cast<herd::WireStatus>(r->h.status);
+    auto st = static_cast<rpc::WireStatus>(r->h.status);
     auto it = model.find(key);
-    if (op == herd::OpCode::kGet) {
-      bool ok = it == model.end() ? st == herd::WireStatus::kNotFound
-                                  : (st == herd::WireStatus::kOk && r->value == it->second);
+    if (op == rpc::OpCode::kGet) {
+      bool ok = it == model.end() ? st == rpc::WireStatus::kNotFound
+                                  : (st == rpc::WireStatus::kOk && r->value == it->second);
       if (!ok) {
         std::fprintf(stderr, "stress: GET %s mismatch (status %d)\n", key.c_str(), r->h.status);
         return 1;
       }
-    } else if (op == herd::OpCode::kPut) {
-      if (st != herd::WireStatus::kOk) return 1;
+    } else if (op == rpc::OpCode::kPut) {
+      if (st != rpc::WireStatus::kOk) return 1;
       model[key] = value;
     } else {
-      bool ok = (it == model.end()) == (st == herd::WireStatus::kNotFound);
+      bool ok = (it == model.end()) == (st == rpc::WireStatus::kNotFound);
       if (!ok) return 1;
       model.erase(key);
     }

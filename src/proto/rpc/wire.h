@@ -1,13 +1,15 @@
-// HERD over libfabric: what clients WRITE into the server's request region (or SEND to a
-// worker), what workers SEND back, and what the control channel hands a client at connect.
-// Everything a remote peer reads or writes is here, little-endian, with its size asserted.
+// The RPC wire format shared by the message-passing protocols (herd, server-reply, pilaf's
+// PUT/DELETE, pilaf-vo): what a client WRITEs into a worker's request slots (or SENDs to it),
+// and the response a worker SENDs or WRITEs back. Everything a remote peer reads or writes is
+// here, little-endian, with its size asserted. It is HERD's format (HERD sec. 4.2); the
+// protocols differ only in how requests travel and how answers come back (docs/architecture.md).
 //
 // HERD sec. 4.2: the request region is split per worker (a worker owns a partition, EREW),
 // then per client into W slots; client c's r-th request to a worker goes to slot
 // c*W + (r mod W) of that worker's region, and clients WRITE only into their own slots.
 // A worker accepts a slot only when header and trailer carry the same new sequence number
 // and the checksum over key and value matches, never by the order in which a WRITE's bytes
-// land (ARCHITECTURE.md, "The fabric layer").
+// land (docs/fabric.md: no provider promises the order in which a WRITE's bytes appear).
 //
 // History:
 //   v1  first version: inline and indirect (client-memory) requests, SEND responses.
@@ -23,11 +25,9 @@
 
 #include <xxhash.h>
 
-namespace fabkv::herd {
+namespace fabkv::rpc {
 
 inline constexpr uint32_t kWireVersion = 2;
-inline constexpr const char* kService = "fabkv";  // control-channel service name
-inline constexpr const char* kProtocol = "herd";  // Hello payload {"protocol": "herd", ...}
 
 enum class OpCode : uint8_t { kGet = 1, kPut = 2, kDel = 3 };
 
@@ -139,4 +139,4 @@ inline void store(void* p, const T& v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
-}  // namespace fabkv::herd
+}  // namespace fabkv::rpc

@@ -1,0 +1,75 @@
+// The one list of fabkv's access protocols. Server, client, CLI, bench and C API all learn
+// the protocols from here; nothing else names them. Adding a protocol = one folder under
+// src/proto/ plus one line below (docs/architecture.md, "Adding a protocol").
+//
+// Each line: X(id, "name", server side, engine, summary)
+//   id          C++ identifier; the folder's namespace fabkv::<id> defines
+//               make_server() (when `server side` is id) and make_client_<id>()
+//   name        what users type (--protocol, --protocols, fabkv:<name>, the Hello)
+//   server side the protocol whose server side serves this one: a protocol that only differs
+//               on the client (pilaf-vo uses pilaf's server without its READs) names another
+//   engine      the storage engine it needs: kAny (cache or store) or kPilaf (READ by clients)
+//
+// An X-macro, not static self-registration: a static library silently drops an object file
+// that nothing references, and with it the registration.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#define FABKV_PROTOCOLS(X)                                                                   \
+  X(herd, "herd", herd, kAny,                                                                \
+    "HERD: requests WRITten into server slots (or SENT), answers by SEND")                   \
+  X(server_reply, "server-reply", server_reply, kAny,                                        \
+    "requests WRITten into server slots, answers WRITten into the client's ring")            \
+  X(pilaf, "pilaf", pilaf, kPilaf,                                                           \
+    "Pilaf: GETs READ the server's self-verifying cuckoo table, PUT/DEL by SEND")            \
+  X(pilaf_vo, "pilaf-vo", pilaf, kPilaf, "Pilaf-VO: Pilaf's server, every request by SEND")
+
+namespace fabkv::proto {
+
+inline constexpr const char* kService = "fabkv";  // control-channel service name
+
+enum class Id : uint8_t {
+#define FABKV_PROTO_ID(id, name, server, engine, summary) id,
+  FABKV_PROTOCOLS(FABKV_PROTO_ID)
+#undef FABKV_PROTO_ID
+};
+
+// What a protocol asks of the storage engine.
+enum class EngineNeed : uint8_t {
+  kAny,    // any engine the worker runs (cache or store); the server picks cache
+  kPilaf,  // the pilaf engine: clients READ its table and extents
+};
+
+struct Info {
+  Id id;
+  const char* name;
+  Id server;  // whose server side serves it
+  EngineNeed engine;
+  const char* summary;
+};
+
+inline constexpr Info kProtocols[] = {
+#define FABKV_PROTO_INFO(id, name, server, engine, summary) \
+  {Id::id, name, Id::server, EngineNeed::engine, summary},
+    FABKV_PROTOCOLS(FABKV_PROTO_INFO)
+#undef FABKV_PROTO_INFO
+};
+
+inline std::span<const Info> protocols() { return kProtocols; }
+inline const Info& info(Id id) { return kProtocols[static_cast<size_t>(id)]; }
+// nullptr for an unknown name.
+inline const Info* find(std::string_view name) {
+  for (const Info& p : kProtocols)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+// "herd, server-reply, pilaf, pilaf-vo": for help texts and error messages.
+std::string names(std::string_view sep = ", ");
+// The default protocol of clients and servers.
+inline constexpr Id kDefault = Id::herd;
+
+}  // namespace fabkv::proto

@@ -1,0 +1,53 @@
+// server-reply (RF-RPC sec. 5.3 calls it "server-reply"; PARADIGMS.md): requests travel as in
+// HERD (the client WRITEs them into its slots of the worker's request region, proto/rpc/wire.h)
+// and the worker WRITEs each answer into the client's own memory, a response ring the client
+// polls. No SEND, no RECV on either side: 1 WRITE each way per request.
+//
+// The ring is one region of client memory, registered for remote WRITE and announced in the
+// Hello ({"ring": region}). Worker w answers request `seq` in ring slot
+//   (w * W + (seq - 1) mod W) * ring_slot_bytes(max_value)
+// with one WRITE of: rpc::ResponseHeader, the value (GET hit), then a ResponseTrailer at the
+// next 8-byte boundary. The bytes of a WRITE may land in any order (docs/fabric.md), so the
+// client takes a slot only when header and trailer carry the seq it waits for and the
+// trailer's checksum matches the header and value; it then zeroes the slot's header before the
+// slot's next request can be sent. Large values need no second WRITE: every ring slot holds
+// the server's largest value (W slots per worker, W x (48 + max_value) bytes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <xxhash.h>
+
+#include "proto/rpc/wire.h"
+
+namespace fabkv::server_reply {
+
+struct ResponseTrailer {
+  uint32_t seq;    // == header.seq once the whole answer has landed
+  uint32_t check;  // response_check(header, value)
+};
+static_assert(sizeof(ResponseTrailer) == 8);
+
+inline size_t trailer_offset(size_t value_len) {
+  return (sizeof(rpc::ResponseHeader) + value_len + 7) & ~size_t{7};
+}
+inline size_t response_bytes(size_t value_len) {
+  return trailer_offset(value_len) + sizeof(ResponseTrailer);
+}
+inline size_t ring_slot_bytes(size_t max_value) { return response_bytes(max_value); }
+inline size_t ring_offset(uint32_t worker, uint32_t window, size_t max_value, uint32_t seq) {
+  return (size_t{worker} * window + (seq - 1) % window) * ring_slot_bytes(max_value);
+}
+inline size_t ring_bytes(uint32_t workers, uint32_t window, size_t max_value) {
+  return size_t{workers} * window * ring_slot_bytes(max_value);
+}
+
+// Over the header and the value that follows it, seeded with seq: an answer from an earlier
+// use of the slot never matches a new header.
+inline uint32_t response_check(const void* header_and_value, size_t value_len, uint32_t seq) {
+  return static_cast<uint32_t>(
+      XXH3_64bits_withSeed(header_and_value, sizeof(rpc::ResponseHeader) + value_len, seq));
+}
+
+}  // namespace fabkv::server_reply
