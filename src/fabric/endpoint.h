@@ -40,6 +40,7 @@ inline constexpr PeerAddr kNoPeer = ~uint64_t{0};  // FI_ADDR_UNSPEC: connected 
 struct OpContext {
   void* provider_scratch[8] = {};  // layout of struct fi_context2
   void* user = nullptr;
+  void* owner = nullptr;  // who handles its completion (a server worker routes by it)
   uint64_t tag = 0;
   Verb verb = Verb::kSend;  // set by the endpoint when the operation is posted
 };

@@ -14,8 +14,6 @@ namespace fabkv::server {
 
 namespace {
 
-using proto::region_from_json;
-using proto::region_to_json;
 
 // A worker replays only its own log file (FILE.<worker>) and keys are partitioned by worker
 // count, so a log is only valid for the worker count that wrote it: FILE.workers records it.
@@ -49,7 +47,7 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   fo.peer_host = host;  // auto: a loopback listener means same-host clients (shm)
   fo.bind_host = (host == "0.0.0.0" || host == "::") ? "" : host;
   if (!o.oplog.empty()) check_oplog_workers(o);
-  for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<HerdWorker>(w, o, fo));
+  for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<Worker>(w, o, fo));
 
   control::ControlServer::Handlers h;
   h.on_hello = [this](uint64_t s, const control::Hello& hello) { return on_hello(s, hello); };
@@ -60,9 +58,7 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
     } catch (const std::exception& e) {
       op = "";
     }
-    nlohmann::json reply = op == "stats"    ? stats()
-                           : op == "layout" ? pilaf_layout()
-                                            : nlohmann::json{{"error", "unknown request"}};
+    nlohmann::json reply = op == "stats" ? stats() : protocol_request(op);
     std::string s = reply.dump();
     return {s.begin(), s.end()};
   };
@@ -93,60 +89,40 @@ void Server::stop() {
 
 control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello) {
   control::Welcome w;
+  auto refuse = [&](control::Status st, std::string why) {
+    w.status = st;
+    w.message = std::move(why);
+    return w;
+  };
   nlohmann::json req;
   try {
     req = hello.payload.empty() ? nlohmann::json::object()
                                 : nlohmann::json::parse(hello.payload.begin(), hello.payload.end());
   } catch (const std::exception&) {
-    w.status = control::Status::kRejected;
-    w.message = "the Hello payload is not JSON";
-    return w;
+    return refuse(control::Status::kRejected, "the Hello payload is not JSON");
   }
-  if (hello.service != proto::kService) {
-    w.status = control::Status::kUnknownService;
-    w.message = fmt::format("this is a fabkv server (service '{}'), not '{}'", proto::kService,
-                            hello.service);
-    return w;
+  if (!req.is_object()) return refuse(control::Status::kRejected, "the Hello payload is not a JSON object");
+  if (hello.service != proto::kService)
+    return refuse(control::Status::kUnknownService,
+                  fmt::format("this is a fabkv server (service '{}'), not '{}'", proto::kService,
+                              hello.service));
+  std::string name = proto::info(proto::kDefault).name;
+  if (req.contains("protocol")) {
+    if (!req.at("protocol").is_string())
+      return refuse(control::Status::kRejected, "protocol must be a string");
+    name = req.at("protocol").get<std::string>();
   }
-  std::string protocol;
-  try {
-    protocol = req.value("protocol", std::string("herd"));
-  } catch (const std::exception&) {
-    protocol = "?";
-  }
-  if (std::find(o_.protocols.begin(), o_.protocols.end(), protocol) == o_.protocols.end()) {
-    w.status = control::Status::kRejected;
-    w.message = fmt::format("protocol '{}' is not served here (serving: {})", protocol,
-                            fmt::join(o_.protocols, ","));
-    return w;
-  }
-  // Pilaf clients send PUT/DELETE (pilaf-vo: everything) as messages (Pilaf sec. 3.1, 5.1).
-  const bool by_message = protocol != "herd";
-  std::string transport;
-  try {
-    transport = req.value("transport", std::string(by_message ? "send" : rpc::to_string(o_.herd.transport)));
-  } catch (const std::exception&) {
-    transport = "?";
-  }
-  if (by_message && transport != "send") {
-    w.status = control::Status::kRejected;
-    w.message = fmt::format("{} sends its requests as messages: transport must be send, not {}",
-                            protocol, transport);
-    return w;
-  }
-  if (!by_message && transport != rpc::to_string(o_.herd.transport)) {
-    w.status = control::Status::kRejected;
-    w.message = fmt::format("this server takes requests by {} (--transport), not {}",
-                            rpc::to_string(o_.herd.transport), transport);
-    return w;
-  }
-  fabric::RemoteRegion staging;
-  try {
-    if (req.contains("region")) staging = region_from_json(req.at("region"));
-  } catch (const std::exception& e) {
-    w.status = control::Status::kRejected;
-    w.message = std::string("bad staging region: ") + e.what();
-    return w;
+  const proto::Info* p = proto::find(name);
+  if (p == nullptr || std::find(o_.protocols.begin(), o_.protocols.end(), name) == o_.protocols.end())
+    return refuse(control::Status::kRejected,
+                  fmt::format("protocol '{}' is not served here (serving: {})", name,
+                              fmt::join(o_.protocols, ",")));
+  if (req.contains("region")) {
+    try {
+      (void)proto::region_from_json(req.at("region"));
+    } catch (const std::exception& e) {
+      return refuse(control::Status::kRejected, std::string("bad staging region: ") + e.what());
+    }
   }
   uint32_t index = 0;
   uint16_t epoch = 0;
@@ -159,11 +135,9 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
       return true;
     };
     while (index < clients_.size() && !free_everywhere(index)) ++index;
-    if (index == clients_.size()) {
-      w.status = control::Status::kServerBusy;
-      w.message = fmt::format("all {} client slots are taken (--max-clients)", o_.max_clients);
-      return w;
-    }
+    if (index == clients_.size())
+      return refuse(control::Status::kServerBusy,
+                    fmt::format("all {} client slots are taken (--max-clients)", o_.max_clients));
     Slot& s = clients_[index];
     s.used = true;
     s.epoch = static_cast<uint16_t>(s.epoch + 1);
@@ -171,80 +145,68 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     epoch = s.epoch;
     admitted_++;
   }
+  auto give_back = [&] {
+    std::lock_guard lock(mu_);
+    clients_[index].used = false;
+    admitted_--;
+  };
+  // The protocol's server side on every worker checks the Hello and says what the client
+  // needs (regions, layout keys).
+  proto::WelcomeParts parts;
+  for (auto& wk : workers_) {
+    std::string why = wk->protocol(*p).admit(*p, req, index, epoch, &parts);
+    if (!why.empty()) {
+      give_back();
+      return refuse(control::Status::kRejected, why);
+    }
+  }
   // Isolated clients (shm) get endpoints of their own, opened by each worker on demand.
   for (auto& wk : workers_) {
     if (wk->open_endpoint(index, 5000)) continue;
-    {
-      std::lock_guard lock(mu_);
-      clients_[index].used = false;
-      admitted_--;
-    }
-    w.status = control::Status::kServerBusy;
-    w.message = fmt::format("worker {} could not open an endpoint for this client", wk->index());
-    return w;
+    give_back();
+    return refuse(control::Status::kServerBusy,
+                  fmt::format("worker {} could not open an endpoint for this client", wk->index()));
   }
   // Workers learn of the client before it learns the layout, so its first request finds it.
   for (auto& wk : workers_) {
-    ClientInfo ci;
+    Worker::ClientInfo ci;
     ci.index = index;
     ci.epoch = epoch;
+    ci.protocol = p;
     ci.address = hello.fabric_address;
-    ci.staging = staging;
-    ci.slots = transport == "write";
+    ci.hello = req;
     wk->add_client(std::move(ci));
   }
-  const size_t recv = workers_[0]->recv_size();
   w.provider = provider();
-  for (auto& wk : workers_) {
-    for (auto& name : wk->endpoint_names(index)) w.fabric_addresses.push_back(name);
-    fabric::RemoteRegion r = wk->request_region();
-    w.regions.push_back({fmt::format("herd.requests.{}", wk->index()), r.addr, r.length, r.key,
-                         static_cast<uint32_t>(r.access)});
-  }
-  nlohmann::json pilaf = nlohmann::json::array();
-  if (o_.engine == "pilaf") {
-    for (auto& wk : workers_) {
-      PilafRegions p = wk->pilaf_regions();
-      w.regions.push_back({fmt::format("pilaf.table.{}", wk->index()), p.table.addr,
-                           p.table.length, p.table.key, static_cast<uint32_t>(p.table.access)});
-      w.regions.push_back({fmt::format("pilaf.extents.{}", wk->index()), p.extents.addr,
-                           p.extents.length, p.extents.key,
-                           static_cast<uint32_t>(p.extents.access)});
-      pilaf.push_back({{"generation", p.generation}, {"entries", p.entries}});
-    }
-  }
-  nlohmann::json layout = {{"wire", rpc::kWireVersion},   {"client", index},
-                           {"epoch", epoch},               {"workers", o_.workers},
-                           {"window", o_.rpc.window},          {"slot_size", o_.rpc.slot_size},
-                           {"max_clients", o_.max_clients},
-                           {"queues", workers_[0]->isolated() ? 1u : o_.rpc.queues},
-                           {"transport", transport},          {"protocol", protocol},
-                           {"max_value", o_.max_value},    {"max_key", store::kMaxKeySize},
-                           {"engine", o_.engine},          {"provider", provider()},
-                           {"recv_size", recv}};
-  if (o_.engine == "pilaf") {
-    layout["pilaf"] = pilaf;
-    layout["pilaf_grace_ms"] = o_.pilaf.grace_ms;
-  }
+  for (auto& wk : workers_)
+    for (auto& addr : wk->endpoint_names(index)) w.fabric_addresses.push_back(addr);
+  w.regions = std::move(parts.regions);
+  nlohmann::json layout = {{"client", index},         {"epoch", epoch},
+                           {"workers", o_.workers},   {"max_clients", o_.max_clients},
+                           {"protocol", p->name},     {"max_value", o_.max_value},
+                           {"max_key", store::kMaxKeySize}, {"engine", o_.engine},
+                           {"provider", provider()}};
+  layout.update(parts.layout);
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());
-  spdlog::info("client {} (epoch {}) joined from session {}", index, epoch, session);
+  spdlog::info("client {} (epoch {}, {}) joined from session {}", index, epoch, p->name, session);
   return w;
 }
 
-// The pilaf engines' current generations; a client whose READs found a retired table asks for
-// this ({"op": "layout"}) and re-maps (Pilaf sec. 3.3, with a control request instead of a
-// reset connection).
-nlohmann::json Server::pilaf_layout() const {
-  if (o_.engine != "pilaf") return {{"error", "this server does not run the pilaf engine"}};
+// Asked of every worker's protocols; the first that knows `op` answers for its worker:
+// {"workers": [answer of worker 0, ...]}. (pilaf: {"op": "layout"}, the live generations.)
+nlohmann::json Server::protocol_request(const std::string& op) const {
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& wk : workers_) {
-    PilafRegions p = wk->pilaf_regions();
-    workers.push_back({{"generation", p.generation},
-                       {"entries", p.entries},
-                       {"table", region_to_json(p.table)},
-                       {"extents", region_to_json(p.extents)}});
+    for (const auto& side : wk->protocols()) {
+      if (auto answer = side->control(op)) {
+        workers.push_back(std::move(*answer));
+        break;
+      }
+    }
   }
+  if (workers.size() != workers_.size())
+    return {{"error", op.empty() ? std::string("unknown request") : fmt::format("unknown request '{}'", op)}};
   return {{"workers", workers}};
 }
 

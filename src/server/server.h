@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/server.h"
-#include "server/herd_worker.h"
+#include "server/worker.h"
 #include "server/options.h"
 
 namespace fabkv::server {
@@ -35,10 +35,11 @@ class Server {
  private:
   control::Welcome on_hello(uint64_t session, const control::Hello& hello);
   void on_close(uint64_t session);
-  nlohmann::json pilaf_layout() const;
+  // A control request no generic code answers: each worker's protocols that know it.
+  nlohmann::json protocol_request(const std::string& op) const;
 
   ServerOptions o_;
-  std::vector<std::unique_ptr<HerdWorker>> workers_;
+  std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
   std::unique_ptr<control::ControlServer> control_;

@@ -61,6 +61,15 @@ struct RequestHeader {
 };
 static_assert(sizeof(RequestHeader) == 32 && alignof(RequestHeader) == 8);
 
+// The first 8 bytes of every message a client SENDs to a worker, whatever its protocol: the
+// worker routes a message to its client's protocol by them (server/worker.cc).
+struct MessagePrefix {
+  uint32_t seq;
+  uint16_t client;
+  uint16_t epoch;
+};
+static_assert(sizeof(MessagePrefix) == 8);
+
 // After the header: key bytes then value bytes (inline), or one IndirectBody (indirect), then
 // the trailer at the next 4-byte boundary.
 struct IndirectBody {

@@ -1,0 +1,405 @@
+#include "proto/rpc/server.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "fabric/error.h"
+#include "proto/json.h"
+#include "server/worker.h"
+#include "store/hash.h"
+#include "store/limits.h"
+#include "store/stats.h"
+
+namespace fabkv::rpc {
+
+namespace {
+
+using store::add_st;
+
+// How long (in polls of one slot) a slot may look torn or wrong before it is declared
+// malformed: a WRITE that is still landing is done within a few microseconds; garbage stays.
+constexpr uint32_t kStallPolls = 20000;
+
+WireStatus to_wire(store::Status s) {
+  switch (s) {
+    case store::Status::kOk: return WireStatus::kOk;
+    case store::Status::kNotFound: return WireStatus::kNotFound;
+    case store::Status::kTooLarge: return WireStatus::kTooLarge;
+    case store::Status::kInvalidKey: return WireStatus::kInvalidKey;
+    case store::Status::kNoSpace: return WireStatus::kNoSpace;
+    case store::Status::kVersionMismatch: return WireStatus::kVersionMismatch;
+  }
+  return WireStatus::kInternal;
+}
+
+OpCode to_opcode(store::Op op) {
+  return op == store::Op::kGet ? OpCode::kGet : op == store::Op::kPut ? OpCode::kPut : OpCode::kDel;
+}
+
+uint32_t next_seq(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
+
+}  // namespace
+
+struct RpcServer::ClientState {
+  bool active = false;
+  uint16_t epoch = 0;
+  bool slots = false;       // it WRITEs requests into its slots (else it only SENDs)
+  fabric::RemoteRegion staging;  // client memory the worker READs indirect bodies from
+  uint32_t exp = 1;         // next expected seq (slots: requests are in order)
+  uint32_t stall = 0;       // polls the expected slot has looked wrong
+  uint32_t in_flight = 0;   // indirect READs outstanding for this epoch
+};
+
+struct RpcServer::Pending {
+  uint32_t client;
+  uint16_t epoch;  // the client incarnation it came from: answered only if still current
+  uint32_t seq;
+  store::Request req;
+};
+
+RpcServer::RpcServer(server::Worker& w, const proto::Info& p, Config cfg)
+    : worker_(w),
+      protocol_(p),
+      cfg_(cfg),
+      window_(w.options().rpc.window),
+      slot_size_(w.options().rpc.slot_size),
+      max_clients_(w.options().max_clients),
+      max_value_(w.options().max_value),
+      staging_slot_(store::kMaxKeySize + w.options().max_value) {}
+
+RpcServer::~RpcServer() {
+  for (fabric::OpContext& ctx : read_ctx_) delete static_cast<Pending*>(ctx.user);
+}
+
+void RpcServer::open() {
+  const size_t slots = size_t{max_clients_} * window_;
+  stride_ = (cfg_.answer_bytes + 7) & ~size_t{7};
+  tx_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(), slots * stride_,
+                                                   fabric::Access::kLocalOnly);
+  if (cfg_.slots) {
+    region_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(), slots * slot_size_,
+                                                         fabric::Access::kRemoteWrite);
+    staging_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(), slots * staging_slot_,
+                                                          fabric::Access::kLocalOnly);
+    read_ctx_.resize(slots);
+    for (size_t i = 0; i < slots; ++i) {
+      read_ctx_[i].tag = i;
+      read_ctx_[i].owner = static_cast<proto::ServerProtocol*>(this);
+    }
+  }
+  clients_.resize(max_clients_);
+}
+
+void RpcServer::welcome(Transport transport, proto::WelcomeParts* out) const {
+  const server::ServerOptions& o = worker_.options();
+  out->layout["wire"] = kWireVersion;
+  out->layout["window"] = window_;
+  out->layout["slot_size"] = slot_size_;
+  out->layout["queues"] = worker_.isolated() ? 1u : o.rpc.queues;
+  out->layout["transport"] = to_string(transport);
+  out->layout["recv_size"] = worker_.recv_size();
+  if (region_) {
+    fabric::RemoteRegion r = region_->remote();
+    out->regions.push_back({fmt::format("{}.requests.{}", protocol_.name, worker_.index()), r.addr,
+                            r.length, r.key, static_cast<uint32_t>(r.access)});
+  }
+}
+
+void RpcServer::add_client_st(uint32_t c, uint16_t epoch, const proto::Info&,
+                              const nlohmann::json& hello) {
+  ClientState& s = clients_[c];
+  s = ClientState{};
+  s.active = true;
+  s.epoch = epoch;
+  s.slots = region_ != nullptr && hello.value("transport", std::string("write")) == "write";
+  if (hello.contains("region")) {
+    try {
+      s.staging = proto::region_from_json(hello.at("region"));
+    } catch (const std::exception&) {
+      s.staging = {};  // admit() checked it
+    }
+  }
+  learn_client_st(c, hello);
+}
+
+// The client is gone: stop serving its slots and clear them, so nothing it left there is taken
+// for the next client of this index; READs of its bodies die with its endpoint or are ignored
+// by epoch when they complete.
+void RpcServer::remove_client_st(uint32_t c) {
+  ClientState& s = clients_[c];
+  s.active = false;
+  if (region_) {
+    std::memset(region_->data() + slot_offset(c, window_, slot_size_, 0), 0,
+                size_t{window_} * slot_size_);
+    if (worker_.isolated()) {
+      for (uint32_t r = 0; r < window_; ++r) {
+        fabric::OpContext& ctx = read_ctx_[size_t{c} * window_ + r];
+        delete static_cast<Pending*>(ctx.user);  // its READ dies with the endpoint
+        ctx.user = nullptr;
+      }
+    }
+  }
+}
+
+char* RpcServer::answer_slot(uint32_t c, uint32_t seq) const {
+  return tx_->data() + (size_t{c} * window_ + (seq - 1) % window_) * stride_;
+}
+
+fabric::LocalBuffer RpcServer::answer_buffer(uint32_t c, uint32_t seq, size_t len) const {
+  return tx_->local((size_t{c} * window_ + (seq - 1) % window_) * stride_, len);
+}
+
+// HERD sec. 4.2: poll the request region round-robin, one request per client per round
+// (Guidelines sec. 4.1: a round's answers then leave as one batch).
+void RpcServer::poll_st() {
+  if (!region_) return;
+  for (uint32_t c = 0; c < max_clients_; ++c) {
+    const ClientState& s = clients_[c];
+    if (!s.active || !s.slots || worker_.dropped_st(c)) continue;
+    scan_st(c);
+    if (!worker_.options().rpc.batching && !batch_.empty()) {
+      flush_st();
+      worker_.send_replies_st();
+    }
+  }
+}
+
+void RpcServer::scan_st(uint32_t c) {
+  ClientState& s = clients_[c];
+  if (s.in_flight > 0) return;  // an indirect body is being fetched for this client
+  const uint32_t exp = s.exp;
+  // A READ of an earlier client of this index may still hold this slot's context.
+  if (read_ctx_[size_t{c} * window_ + (exp - 1) % window_].user != nullptr) return;
+  char* slot = region_->data() + slot_offset(c, window_, slot_size_, exp - 1);
+  const uint32_t seq = load<uint32_t>(slot);
+  if (seq == 0 || (exp > window_ && seq == exp - window_)) {
+    s.stall = 0;  // empty, or still the previous request of this slot
+    return;
+  }
+  if (seq == exp) {
+    // Header landed; the request is whole when the trailer agrees and the checksum matches.
+    RequestHeader h = load<RequestHeader>(slot);
+    size_t body = request_body_bytes(h.flags, h.key_len, h.value_len);
+    size_t toff = trailer_offset(body);
+    bool fits = body <= slot_size_ && toff + sizeof(RequestTrailer) <= slot_size_;
+    if (fits && load<uint32_t>(slot + toff) == seq &&
+        request_check(seq, slot + sizeof(RequestHeader), body) == h.check) {
+      s.stall = 0;
+      if (h.epoch != s.epoch) {
+        // A whole request of an earlier client of this index that landed after its slots were
+        // cleared (tcp places data at our progress): not ours to answer or to call garbage.
+        return;
+      }
+      // Not taken (the provider refused the indirect READ): it stays in its slot for the
+      // next round.
+      if (!accept_st(c, seq, slot)) return;
+      s.exp = next_seq(exp);
+      return;
+    }
+    if (!fits) {  // impossible lengths: it will never become whole
+      add_st(counters_.malformed);
+      s.exp = next_seq(exp);
+      reply_error_st(c, s.epoch, exp, h.op, WireStatus::kMalformed);
+      return;
+    }
+  }
+  // Torn (still landing) or garbage: give a landing WRITE time, then declare it malformed and
+  // tell the owner its request `exp` failed, so that it is never stuck behind garbage.
+  if (++s.stall < kStallPolls) return;
+  s.stall = 0;
+  add_st(counters_.garbage);
+  add_st(counters_.malformed);
+  s.exp = next_seq(exp);
+  reply_error_st(c, s.epoch, exp, 0, WireStatus::kMalformed);
+}
+
+// A request that arrived as a message (HERD sec. 5.5); the worker checked its prefix.
+void RpcServer::on_message_st(uint32_t c, const char* buf, size_t len) {
+  ClientState& s = clients_[c];
+  if (len < sizeof(RequestHeader)) {
+    add_st(counters_.malformed);
+    return;
+  }
+  RequestHeader h = load<RequestHeader>(buf);
+  size_t body = request_body_bytes(h.flags, h.key_len, h.value_len);
+  if (h.seq == 0 || sizeof(RequestHeader) + body > len ||
+      request_check(h.seq, buf + sizeof(RequestHeader), body) != h.check) {
+    add_st(counters_.malformed);
+    reply_error_st(c, s.epoch, h.seq, h.op, WireStatus::kMalformed);
+    return;
+  }
+  if (!accept_st(c, h.seq, buf)) {
+    // Only an indirect body can be refused, and messages carry theirs inline.
+    add_st(counters_.malformed);
+    reply_error_st(c, s.epoch, h.seq, h.op, WireStatus::kMalformed);
+  }
+}
+
+// `msg` holds a whole, verified request (header, body); build the engine request. Returns
+// false only when an indirect body's READ could not be posted now (nothing was counted).
+bool RpcServer::accept_st(uint32_t c, uint32_t seq, const char* msg) {
+  RequestHeader h = load<RequestHeader>(msg);
+  ClientState& s = clients_[c];
+  if (h.client != c || h.epoch != s.epoch) {
+    add_st(counters_.requests);
+    add_st(counters_.malformed);
+    reply_error_st(c, s.epoch, seq, h.op, WireStatus::kMalformed);
+    return true;
+  }
+  Pending p;
+  p.client = c;
+  p.epoch = h.epoch;
+  p.seq = seq;
+  std::atomic<uint64_t>* op_counter = nullptr;
+  switch (static_cast<OpCode>(h.op)) {
+    case OpCode::kGet:
+      p.req.op = store::Op::kGet;
+      op_counter = &counters_.gets;
+      break;
+    case OpCode::kPut:
+      p.req.op = store::Op::kPut;
+      op_counter = &counters_.puts;
+      break;
+    case OpCode::kDel:
+      p.req.op = store::Op::kDel;
+      op_counter = &counters_.dels;
+      break;
+    default:
+      break;
+  }
+  WireStatus refuse = WireStatus::kOk;
+  if (op_counter == nullptr) refuse = WireStatus::kMalformed;
+  else if (h.key_len == 0) refuse = WireStatus::kInvalidKey;
+  else if (h.key_len > store::kMaxKeySize || h.value_len > max_value_ ||
+           (p.req.op != store::Op::kPut && h.value_len != 0))
+    refuse = WireStatus::kTooLarge;
+  const char* body = msg + sizeof(RequestHeader);
+  const bool indirect = (h.flags & kFlagIndirect) != 0;
+  IndirectBody ib{};
+  if (refuse == WireStatus::kOk && indirect) {
+    ib = load<IndirectBody>(body);
+    if (!staging_ || ib.length != size_t{h.key_len} + h.value_len || ib.length > staging_slot_)
+      refuse = WireStatus::kMalformed;
+  }
+  p.req.put.expected_version = h.expected_version;
+  p.req.put.expire_at = h.expire_at;
+  if (refuse == WireStatus::kOk && indirect) {
+    // The body lives in client memory: one READ fetches it (the slot only carries where).
+    uint32_t slot_index = c * window_ + (seq - 1) % window_;
+    p.req.key = std::string_view(body, h.key_len);  // lengths only; rebased on arrival
+    p.req.value = std::string_view(body, h.value_len);
+    fabric::OpContext& ctx = read_ctx_[slot_index];
+    fabric::LocalBuffer dst = staging_->local(size_t{slot_index} * staging_slot_, ib.length);
+    long ret = worker_.read_st(c, dst, ib.addr, ib.rkey, &ctx);
+    if (ret == fabric::kAgain) return false;
+    add_st(counters_.requests);
+    add_st(*op_counter);
+    if (ret != 0) {
+      add_st(counters_.read_errors);
+      reply_error_st(c, s.epoch, seq, h.op, WireStatus::kInternal);
+      return true;
+    }
+    add_st(counters_.indirect);
+    ctx.user = new Pending(p);  // set-up path of a large request; freed on completion
+    s.in_flight++;
+    return true;
+  }
+  add_st(counters_.requests);
+  if (op_counter != nullptr) add_st(*op_counter);
+  if (refuse != WireStatus::kOk) {
+    if (refuse == WireStatus::kMalformed) add_st(counters_.malformed);
+    reply_error_st(c, s.epoch, seq, h.op, refuse);
+    return true;
+  }
+  p.req.key = std::string_view(body, h.key_len);
+  p.req.value = std::string_view(body + h.key_len, h.value_len);
+  p.req.hash = store::hash_key(p.req.key);
+  batch_.push_back(p);
+  return true;
+}
+
+// An indirect body's READ completed (or failed).
+void RpcServer::on_completion_st(fabric::Completion& c) {
+  fabric::OpContext* ctx = c.context;
+  Pending* p = static_cast<Pending*>(ctx->user);
+  if (p == nullptr) return;
+  ctx->user = nullptr;
+  ClientState& s = clients_[p->client];
+  const bool current = s.active && s.epoch == p->epoch;
+  if (current && s.in_flight > 0) s.in_flight--;
+  if (c.error != 0) {
+    // The client died or gave a bad descriptor.
+    add_st(counters_.read_errors);
+    reply_error_st(p->client, p->epoch, p->seq, static_cast<uint8_t>(OpCode::kPut),
+                   WireStatus::kInternal);
+  } else if (current) {
+    // The body arrived in staging: the request is ready for the engine.
+    const char* body = staging_->data() + size_t{static_cast<uint32_t>(ctx->tag)} * staging_slot_;
+    p->req.key = std::string_view(body, p->req.key.size());
+    p->req.value = std::string_view(body + p->req.key.size(), p->req.value.size());
+    p->req.hash = store::hash_key(p->req.key);
+    batch_.push_back(*p);
+  }
+  // else: its client left while the body was fetched; the worker counts the dropped answer.
+  delete p;
+}
+
+void RpcServer::reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t op,
+                               WireStatus st) {
+  if (c >= max_clients_ || !clients_[c].active || clients_[c].epoch != epoch || seq == 0) return;
+  ResponseHeader r{};
+  r.seq = seq;
+  r.status = static_cast<uint8_t>(st);
+  r.op = op;
+  r.worker = static_cast<uint16_t>(worker_.index());
+  r.client = static_cast<uint16_t>(c);
+  r.epoch = epoch;
+  char* slot = answer_slot(c, seq);
+  store(slot, r);
+  answer_st(c, epoch, seq, slot, sizeof(ResponseHeader));
+}
+
+// Runs the round's requests through the engine's prefetch pipeline (HERD sec. 4.1.1: bucket,
+// then item, prefetched while other requests advance) and answers every one.
+void RpcServer::flush_st() {
+  if (batch_.empty()) return;
+  add_st(counters_.batches);
+  reqs_.clear();
+  for (const Pending& p : batch_) reqs_.push_back(p.req);
+  worker_.execute_st(reqs_, [&](size_t i, const store::Response& r) {
+    const Pending& p = batch_[i];
+    char* out = answer_slot(p.client, p.seq);
+    ResponseHeader h{};
+    h.seq = p.seq;
+    h.status = static_cast<uint8_t>(to_wire(r.status));
+    h.op = static_cast<uint8_t>(to_opcode(p.req.op));
+    h.worker = static_cast<uint16_t>(worker_.index());
+    h.client = static_cast<uint16_t>(p.client);
+    h.epoch = p.epoch;
+    h.version = r.version;
+    size_t len = sizeof(ResponseHeader);
+    if (p.req.op == store::Op::kGet && r.status == store::Status::kOk) {
+      h.value_len = static_cast<uint32_t>(r.value.size());
+      h.expire_at = r.expire_at;
+      // Copy now: the view is only valid until the next mutation in this batch.
+      std::memcpy(out + sizeof(ResponseHeader), r.value.data(), r.value.size());
+      len += r.value.size();
+    }
+    store(out, h);
+    answer_st(p.client, p.epoch, p.seq, out, len);
+  });
+  batch_.clear();
+}
+
+nlohmann::json RpcServer::stats() const {
+  auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return {{"requests", r(counters_.requests)},   {"gets", r(counters_.gets)},
+          {"puts", r(counters_.puts)},           {"dels", r(counters_.dels)},
+          {"malformed", r(counters_.malformed)}, {"garbage_slots", r(counters_.garbage)},
+          {"indirect", r(counters_.indirect)},   {"read_errors", r(counters_.read_errors)},
+          {"batches", r(counters_.batches)}};
+}
+
+}  // namespace fabkv::rpc

@@ -1,0 +1,88 @@
+// The server half of the shared RPC pieces (proto/rpc/wire.h): request slots that clients
+// WRITE into and a worker polls (HERD sec. 4.2), requests that arrive as messages (HERD
+// sec. 5.5), large requests whose body the worker READs from client memory, the round's batch
+// through the engine, and one answer per request. How an answer travels is the protocol's:
+// herd SENDs it, server-reply WRITEs it into the client's ring (answer_st).
+//
+// One instance per worker and protocol: its own request region ("<protocol>.requests.<w>"),
+// answer buffers (one per client slot) and staging for indirect bodies, registered only when
+// the protocol is served.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fabric/memory_region.h"
+#include "proto/rpc/options.h"
+#include "proto/rpc/wire.h"
+#include "proto/server_protocol.h"
+#include "store/engine.h"
+
+namespace fabkv::rpc {
+
+class RpcServer : public proto::ServerProtocol {
+ public:
+  struct Config {
+    bool slots = true;      // clients WRITE requests into slots the worker polls
+    bool messages = false;  // clients SEND requests
+    size_t answer_bytes = 0;  // room per answer buffer (header + largest value + extras)
+  };
+  RpcServer(server::Worker& w, const proto::Info& p, Config cfg);
+  ~RpcServer() override;
+
+  void open() override;
+  bool wants_messages() const override { return cfg_.messages; }
+  nlohmann::json stats() const override;
+  void add_client_st(uint32_t c, uint16_t epoch, const proto::Info& p,
+                     const nlohmann::json& hello) override;
+  void remove_client_st(uint32_t c) override;
+  void poll_st() override;
+  void on_message_st(uint32_t c, const char* msg, size_t len) override;
+  void on_completion_st(fabric::Completion& c) override;
+  bool has_work_st() const override { return !batch_.empty(); }
+  void flush_st() override;
+
+ protected:
+  // The layout keys and regions every RPC client needs; `transport` is what it was given.
+  void welcome(Transport transport, proto::WelcomeParts* out) const;
+  // Posts (or queues) the answer built in `slot` (`len` bytes from its ResponseHeader) for
+  // request `seq` of client c.
+  virtual void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char* slot, size_t len) = 0;
+  // What a subclass learns of its client from the Hello (set-up path, worker thread).
+  virtual void learn_client_st(uint32_t /*c*/, const nlohmann::json& /*hello*/) {}
+  fabric::LocalBuffer answer_buffer(uint32_t c, uint32_t seq, size_t len) const;
+
+  server::Worker& worker_;
+  const proto::Info& protocol_;
+  const Config cfg_;
+  const uint32_t window_, slot_size_, max_clients_;
+  const size_t max_value_, staging_slot_;
+
+ private:
+  struct ClientState;
+  struct Pending;
+  void scan_st(uint32_t c);
+  bool accept_st(uint32_t c, uint32_t seq, const char* msg);
+  void reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t op, WireStatus st);
+  char* answer_slot(uint32_t c, uint32_t seq) const;
+
+  size_t stride_ = 0;  // bytes per answer buffer
+  std::unique_ptr<fabric::RegisteredBuffer> region_;   // request slots (clients WRITE here)
+  std::unique_ptr<fabric::RegisteredBuffer> tx_;       // answers, one per (client, slot)
+  std::unique_ptr<fabric::RegisteredBuffer> staging_;  // indirect request bodies READ here
+  std::vector<fabric::OpContext> read_ctx_;            // one per (client, slot)
+  std::vector<ClientState> clients_;
+  std::vector<Pending> batch_;        // requests collected this round
+  std::vector<store::Request> reqs_;  // batch_'s engine requests (kept to avoid reallocation)
+
+  struct Counters {
+    std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},
+        indirect{0}, read_errors{0}, batches{0};
+  };
+  Counters counters_;
+};
+
+}  // namespace fabkv::rpc

@@ -1,0 +1,87 @@
+// The server side of an access protocol, as a generic worker (server/worker.h) drives it.
+// docs/architecture.md walks through it with server-reply as the example.
+//
+// The worker owns the fabric, the endpoints, the engine, the op log, the client table and the
+// loop; a protocol owns what it registers (request slots, response buffers, tables clients
+// READ) and what it knows of each of its clients. Each worker has one instance per server side
+// served (proto/registry.h), so everything here is per worker, and a client index is the
+// server's (all protocols share the index space; a client speaks one protocol).
+//
+// Threads: admit(), control() and stats() run on the control thread (set-up path) and must
+// only read what the worker thread does not change, or lock. Everything ending in _st runs
+// on the worker's thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "control/wire.h"
+#include "fabric/endpoint.h"
+#include "proto/registry.h"
+#include "store/engine.h"
+
+namespace fabkv::server {
+class Worker;
+struct ServerOptions;
+}  // namespace fabkv::server
+
+namespace fabkv::proto {
+
+// What admitting a client adds to its Welcome (one call per worker).
+struct WelcomeParts {
+  nlohmann::json layout = nlohmann::json::object();     // keys merged into the layout
+  std::vector<control::RegionDescriptor> regions;       // regions the client may reach
+};
+
+class ServerProtocol {
+ public:
+  virtual ~ServerProtocol() = default;
+
+  // ---- construction (main thread)
+  // The engine this protocol needs, when it brings its own (Info::engine != kAny); the worker
+  // asks before it makes a generic one.
+  virtual std::unique_ptr<store::Engine> make_engine(const store::EngineOptions&) { return nullptr; }
+  // Called once the worker's engine exists (after an op log replay): register, post.
+  virtual void open() {}
+  // Does this protocol take requests as messages (the worker then posts receive buffers and
+  // hands it every message whose prefix names one of its clients, rpc::MessagePrefix)?
+  virtual bool wants_messages() const { return false; }
+
+  // ---- control thread
+  // Checks the Hello payload of a client of protocol `p` (one this server side serves) and
+  // fills in what the client must know. Returns "" or, to refuse it, the reason (for the user).
+  virtual std::string admit(const Info& p, const nlohmann::json& hello, uint32_t client,
+                            uint16_t epoch, WelcomeParts* out) = 0;
+  // A control-channel request ({"op": op}) this protocol answers; nullopt when it is not its.
+  virtual std::optional<nlohmann::json> control(std::string_view /*op*/) const {
+    return std::nullopt;
+  }
+  // Counters (numbers are summed into the worker's totals; objects are shown as they are).
+  virtual nlohmann::json stats() const { return nlohmann::json::object(); }
+
+  // ---- worker thread
+  // The client was admitted (admit() said yes) / has left; `hello` is what admit() saw.
+  virtual void add_client_st(uint32_t c, uint16_t epoch, const Info& p,
+                             const nlohmann::json& hello) = 0;
+  virtual void remove_client_st(uint32_t c) = 0;
+  // Looks for requests in memory (slots clients WRITE into); once per round.
+  virtual void poll_st() {}
+  // A message from client `c` (its prefix checked by the worker).
+  virtual void on_message_st(uint32_t /*c*/, const char* /*msg*/, size_t /*len*/) {}
+  // A completion of an operation this protocol posted with OpContext::owner == this.
+  virtual void on_completion_st(fabric::Completion& /*c*/) {}
+  // End of a round: run what was collected, build the answers (Worker::reply_st).
+  virtual bool has_work_st() const { return false; }
+  virtual void flush_st() {}
+  // Every ~1000 rounds (housekeeping: retired generations, ...).
+  virtual void tick_st() {}
+};
+
+}  // namespace fabkv::proto

@@ -1,0 +1,79 @@
+// server-reply's server side (wire.h in this folder): requests arrive in the client's slots of
+// the worker's request region ("server-reply.requests.<w>") exactly as HERD's do, and each
+// answer is one WRITE into the client's response ring. The shared RPC piece
+// (proto/rpc/server.h) does the rest.
+
+#include <fmt/format.h>
+
+#include "proto/json.h"
+#include "proto/rpc/server.h"
+#include "proto/server_reply/wire.h"
+#include "server/worker.h"
+
+namespace fabkv::server_reply {
+
+namespace {
+
+class ServerReplyServer final : public rpc::RpcServer {
+ public:
+  explicit ServerReplyServer(server::Worker& w)
+      : RpcServer(w, proto::info(proto::Id::server_reply), config(w)),
+        rings_(w.options().max_clients) {}
+
+  // The client must offer a ring it lets us WRITE, large enough for every worker's W answers
+  // of the largest value.
+  std::string admit(const proto::Info&, const nlohmann::json& hello, uint32_t, uint16_t,
+                    proto::WelcomeParts* out) override {
+    if (hello.value("transport", std::string("write")) != "write")
+      return "server-reply takes requests by write only";
+    fabric::RemoteRegion ring;
+    try {
+      ring = proto::region_from_json(hello.at("ring"));
+    } catch (const std::exception& e) {
+      return std::string("server-reply needs a response ring in the Hello: ") + e.what();
+    }
+    const server::ServerOptions& o = worker_.options();
+    size_t need = ring_bytes(o.workers, window_, max_value_);
+    if (ring.length < need)
+      return fmt::format("the response ring has {} bytes; {} workers x W {} x {} bytes need {}",
+                         ring.length, o.workers, window_, ring_slot_bytes(max_value_), need);
+    welcome(rpc::Transport::kWrite, out);
+    return "";
+  }
+
+ private:
+  static Config config(const server::Worker& w) {
+    Config c;
+    c.slots = true;
+    c.messages = false;
+    c.answer_bytes = response_bytes(w.options().max_value);
+    return c;
+  }
+
+  void learn_client_st(uint32_t c, const nlohmann::json& hello) override {
+    rings_[c] = proto::region_from_json(hello.at("ring"));  // admit() checked it
+  }
+
+  // Header and value are in `slot`; the trailer goes after them and the whole answer is one
+  // WRITE into the ring slot of this worker and seq.
+  void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char* slot, size_t len) override {
+    const size_t value_len = len - sizeof(rpc::ResponseHeader);
+    ResponseTrailer t{seq, response_check(slot, value_len, seq)};
+    size_t toff = trailer_offset(value_len);
+    std::memset(slot + len, 0, toff - len);
+    rpc::store(slot + toff, t);
+    const fabric::RemoteRegion& ring = rings_[c];
+    uint64_t raddr = ring.at(ring_offset(worker_.index(), window_, max_value_, seq));
+    worker_.reply_write_st(c, epoch, answer_buffer(c, seq, toff + sizeof(t)), raddr, ring.key);
+  }
+
+  std::vector<fabric::RemoteRegion> rings_;  // by client index
+};
+
+}  // namespace
+
+std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+  return std::make_unique<ServerReplyServer>(w);
+}
+
+}  // namespace fabkv::server_reply

@@ -1,0 +1,653 @@
+#include "server/worker.h"
+
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/cpu.h"
+#include "common/log.h"
+#include "fabric/error.h"
+#include "fabric/isolation.h"
+#include "proto/rpc/wire.h"
+#include "server/oplog.h"
+#include "server/protocols.h"
+#include "store/limits.h"
+#include "store/stats.h"
+
+namespace fabkv::server {
+
+namespace {
+
+// Every k-th answer is signaled so the transmit queue's credits keep flowing (Guidelines
+// sec. 3.1: selective signaling).
+constexpr uint64_t kSignalEvery = 16;
+// Messages: multi-recv buffers per receiving endpoint.
+constexpr size_t kRxBuffers = 2;
+// A peer whose operations the provider has refused for this long is dropped (the client died
+// inside the provider, or stopped draining its queue); meanwhile its answers wait in its
+// backlog and the worker serves everyone else.
+constexpr int64_t kPeerStallMs = 250;
+// Isolated clients' endpoints: a client has at most W requests per worker in flight, so small
+// queues do; the command queue (rx) also takes one notice per READ/WRITE the client posts, and
+// the worker drains it every round.
+constexpr size_t kClientTxDepth = 256, kClientRxDepth = 256;
+
+}  // namespace
+
+
+Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptions& fo)
+    : index_(index),
+      o_(o),
+      core_(o.cores.empty() ? static_cast<int>(index) : o.cores[index % o.cores.size()]) {
+  fabric::FabricOptions f = fo;
+  f.quiet = index > 0;  // one provider log line per server is enough
+  fabric_ = fabric::Fabric::open(f);
+  isolated_ = fabric::isolate_peers(*fabric_);
+  // Answers (header + value) and requests are padded where the provider would otherwise take
+  // a process-shared lock (fabric/isolation.h): size every buffer for that.
+  recv_size_ = fabric::lock_free_capacity(*fabric_, sizeof(rpc::ResponseHeader) + o.max_value);
+  fabric::EndpointOptions eo;
+  eo.tx_depth = 1024;
+  eo.rx_depth = 1024;
+  eo.cq_depth = 8192;
+  eo.selective_completion = true;
+  eo.av_size = o.max_clients;
+  eo.min_multi_recv = fabric::lock_free_capacity(
+      *fabric_, sizeof(rpc::RequestHeader) + store::kMaxKeySize + o.max_value + 8);
+  if (!isolated_) {
+    for (uint32_t q = 0; q < o.rpc.queues; ++q)
+      eps_.push_back(std::make_unique<fabric::Endpoint>(*fabric_, eo));
+  }
+  client_eo_ = eo;
+  client_eo_.tx_depth = kClientTxDepth;
+  client_eo_.rx_depth = kClientRxDepth;
+  client_eo_.cq_depth = 2 * (kClientTxDepth + kClientRxDepth);
+  client_eo_.av_size = 4;
+  clients_.resize(o.max_clients);
+  idle_ = std::make_unique<std::atomic<bool>[]>(o.max_clients);
+  for (uint32_t c = 0; c < o.max_clients; ++c) idle_[c].store(true);
+
+  // The server sides of the protocols served (one per Info::server), then the engine: the
+  // one a protocol brings (Info::engine), else the generic one --engine names.
+  side_of_.assign(proto::protocols().size(), nullptr);
+  for (const std::string& name : o.protocols) {
+    const proto::Info* p = proto::find(name);
+    if (p == nullptr) continue;  // validate() refused it already
+    proto::ServerProtocol*& side = side_of_[static_cast<size_t>(p->server)];
+    if (side_of_[static_cast<size_t>(p->id)] != nullptr) continue;
+    if (side == nullptr) {
+      sides_.push_back(make_server_side(p->server, *this));
+      side = sides_.back().get();
+    }
+    side_of_[static_cast<size_t>(p->id)] = side;
+  }
+  store::EngineOptions so;
+  so.memory_bytes = o.memory / o.workers;
+  so.max_value_size = o.max_value;
+  for (auto& side : sides_)
+    if (!engine_) engine_ = side->make_engine(so);
+  if (!engine_) {
+    auto kind = store::engine_kind_from_string(o.engine).value_or(store::EngineKind::kCache);
+    engine_ = store::make_engine(kind, so);
+  }
+  if (!o.oplog.empty()) {
+    // Replay first (the engine starts with what the log says), then append to the same file.
+    std::string path = fmt::format("{}.{}", o.oplog, index_);
+    auto put = [&](std::string_view k, std::string_view v, uint64_t version, uint32_t expire_at) {
+      store::PutOptions p;
+      p.expire_at = expire_at;
+      p.restore_version = version;  // the logged CAS version; the engine's counter moves past it
+      engine_->put(k, v, p);
+    };
+    auto del = [&](std::string_view k) { engine_->del(k); };
+    OpLog::ReplayResult rr = OpLog::replay(path, put, del);
+    if (rr.records > 0 || rr.torn_tail)
+      spdlog::info("worker {}: replayed {} records from {}{}", index_, rr.records, path,
+                   rr.torn_tail ? fmt::format(" (ignored a torn tail after byte {})", rr.valid_bytes)
+                                : std::string());
+    oplog_ = std::make_unique<OpLog>(path, o.oplog_fsync);
+  }
+  bool messages = false;
+  for (auto& side : sides_) {
+    side->open();
+    messages |= side->wants_messages();
+  }
+
+  if (messages) {
+    // Shared: kRxBuffers on the first endpoint. Isolated: kRxBuffers on each client's own,
+    // smaller (a client has at most W requests in flight to a worker).
+    const size_t endpoints = isolated_ ? o.max_clients : 1;
+    rx_per_ = isolated_ ? std::max<size_t>(size_t{256} << 10, 4 * eo.min_multi_recv)
+                        : std::max<size_t>(size_t{4} << 20, 8 * eo.min_multi_recv);
+    rx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, rx_per_ * kRxBuffers * endpoints,
+                                                     fabric::Access::kLocalOnly);
+    rx_ctx_.resize(kRxBuffers * endpoints);
+    rx_repost_.assign(kRxBuffers * endpoints, false);
+    for (size_t b = 0; b < rx_ctx_.size(); ++b) {
+      rx_ctx_[b].tag = b;
+      rx_ctx_[b].user = rx_.get();
+    }
+    if (!isolated_)
+      for (size_t b = 0; b < kRxBuffers; ++b)
+        fabric::check(eps_[0]->recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_ctx_[b]),
+                      "fi_recvmsg(multi)");
+  }
+  if (isolated_) {
+    // Opened on demand (open_endpoint), one shm region each: ~7 MiB resident with libfabric
+    // 2.1, so memory follows the clients connected, not --max-clients.
+    client_eps_.resize(o.max_clients);
+    client_names_.resize(o.max_clients);
+  }
+}
+
+Worker::~Worker() {
+  oplog_.reset();  // flushes the log
+  // Protocols deregister what they registered (e.g. tables in the engine's memory) before the
+  // engine goes.
+  sides_.clear();
+  engine_.reset();
+}
+
+const std::string& Worker::provider() const { return fabric_->provider_name(); }
+
+proto::ServerProtocol& Worker::protocol(const proto::Info& p) const {
+  return *side_of_.at(static_cast<size_t>(p.id));
+}
+
+bool Worker::open_endpoint(uint32_t c, int timeout_ms) {
+  if (!isolated_ || c >= o_.max_clients) return c < o_.max_clients;
+  auto ready = [&] {
+    std::lock_guard lock(names_mu_);
+    return !client_names_[c].empty();
+  };
+  if (ready()) return true;
+  ClientInfo info;
+  info.index = c;
+  post_event({Event::Kind::kOpenEndpoint, std::move(info)});
+  Deadline d = Deadline::after_ms(timeout_ms);
+  while (!ready()) {
+    if (d.expired()) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+// Isolated clients: index c's endpoint, one per client of that index. Closing it drops
+// whatever its client left inside the provider (an uncommitted command, pending operations),
+// and its region goes with it.
+void Worker::open_client_endpoint_st(uint32_t c) {
+  if (client_eps_[c]) return;
+  auto ep = std::make_unique<fabric::Endpoint>(*fabric_, client_eo_);
+  {
+    std::lock_guard lock(names_mu_);  // stats() reads the endpoints' counters
+    client_eps_[c] = std::move(ep);
+    client_names_[c] = client_eps_[c]->name();
+  }
+  if (rx_)
+    for (size_t b = size_t{c} * kRxBuffers; b < size_t{c + 1} * kRxBuffers; ++b) {
+      rx_repost_[b] = false;
+      post_rx_st(b);
+    }
+}
+
+void Worker::close_client_endpoint_st(uint32_t c) {
+  if (rx_)
+    for (size_t b = size_t{c} * kRxBuffers; b < size_t{c + 1} * kRxBuffers; ++b)
+      rx_repost_[b] = false;
+  std::lock_guard lock(names_mu_);
+  if (!client_eps_[c]) return;
+  counters_.endpoints_closed.fetch_add(1, std::memory_order_relaxed);
+  closed_verbs_ += client_eps_[c]->counters().snapshot();
+  client_eps_[c].reset();
+  client_names_[c].clear();
+}
+
+fabric::Endpoint& Worker::rx_endpoint(size_t b) const {
+  return isolated_ ? *client_eps_[b / kRxBuffers] : *eps_[0];
+}
+
+// Where client c's requests arrive and its READs leave (answers rotate over the shared
+// queues; see post_reply_st).
+fabric::Endpoint& Worker::endpoint_of(uint32_t c) const {
+  return isolated_ ? *client_eps_[c] : *eps_[0];
+}
+
+void Worker::post_rx_st(size_t b) {
+  long ret = rx_endpoint(b).recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_ctx_[b]);
+  if (ret == fabric::kAgain) {
+    rx_repost_[b] = true;  // the receive queue is full: the next round tries again
+  } else if (ret != 0) {
+    spdlog::error("worker {}: cannot post a receive buffer: {}", index_, fabric::error_text(ret));
+  }
+}
+
+// Receive buffers whose messages were all consumed (the round that used them has run) go
+// back to the provider. Called every round, so a buffer released by a message that produced
+// no work is reposted too, and one the provider refused is tried again.
+void Worker::repost_rx_st() {
+  if (!rx_) return;
+  for (size_t b = 0; b < rx_repost_.size(); ++b) {
+    if (!rx_repost_[b]) continue;
+    rx_repost_[b] = false;
+    post_rx_st(b);
+  }
+}
+
+std::vector<std::vector<uint8_t>> Worker::endpoint_names(uint32_t client) const {
+  std::vector<std::vector<uint8_t>> names;
+  if (isolated_) {
+    std::lock_guard lock(names_mu_);
+    if (client < client_names_.size()) names.push_back(client_names_[client]);
+    return names;
+  }
+  for (const auto& ep : eps_) names.push_back(ep->name());
+  return names;
+}
+
+void Worker::post_event(Event e) {
+  std::lock_guard lock(mu_);
+  events_.push_back(std::move(e));
+  events_pending_.store(true, std::memory_order_release);
+}
+
+void Worker::add_client(ClientInfo c) {
+  if (c.index < o_.max_clients) idle_[c.index].store(false, std::memory_order_relaxed);
+  post_event({Event::Kind::kAdd, std::move(c)});
+}
+
+void Worker::remove_client(uint32_t index) {
+  ClientInfo info;
+  info.index = index;
+  post_event({Event::Kind::kRemove, std::move(info)});
+}
+
+void Worker::drain_events_st() {
+  if (!events_pending_.load(std::memory_order_acquire)) return;
+  std::deque<Event> events;
+  {
+    std::lock_guard lock(mu_);
+    events.swap(events_);
+    events_pending_.store(false, std::memory_order_relaxed);
+  }
+  // Completions reaped while posting may point into an endpoint about to be closed.
+  for (size_t i = 0; i < deferred_.size(); ++i) on_completion_st(deferred_[i]);
+  deferred_.clear();
+  for (Event& e : events) {
+    uint32_t c = e.info.index;
+    if (c >= o_.max_clients) continue;
+    ClientState& s = clients_[c];
+    if (e.kind == Event::Kind::kOpenEndpoint) {
+      try {
+        open_client_endpoint_st(c);
+      } catch (const std::exception& ex) {
+        spdlog::error("worker {}: cannot open client {}'s endpoint: {}", index_, c, ex.what());
+      }
+      continue;
+    }
+    if (e.kind == Event::Kind::kRemove) {
+      // The client is gone (its control connection closed): its protocol stops serving it and
+      // clears what it left (slots), so nothing of it is taken for the index's next client.
+      const bool was_active = s.active;
+      if (s.side != nullptr) s.side->remove_client_st(c);
+      s.side = nullptr;
+      s.active = false;
+      s.dropped = false;
+      s.backlog.clear();
+      if (isolated_) {
+        // Whatever it left inside the provider goes with its endpoint.
+        s.peer = fabric::kNoPeer;
+        close_client_endpoint_st(c);  // the index's next client gets a fresh one
+        if (fabric::remove_dead_peer_region(*fabric_, s.address))
+          counters_.regions_reclaimed.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        // Its address stays in the AV a while (in-flight answers may still use it).
+        retire_peer_st(s.peer);
+        s.peer = fabric::kNoPeer;
+      }
+      // Counted out only now that the index is reusable (stats readers wait on this).
+      if (was_active) active_clients_.fetch_sub(1, std::memory_order_relaxed);
+      idle_[c].store(true, std::memory_order_release);
+      continue;
+    }
+    if (!isolated_) retire_peer_st(s.peer);
+    s.peer = fabric::kNoPeer;
+    try {
+      fabric::PeerAddr peer = fabric::kNoPeer;
+      if (isolated_) {
+        if (!client_eps_[c]) throw std::runtime_error("its endpoint is not open");
+        peer = client_eps_[c]->insert_peer(e.info.address);
+      }
+      for (auto& ep : eps_) peer = ep->insert_peer(e.info.address);  // one AV per endpoint, same index
+      s.peer = peer;
+    } catch (const std::exception& ex) {
+      spdlog::warn("worker {}: client {} has an unusable address: {}", index_, c, ex.what());
+      continue;
+    }
+    if (!s.active) active_clients_.fetch_add(1, std::memory_order_relaxed);
+    s.active = true;
+    s.dropped = false;
+    s.epoch = e.info.epoch;
+    s.address = e.info.address;
+    s.sent = 0;
+    s.backlog.clear();
+    s.stuck_since = {};
+    s.side = side_of_[static_cast<size_t>(e.info.protocol->id)];
+    s.side->add_client_st(c, s.epoch, *e.info.protocol, e.info.hello);
+  }
+}
+
+// A departed client's address leaves the AV only a while later: the provider may still hold
+// operations to it (an unsignaled answer, a shm command in flight), and shm unmaps the peer's
+// region on fi_av_remove, which such an operation would then touch (seen: SIGSEGV in shm's
+// progress under quick connect/disconnect churn).
+void Worker::retire_peer_st(fabric::PeerAddr peer) {
+  if (peer != fabric::kNoPeer) retired_.push_back({peer, Deadline::after_ms(1000)});
+}
+
+void Worker::bury_retired_st() {
+  while (!retired_.empty() && retired_.front().until.expired()) {
+    for (auto& ep : eps_) ep->remove_peer(retired_.front().peer);
+    retired_.pop_front();
+  }
+}
+
+void Worker::run_st(const std::atomic<bool>& stop) {
+  if (!pin_this_thread(core_)) spdlog::warn("worker {}: could not pin to core {}", index_, core_);
+  uint32_t rounds = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    store::add_st(counters_.rounds);  // poll rounds: fewer per second = busier (fabkv-bench)
+    if ((++rounds & 1023) == 0) {
+      bury_retired_st();
+      for (auto& side : sides_) side->tick_st();
+    }
+    drain_events_st();
+    round_st();
+  }
+  // Finish what is in hand: answer collected requests and let the last answers go out.
+  round_st();
+  Deadline d = Deadline::after_ms(200);
+  while (!d.expired()) poll_cqs_st();
+}
+
+// One round: completions and messages, the protocols' memory polls, then every protocol runs
+// what it collected and the round's answers leave together (Guidelines sec. 4.1).
+void Worker::round_st() {
+  poll_cqs_st();
+  for (auto& side : sides_) side->poll_st();
+  for (auto& side : sides_)
+    if (side->has_work_st()) side->flush_st();
+  send_replies_st();
+  repost_rx_st();
+}
+
+void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionFn done) {
+  if (!oplog_) {
+    engine_->run_batch(reqs, done);
+    return;
+  }
+  // Pilaf sec. 4: every acknowledged PUT/DELETE goes to the log before its answer is built
+  // (the log's writer thread reaches the disk later).
+  engine_->run_batch(reqs, [&](size_t i, const store::Response& r) {
+    const store::Request& req = reqs[i];
+    if (r.status == store::Status::kOk) {
+      if (req.op == store::Op::kPut)
+        oplog_->append_put(req.key, req.value, r.version, req.put.expire_at);
+      else if (req.op == store::Op::kDel)
+        oplog_->append_del(req.key);
+    }
+    done(i, r);
+  });
+}
+
+// Polls every endpoint in use and hands each completion to `handle`: the shared ones, and
+// (isolated) every admitted client's own, whose READ/WRITE notices and first contact need our
+// progress.
+template <class Handle>
+void Worker::poll_endpoints_st(Handle&& handle) {
+  fabric::Completion comps[32];
+  auto poll = [&](fabric::Endpoint& ep) {
+    size_t n = ep.poll(comps);
+    for (size_t i = 0; i < n; ++i) handle(comps[i]);
+  };
+  for (auto& ep : eps_) poll(*ep);
+  for (uint32_t c = 0; c < client_eps_.size(); ++c)
+    if (clients_[c].active && client_eps_[c]) poll(*client_eps_[c]);
+}
+
+void Worker::poll_cqs_st() {
+  // First what was reaped while posting (see reap_st), then whatever is new.
+  for (size_t i = 0; i < deferred_.size(); ++i) on_completion_st(deferred_[i]);
+  deferred_.clear();
+  poll_endpoints_st([this](fabric::Completion& c) { on_completion_st(c); });
+}
+
+// Drives progress while in the middle of posting (a full queue): completions are kept for the
+// next poll_cqs_st instead of being handled here, where they could add requests or answers
+// to the lists being walked.
+void Worker::reap_st() {
+  poll_endpoints_st([this](fabric::Completion& c) { deferred_.push_back(std::move(c)); });
+}
+
+void Worker::on_completion_st(fabric::Completion& c) {
+  fabric::OpContext* ctx = c.context;
+  if (ctx != nullptr && ctx->owner != nullptr) {
+    static_cast<proto::ServerProtocol*>(ctx->owner)->on_completion_st(c);
+    return;
+  }
+  const bool is_rx = ctx != nullptr && rx_ && ctx->user == rx_.get();
+  if (c.error != 0) {
+    if (is_rx) rx_repost_[ctx->tag] = true;
+    else if (c.verb == fabric::Verb::kWrite) counters_.write_errors.fetch_add(1, std::memory_order_relaxed);
+    else counters_.send_errors.fetch_add(1, std::memory_order_relaxed);  // a client went away
+    return;
+  }
+  if (is_rx) {
+    // A message, a buffer-release notice, or both: shm releases a multi-recv buffer with a
+    // completion of its own that carries FI_MULTI_RECV and no FI_RECV; tcp;ofi_rxm flags the
+    // last message.
+    if (c.inbound && c.len > 0 && c.buf != nullptr)
+      on_message_st(static_cast<const char*>(c.buf), c.len);
+    if (c.multi_recv_done) rx_repost_[ctx->tag] = true;
+  }
+}
+
+// A message goes to the protocol of the client its prefix names (rpc::MessagePrefix: every
+// message-based protocol starts its messages with it).
+void Worker::on_message_st(const char* buf, size_t len) {
+  if (len < sizeof(rpc::MessagePrefix)) {
+    counters_.short_messages.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  rpc::MessagePrefix m = rpc::load<rpc::MessagePrefix>(buf);
+  if (!serving_st(m.client, m.epoch)) {
+    drain_events_st();  // the client's admission may still be queued
+    if (!serving_st(m.client, m.epoch)) {
+      counters_.unknown_client.fetch_add(1, std::memory_order_relaxed);
+      return;  // cannot tell who sent it
+    }
+  }
+  clients_[m.client].side->on_message_st(m.client, buf, len);
+}
+
+// Every post on the data path: one try, and one more after a round of progress if the provider
+// refused it (a full queue). Never a loop: the caller keeps what was refused for the next round.
+template <class Post>
+long Worker::post_twice_st(Post&& post) {
+  long ret = post();
+  if (ret == fabric::kAgain) {
+    reap_st();
+    ret = post();
+  }
+  return ret;
+}
+
+long Worker::read_st(uint32_t c, fabric::LocalBuffer dst, uint64_t raddr, uint64_t rkey,
+                     fabric::OpContext* ctx) {
+  ClientState& s = clients_[c];
+  long ret = post_twice_st([&] { return endpoint_of(c).read(dst, s.peer, raddr, rkey, ctx); });
+  if (ret != fabric::kAgain) {
+    s.stuck_since = {};
+    return ret;
+  }
+  auto now = Clock::now();
+  if (s.stuck_since == Clock::time_point{}) s.stuck_since = now;
+  else if (now - s.stuck_since > std::chrono::milliseconds(kPeerStallMs)) drop_peer_st(c, "READs");
+  return ret;
+}
+
+void Worker::reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src) {
+  out_.push_back({c, epoch, src, false, 0, 0});
+}
+
+void Worker::reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t raddr,
+                            uint64_t rkey) {
+  out_.push_back({c, epoch, src, true, raddr, rkey});
+}
+
+// kAgain (after post_twice_st) leaves the answer to the client's backlog (send_replies_st).
+long Worker::post_reply_st(const Outgoing& o, bool more) {
+  ClientState& s = clients_[o.client];
+  // Multi-queue (Guidelines sec. 4.3.1): answers leave through the k endpoints in turn; an
+  // isolated client's through its own.
+  fabric::Endpoint& ep = isolated_ ? *client_eps_[o.client] : *eps_[sent_ % eps_.size()];
+  uint64_t& n = isolated_ ? s.sent : sent_;
+  fabric::LocalBuffer src = o.src;
+  fabric::PostOptions po;
+  po.more = more;
+  po.signaled = (n + 1) % kSignalEvery == 0;
+  long ret;
+  if (o.write) {
+    po.inlined = src.len <= ep.inject_size();
+    ret = post_twice_st([&] { return ep.write(src, s.peer, o.raddr, o.rkey, nullptr, po); });
+  } else {
+    // Padded where the provider would otherwise lock the client's region
+    // (fabric/isolation.h); answer buffers and the client's receive buffers have room.
+    src.len = fabric::lock_free_len(*fabric_, src.len);
+    po.inlined = src.len <= ep.inject_size();
+    ret = post_twice_st([&] { return ep.send(src, s.peer, nullptr, po); });
+  }
+  if (ret == 0) n++;
+  return ret;
+}
+
+void Worker::send_replies_st() {
+  flush_backlogs_st();
+  // Batching: FI_MORE on all but the last answer of the round, one doorbell.
+  for (size_t i = 0; i < out_.size(); ++i) {
+    const Outgoing& o = out_[i];
+    ClientState& s = clients_[o.client];
+    if (!s.active || s.dropped || s.epoch != o.epoch) {
+      counters_.stale_responses.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (!s.backlog.empty()) {  // keep its order behind what is already waiting
+      s.backlog.push_back(o);
+      continue;
+    }
+    bool more = o_.rpc.batching && i + 1 < out_.size();
+    long ret = post_reply_st(o, more);
+    if (ret == fabric::kAgain) {
+      counters_.backlogged.fetch_add(1, std::memory_order_relaxed);
+      s.backlog.push_back(o);
+      s.stuck_since = Clock::now();
+    } else if (ret != 0) {
+      (o.write ? counters_.write_errors : counters_.send_errors).fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  out_.clear();
+}
+
+// Answers the provider refused earlier, oldest first; a client that takes none for
+// kPeerStallMs is dropped so that it cannot hold the worker (or its memory) any longer.
+void Worker::flush_backlogs_st() {
+  for (uint32_t c = 0; c < o_.max_clients; ++c) {
+    ClientState& s = clients_[c];
+    while (!s.backlog.empty()) {
+      const Outgoing o = s.backlog.front();
+      if (!s.active || s.dropped || s.epoch != o.epoch) {
+        s.backlog.clear();
+        break;
+      }
+      long ret = post_reply_st(o, false);
+      if (ret == fabric::kAgain) {
+        if (Clock::now() - s.stuck_since > std::chrono::milliseconds(kPeerStallMs))
+          drop_peer_st(c, "answers");
+        break;
+      }
+      if (ret != 0) (o.write ? counters_.write_errors : counters_.send_errors).fetch_add(1, std::memory_order_relaxed);
+      s.backlog.pop_front();
+      s.stuck_since = Clock::now();
+    }
+  }
+}
+
+// The client stopped taking what we post for kPeerStallMs: it is no longer served (its
+// requests are ignored, its answers discarded) until its control connection closes and the
+// index is reclaimed as for any departed client.
+void Worker::drop_peer_st(uint32_t c, const char* why) {
+  ClientState& s = clients_[c];
+  if (s.dropped) return;
+  s.dropped = true;
+  s.backlog.clear();
+  counters_.dropped_peers.fetch_add(1, std::memory_order_relaxed);
+  spdlog::warn("worker {}: dropped client {} (epoch {}): the provider refused its {} for {} ms",
+               index_, c, s.epoch, why, kPeerStallMs);
+}
+
+nlohmann::json Worker::stats() const {
+  auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  fabric::VerbSnapshot verbs;
+  for (const auto& ep : eps_) verbs += ep->counters().snapshot();
+  {
+    std::lock_guard lock(names_mu_);
+    verbs += closed_verbs_;
+    for (const auto& ep : client_eps_)
+      if (ep) verbs += ep->counters().snapshot();
+  }
+  store::StatsSnapshot es = engine_->stats();
+  nlohmann::json j = {{"worker", index_},
+                      {"active_clients", active_clients_.load(std::memory_order_relaxed)},
+                      {"unknown_client", r(counters_.unknown_client)},
+                      {"short_messages", r(counters_.short_messages)},
+                      {"send_errors", r(counters_.send_errors)},
+                      {"write_errors", r(counters_.write_errors)},
+                      {"isolated", isolated_},
+                      {"stale_responses", r(counters_.stale_responses)},
+                      {"backlogged", r(counters_.backlogged)},
+                      {"dropped_peers", r(counters_.dropped_peers)},
+                      {"endpoints_closed", r(counters_.endpoints_closed)},
+                      {"regions_reclaimed", r(counters_.regions_reclaimed)},
+                      {"rounds", r(counters_.rounds)},
+                      {"verbs", verbs.to_json()},
+                      {"engine",
+                       {{"items", es.items},
+                        {"bytes", es.bytes},
+                        {"hits", es.hits},
+                        {"misses", es.misses},
+                        {"expired", es.expired},
+                        {"puts", es.puts},
+                        {"dels", es.dels},
+                        {"evictions", es.evictions},
+                        {"index_drops", es.index_drops},
+                        {"version_mismatches", es.version_mismatches},
+                        {"too_large", es.too_large},
+                        {"no_space", es.no_space}}}};
+  // Each server side's counters, by protocol; numbers also summed into the worker's totals
+  // (requests, gets, malformed, ...), objects shown as they are (e.g. "pilaf").
+  nlohmann::json by_protocol = nlohmann::json::object();
+  for (const proto::Info& p : proto::protocols()) {
+    const proto::ServerProtocol* side = side_of_[static_cast<size_t>(p.id)];
+    if (side == nullptr || p.server != p.id) continue;  // shown once, under its server side
+    nlohmann::json ps = side->stats();
+    for (auto& [k, v] : ps.items()) {
+      if (v.is_number_unsigned()) j[k] = j.value(k, uint64_t{0}) + v.get<uint64_t>();
+      else if (!j.contains(k)) j[k] = v;
+    }
+    by_protocol[p.name] = std::move(ps);
+  }
+  j["protocols"] = std::move(by_protocol);
+  return j;
+}
+
+}  // namespace fabkv::server

@@ -1,0 +1,202 @@
+// Worker: one server thread owning one partition of the keys (EREW), pinned to its own core.
+// It owns the fabric, the endpoints, the engine, the op log, the client table and the loop,
+// and drives the server side of every protocol served (proto/server_protocol.h): each round
+// it takes fabric completions and messages and routes them to their protocol, lets each
+// protocol poll its memory and run what it collected, then posts the answers they built.
+//
+// Fault isolation (docs/fault-isolation.md): where the provider needs it (shm), each client
+// index has an endpoint of its own, closed and opened anew when the client leaves, so a client
+// killed inside the provider wedges nothing but its own endpoint. No post waits on one peer: an
+// answer that the provider refuses is kept in that client's backlog and retried every round,
+// and a peer that takes none for kPeerStallMs is dropped (counted), never the worker.
+//
+// Threading: constructed on the main thread; run_st() then owns the fabric objects, the engine
+// and the protocols' worker-side state. admit/add_client/remove_client/stats may be called
+// from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/deadline.h"
+#include "fabric/endpoint.h"
+#include "fabric/memory_region.h"
+#include "proto/registry.h"
+#include "proto/server_protocol.h"
+#include "server/options.h"
+#include "store/engine.h"
+
+namespace fabkv::server {
+
+class OpLog;
+
+class Worker {
+ public:
+  Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptions& fo);
+  ~Worker();
+
+  uint32_t index() const { return index_; }
+  const ServerOptions& options() const { return o_; }
+  fabric::Fabric& fabric() { return *fabric_; }
+  const std::string& provider() const;
+  bool isolated() const { return isolated_; }
+  // Bytes a client posts per receive buffer for a message answer of up to max_value (room for
+  // the provider's lock-free padding, fabric/isolation.h).
+  size_t recv_size() const { return recv_size_; }
+  // The endpoint names a client of this index talks to: its own endpoint where clients are
+  // isolated, else the worker's shared ones (rpc.queues). Valid while the index is admitted.
+  std::vector<std::vector<uint8_t>> endpoint_names(uint32_t client) const;
+  // The server side serving protocol `p` on this worker.
+  proto::ServerProtocol& protocol(const proto::Info& p) const;
+  // Every server side on this worker (for control requests and stats).
+  const std::vector<std::unique_ptr<proto::ServerProtocol>>& protocols() const { return sides_; }
+
+  // ---- admission (control thread)
+  // Isolated clients: has the worker open index c's endpoint and waits for it, up to
+  // `timeout_ms`; false if it did not come. True at once when clients are not isolated.
+  bool open_endpoint(uint32_t c, int timeout_ms);
+  struct ClientInfo {
+    uint32_t index = 0;
+    uint16_t epoch = 0;
+    const proto::Info* protocol = nullptr;
+    std::vector<uint8_t> address;  // the client's endpoint name
+    nlohmann::json hello;          // its Hello payload (for the protocol's add_client_st)
+  };
+  void add_client(ClientInfo c);
+  void remove_client(uint32_t index);
+  // True once a client index is free on this worker: never used, or its removal has been
+  // processed (protocols have cleared what it left). The server reuses an index only when
+  // every worker says so, so that a departed client's leftovers never reach a new one.
+  bool idle(uint32_t index) const { return idle_[index].load(std::memory_order_acquire); }
+  nlohmann::json stats() const;
+
+  // The worker loop; returns after `stop` is set and the work in hand is answered.
+  void run_st(const std::atomic<bool>& stop);
+
+  // ---- services for the protocols (worker thread)
+  // Is client c (of incarnation `epoch`) admitted and still served?
+  bool serving_st(uint32_t c, uint16_t epoch) const {
+    return c < clients_.size() && clients_[c].active && !clients_[c].dropped &&
+           clients_[c].epoch == epoch;
+  }
+  bool dropped_st(uint32_t c) const { return clients_[c].dropped; }
+  // Runs requests through the engine's prefetch pipeline (HERD sec. 4.1.1) and logs every
+  // acknowledged PUT/DELETE to the op log before `done` sees it (Pilaf sec. 4).
+  void execute_st(std::span<const store::Request> reqs, store::CompletionFn done);
+  store::Engine& engine() { return *engine_; }
+  // An answer to client c: sent as a message, or WRITten to (raddr, rkey) in its memory. It
+  // leaves at the end of the round (all of a round's answers together), or waits in the
+  // client's backlog while the provider refuses it. `src` must stay valid until then.
+  void reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src);
+  void reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t raddr,
+                      uint64_t rkey);
+  // Posts the round's answers now (a protocol that does not batch calls it per request).
+  void send_replies_st();
+  // READs client memory (an indirect request body). kAgain: the provider refused it twice;
+  // keep the work and try next round. A peer that refuses for kPeerStallMs is dropped.
+  long read_st(uint32_t c, fabric::LocalBuffer dst, uint64_t raddr, uint64_t rkey,
+               fabric::OpContext* ctx);
+  // Drains the admission queue now (a message from a client whose admission is still queued).
+  void drain_events_st();
+
+ private:
+  struct Outgoing {
+    uint32_t client;
+    uint16_t epoch;
+    fabric::LocalBuffer src;
+    bool write;
+    uint64_t raddr, rkey;
+  };
+  struct ClientState {
+    bool active = false;
+    uint16_t epoch = 0;
+    proto::ServerProtocol* side = nullptr;  // the server side of its protocol
+    fabric::PeerAddr peer = fabric::kNoPeer;
+    bool dropped = false;     // dropped for refusing what we post; no longer served
+    uint64_t sent = 0;        // answers posted on its own endpoint (isolated)
+    std::deque<Outgoing> backlog;     // answers the provider refused, oldest first
+    Clock::time_point stuck_since{};  // when the backlog's head (or a READ) was first refused
+    std::vector<uint8_t> address;     // its endpoint name (to reclaim a dead shm peer's region)
+  };
+  struct Event {
+    enum class Kind { kAdd, kRemove, kOpenEndpoint } kind = Kind::kAdd;
+    ClientInfo info;
+  };
+  struct Retired {
+    fabric::PeerAddr peer;
+    Deadline until;
+  };
+
+  void post_event(Event e);
+  template <class Handle>
+  void poll_endpoints_st(Handle&& handle);
+  template <class Post>
+  long post_twice_st(Post&& post);
+  void open_client_endpoint_st(uint32_t c);
+  void close_client_endpoint_st(uint32_t c);
+  void post_rx_st(size_t b);
+  void repost_rx_st();
+  fabric::Endpoint& rx_endpoint(size_t b) const;
+  fabric::Endpoint& endpoint_of(uint32_t c) const;
+  void drop_peer_st(uint32_t c, const char* why);
+  void flush_backlogs_st();
+  long post_reply_st(const Outgoing& o, bool more);
+  void retire_peer_st(fabric::PeerAddr peer);
+  void bury_retired_st();
+  void poll_cqs_st();
+  void reap_st();
+  void on_completion_st(fabric::Completion& c);
+  void on_message_st(const char* buf, size_t len);
+  void round_st();
+
+  const uint32_t index_;
+  const ServerOptions o_;
+  const int core_;
+
+  std::unique_ptr<fabric::Fabric> fabric_;
+  bool isolated_ = false;                  // one endpoint per client index
+  size_t recv_size_ = 0, rx_per_ = 0;      // answer receive buffer, rx buffer bytes
+  fabric::EndpointOptions client_eo_;
+  std::vector<std::unique_ptr<fabric::Endpoint>> eps_;         // shared (not isolated)
+  std::vector<std::unique_ptr<fabric::Endpoint>> client_eps_;  // per client (isolated)
+  mutable std::mutex names_mu_;  // client_eps_ swaps vs. stats(); client_names_
+  std::vector<std::vector<uint8_t>> client_names_;
+  fabric::VerbSnapshot closed_verbs_;  // what closed client endpoints had counted
+  std::unique_ptr<store::Engine> engine_;
+  std::unique_ptr<OpLog> oplog_;
+  // One server side per distinct Info::server among the served protocols.
+  std::vector<std::unique_ptr<proto::ServerProtocol>> sides_;
+  std::vector<proto::ServerProtocol*> side_of_;  // by proto::Id; nullptr = not served
+  std::unique_ptr<fabric::RegisteredBuffer> rx_;  // messages: multi-recv buffers
+  std::vector<fabric::OpContext> rx_ctx_;
+  std::vector<bool> rx_repost_;
+
+  std::vector<ClientState> clients_;
+  std::vector<fabric::Completion> deferred_;  // reaped by reap_st, handled by poll_cqs_st
+  std::vector<Outgoing> out_;                 // answers built this round
+  std::deque<Retired> retired_;  // departed clients' addresses, removed from the AV later
+  uint64_t sent_ = 0;
+
+  std::mutex mu_;
+  std::deque<Event> events_;
+  std::atomic<bool> events_pending_{false};
+
+  struct Counters {
+    std::atomic<uint64_t> send_errors{0}, write_errors{0}, unknown_client{0},
+        short_messages{0}, rounds{0}, stale_responses{0}, backlogged{0}, dropped_peers{0},
+        endpoints_closed{0}, regions_reclaimed{0};
+  };
+  Counters counters_;
+  std::atomic<uint32_t> active_clients_{0};
+  std::unique_ptr<std::atomic<bool>[]> idle_;
+};
+
+}  // namespace fabkv::server
