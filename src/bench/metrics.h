@@ -1,4 +1,4 @@
-// A run's record: the Bench JSON of ARCHITECTURE.md ("The stable interfaces"), one object per
+// A run's record: the Bench JSON of docs/architecture.md ("The stable interfaces"), one object per
 // run and system, plus what fabkv-bench adds (machine, command, timestamp, GET checking, the
 // request mix and the raw verb counts behind the per-request figures).
 #pragma once
@@ -29,7 +29,7 @@ struct RunContext {
 // server verb counters together; null for the baselines), server CPU seconds.
 nlohmann::json make_record(const RunContext& ctx, const RunResult& r);
 
-// The ARCHITECTURE.md fields and their types; returns what is missing or mistyped (empty: valid).
+// The docs/architecture.md fields and their types; returns what is missing or mistyped (empty: valid).
 std::vector<std::string> validate_record(const nlohmann::json& j);
 
 // {"hostname","cpus","model","kernel","loadavg_1m"} of this machine.

@@ -1,5 +1,5 @@
 // Deadlines for every blocking wait: a peer that fails or goes silent must never hang the
-// caller forever (ARCHITECTURE.md, principle 5).
+// caller forever (docs/architecture.md, principle 5).
 #pragma once
 
 #include <chrono>

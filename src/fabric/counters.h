@@ -1,5 +1,5 @@
 // VerbCounters: every operation an endpoint posts, by kind, with bytes, signaling and
-// completions, plus what it observes arriving (ARCHITECTURE.md principle 3, "count the
+// completions, plus what it observes arriving (docs/architecture.md principle 3, "count the
 // verbs"). The counts are exact and hardware-independent, so "Pilaf needs 2.6 READs per GET"
 // can be shown on any machine.
 //

@@ -14,7 +14,7 @@ struct fid_domain;
 
 namespace fabkv::fabric {
 
-// Paper transports and their libfabric stand-ins (ARCHITECTURE.md, "The fabric layer"):
+// Paper transports and their libfabric stand-ins (docs/architecture.md, "The fabric layer"):
 //   RC/UC connected QP -> kMsg (libfabric has no UC), UD -> kDgram, and kRdm, the
 //   connectionless reliable endpoint that shm and tcp;ofi_rxm offer.
 enum class EndpointType : uint8_t { kMsg, kRdm, kDgram };

@@ -1,5 +1,5 @@
 // Run-time provider choice: the same binary selects verbs on an RDMA host, shm between
-// processes of one host and tcp between hosts (ARCHITECTURE.md, principle 1).
+// processes of one host and tcp between hosts (docs/architecture.md, principle 1).
 #pragma once
 
 #include <string>

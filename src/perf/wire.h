@@ -22,7 +22,7 @@ inline constexpr uint32_t kPerfWireVersion = 1;
 
 // Echo request/response slots: [seq u64][client index u32][pad][...][seq u64]. A slot is
 // taken only when the header and trailer sequence numbers agree and are new, never by the
-// order in which a WRITE's bytes land (ARCHITECTURE.md, "The fabric layer").
+// order in which a WRITE's bytes land (docs/architecture.md, "The fabric layer").
 inline constexpr size_t kEchoHeader = 8;
 inline constexpr size_t kEchoTrailer = 8;
 

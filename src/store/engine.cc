@@ -7,7 +7,7 @@
 #include <string>
 
 #include "store/cache_engine.h"
-#include "store/pilaf_engine.h"
+#include "proto/pilaf/engine.h"
 #include "store/store_engine.h"
 
 namespace fabkv::store {

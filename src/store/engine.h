@@ -68,8 +68,9 @@ struct EngineOptions {
   void* clock_ctx = nullptr;
 };
 
-// The raw memory of a partition, for registration with the NIC (a later issue).
-struct MemoryRegion {
+// The raw memory of a partition (engines report it; the pilaf engine registers its own
+// generations for clients to READ, proto/pilaf/server.cc).
+struct EngineMemory {
   std::byte* base = nullptr;
   size_t size = 0;
   bool huge_pages = false;  // true when MAP_HUGETLB succeeded
@@ -186,7 +187,7 @@ class Engine {
 
   // ---- any thread ----
   StatsSnapshot stats() const { return stats_.snapshot(); }
-  virtual MemoryRegion memory() const = 0;
+  virtual EngineMemory memory() const = 0;
   virtual size_t max_value_size() const = 0;
 
  protected:

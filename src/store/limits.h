@@ -7,7 +7,7 @@
 
 namespace fabkv::store {
 
-// Full keys up to 250 bytes (memcached's limit, ARCHITECTURE.md "Storage"). The key length is
+// Full keys up to 250 bytes (memcached's limit, docs/architecture.md "Storage"). The key length is
 // stored in one byte of the item header (layout.h).
 inline constexpr size_t kMaxKeySize = 250;
 

@@ -21,7 +21,7 @@ class PartitionMemory {
   std::byte* base() const { return base_; }
   size_t size() const { return size_; }
   bool huge_pages() const { return huge_; }
-  MemoryRegion region() const { return MemoryRegion{base_, size_, huge_}; }
+  EngineMemory region() const { return EngineMemory{base_, size_, huge_}; }
 
  private:
   std::byte* base_ = nullptr;

@@ -314,7 +314,7 @@ TEST_P(EngineTest, ValueMayAliasEngineMemory) {
 
 TEST_P(EngineTest, MemoryRegionIsExposed) {
   auto e = make(size_t{4} << 20);
-  const MemoryRegion r = e->memory();
+  const EngineMemory r = e->memory();
   ASSERT_NE(r.base, nullptr);
   // pilaf: the extent region only (its table is a second region, PilafEngine::current()).
   EXPECT_GE(r.size, GetParam() == EngineKind::kPilaf ? size_t{1} << 20 : size_t{4} << 20);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "proto/pilaf/layout.h"
-#include "store/pilaf_engine.h"
+#include "proto/pilaf/engine.h"
 #include "test_util.h"
 
 namespace fabkv::store {

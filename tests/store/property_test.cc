@@ -9,7 +9,7 @@
 
 #include "store/cache_engine.h"
 #include "store/engine.h"
-#include "store/pilaf_engine.h"
+#include "proto/pilaf/engine.h"
 #include "store/pipeline.h"
 #include "store/store_engine.h"
 #include "test_util.h"

@@ -1,6 +1,6 @@
 // Pilaf's self-verifying data structures (Pilaf sec. 3.2-3.4, 4): what a worker exposes for
 // clients to READ, byte by byte, and the checks a client runs on what it READ. Shared by the
-// server's engine (store/pilaf_engine.h) and the client's GET path, and nothing here touches
+// server's engine (proto/pilaf/engine.h) and the client's GET path, and nothing here touches
 // the fabric.
 //
 // Per worker and per generation there are two read-only regions:

@@ -11,7 +11,7 @@
 #include "proto/json.h"
 #include "proto/rpc/server.h"
 #include "server/worker.h"
-#include "store/pilaf_engine.h"
+#include "proto/pilaf/engine.h"
 
 namespace fabkv::pilaf {
 

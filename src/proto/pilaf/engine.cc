@@ -1,4 +1,4 @@
-#include "store/pilaf_engine.h"
+#include "proto/pilaf/engine.h"
 
 #include <algorithm>
 #include <atomic>
@@ -133,8 +133,8 @@ void PilafEngine::publish_sizes() {
 
 const PilafGeneration& PilafEngine::current() const { return live_->info; }
 
-MemoryRegion PilafEngine::memory() const {
-  return MemoryRegion{live_->info.extents, live_->info.extent_bytes, live_->info.huge_pages};
+EngineMemory PilafEngine::memory() const {
+  return EngineMemory{live_->info.extents, live_->info.extent_bytes, live_->info.huge_pages};
 }
 
 PilafEngine::PilafStats PilafEngine::pilaf_stats() const {

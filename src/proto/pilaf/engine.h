@@ -114,7 +114,7 @@ class PilafEngine final : public Engine {
   using Engine::run_batch;
   void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
   // The live generation's extent region (the table is in current()); changes on growth.
-  MemoryRegion memory() const override;
+  EngineMemory memory() const override;
   size_t max_value_size() const override { return max_value_; }
 
   // ---- Pilaf specifics (owner thread unless said otherwise) ----
