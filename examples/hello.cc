@@ -1,5 +1,5 @@
 // The smallest fabkv client: put a key, read it back, delete it (docs/client.md).
-// Usage: fabkv-example-hello [HOST:PORT] [PROVIDER]
+// Usage: fabkv-example-hello [HOST:PORT] [PROVIDER] [PROTOCOL]
 #include <cstdio>
 #include <string>
 
@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   fabkv::ClientOptions options;
   if (argc > 1) options.server = argv[1];    // default 127.0.0.1:7000
   if (argc > 2) options.provider = argv[2];  // default auto
+  if (argc > 3) options.protocol = argv[3];  // default herd (proto/registry.h lists them)
   std::unique_ptr<fabkv::Client> kv;
   try {
     kv = fabkv::Client::connect(options);

@@ -1,5 +1,6 @@
-// fabkv's client library: a key-value client over the HERD protocol (HERD sec. 4) and
-// libfabric. docs/client.md has the API tour, an example program and the C interface.
+// fabkv's client library: a key-value client over libfabric that speaks any protocol of
+// proto/registry.h (herd by default, HERD sec. 4). docs/client.md has the API tour, an
+// example program, the C interface and how a Session drives a protocol.
 //
 //   auto c = fabkv::Client::connect(options);    // throws fabkv::ClientError
 //   c->put("k", "v");                            // blocking: returns a Status
@@ -33,13 +34,18 @@
 
 namespace fabkv {
 
+class Session;
+
 struct ClientOptions {
   std::string server = "127.0.0.1:7000";  // control channel HOST:PORT of fabkv-server
-  // Access protocol: "herd" (HERD sec. 4), "pilaf" (GETs by READs of the server's cuckoo table,
-  // PUT/DEL by message; Pilaf sec. 3) or "pilaf-vo" (the same server, everything by message).
+  // Access protocol, a name from proto/registry.h: "herd" (HERD sec. 4), "server-reply"
+  // (answers WRITten into a ring of client memory, RF-RPC sec. 5.3), "pilaf" (GETs by READs
+  // of the server's cuckoo table, PUT/DEL by message; Pilaf sec. 3) or "pilaf-vo" (the same
+  // server, everything by message). An unknown name fails at connect with the list.
   std::string protocol = "herd";
   std::string provider = "auto";          // auto|shm|tcp|verbs: must match the server's
-  std::string transport;                  // request transport "write"|"send"; "" = server default
+  std::string transport;                  // request transport "write"|"send"; "" = the protocol's
+                                          // (herd: the server's --transport)
   std::string secret;                     // control-channel shared secret ("" = none)
   int timeout_ms = 2000;                  // bound on every data-path wait (per request)
   int connect_timeout_ms = 5000;          // bound on the handshake
@@ -126,9 +132,10 @@ class Client {
 
   // Server statistics (control request {"op":"stats"}). Throws ClientError.
   nlohmann::json stats();
-  // What the protocol counted on this client: for pilaf, GETs, entry READs (probes), extent
-  // READs, retries after torn READs, re-probes, layout refreshes, and their per-GET means.
-  // An empty object for herd and pilaf-vo. Owner thread.
+  // What the protocol counted on this client (ClientProtocol::counters()): for pilaf, GETs,
+  // entry READs (probes), extent READs, retries after torn READs, re-probes, layout refreshes,
+  // and their per-GET means. An empty object for herd, server-reply and pilaf-vo. Owner
+  // thread.
   nlohmann::json protocol_counters() const;
   // This client's verb counters (its one endpoint). Safe from any thread.
   fabric::VerbSnapshot counters() const;
@@ -137,11 +144,9 @@ class Client {
   // Provider actually used, e.g. "shm" or "tcp;ofi_rxm".
   const std::string& provider() const;
 
-  struct Impl;
-
  private:
-  explicit Client(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Client(std::unique_ptr<Session> session);
+  std::unique_ptr<Session> session_;  // client/session.h
 };
 
 }  // namespace fabkv

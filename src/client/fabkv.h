@@ -33,12 +33,35 @@ typedef enum fabkv_status {
 
 typedef struct fabkv_client fabkv_client;
 
-/* Connects to a fabkv-server's control channel "HOST:PORT". provider: "auto" (or NULL),
- * "shm", "tcp", "verbs"; secret: NULL or "" for none; timeout_ms: bound on connecting and on
- * every later request (<= 0: 2000). On failure returns NULL and, if err is not NULL, writes a
- * NUL-terminated reason of at most errlen bytes. */
-fabkv_client* fabkv_connect(const char* server, const char* provider, const char* secret,
-                            int timeout_ms, char* err, size_t errlen);
+/* How to connect. Zero or NULL in any field means its default, so both
+ *   fabkv_options o; fabkv_options_init(&o); o.server = "10.0.0.1:7000";
+ * and
+ *   fabkv_options o = {0}; o.server = "10.0.0.1:7000";
+ * work. */
+typedef struct fabkv_options {
+  const char* server;     /* control channel "HOST:PORT" of fabkv-server; NULL: "127.0.0.1:7000" */
+  const char* protocol;   /* access protocol, one of fabkv_protocols(); NULL: "herd" */
+  const char* provider;   /* "auto", "shm", "tcp", "verbs"; NULL: "auto" (must match the server) */
+  const char* transport;  /* requests by "write" or "send"; NULL: the protocol's (herd: the
+                             server's --transport) */
+  const char* secret;     /* control-channel shared secret; NULL: none */
+  int timeout_ms;         /* bound on every request; <= 0: 2000 */
+  int connect_timeout_ms; /* bound on connecting; <= 0: timeout_ms if set, else 5000 */
+} fabkv_options;
+
+/* Sets every field to its default (all zero/NULL). */
+void fabkv_options_init(fabkv_options* o);
+
+/* Connects as `o` says (NULL: all defaults). On failure returns NULL and, if err is not
+ * NULL, writes a NUL-terminated reason of at most errlen bytes (an unknown protocol's reason
+ * lists the known ones). */
+fabkv_client* fabkv_connect(const fabkv_options* o, char* err, size_t errlen);
+
+/* The protocols this library speaks, comma-separated ("herd, server-reply, pilaf, pilaf-vo"):
+ * a static string. */
+const char* fabkv_protocols(void);
+/* The i-th of them (0-based), NULL past the last: a static string. */
+const char* fabkv_protocol_name(size_t i);
 
 /* Copies the value of key into buf (cap bytes) and its length into *vlen. A value longer
  * than cap gives FABKV_BUFFER_TOO_SMALL with *vlen = its length and nothing copied. */

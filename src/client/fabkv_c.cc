@@ -7,6 +7,7 @@
 #include <string>
 
 #include "client/client.h"
+#include "proto/registry.h"
 
 struct fabkv_client {
   std::unique_ptr<fabkv::Client> client;
@@ -45,24 +46,27 @@ std::string_view view(const void* p, size_t n) {
 
 extern "C" {
 
-fabkv_client* fabkv_connect(const char* server, const char* provider, const char* secret,
-                            int timeout_ms, char* err, size_t errlen) {
+void fabkv_options_init(fabkv_options* o) {
+  if (o != nullptr) *o = fabkv_options{};
+}
+
+fabkv_client* fabkv_connect(const fabkv_options* opts, char* err, size_t errlen) {
   set_err(err, errlen, "");
-  if (server == nullptr) {
-    set_err(err, errlen, "fabkv: server address is NULL");
-    return nullptr;
-  }
+  const fabkv_options o = opts != nullptr ? *opts : fabkv_options{};
   try {
-    fabkv::ClientOptions o;
-    o.server = server;
-    if (provider != nullptr && *provider != '\0') o.provider = provider;
-    if (secret != nullptr) o.secret = secret;
-    if (timeout_ms > 0) {
-      o.timeout_ms = timeout_ms;
-      o.connect_timeout_ms = timeout_ms;
+    fabkv::ClientOptions co;
+    if (o.server != nullptr) co.server = o.server;
+    if (o.protocol != nullptr && *o.protocol != '\0') co.protocol = o.protocol;
+    if (o.provider != nullptr && *o.provider != '\0') co.provider = o.provider;
+    if (o.transport != nullptr) co.transport = o.transport;
+    if (o.secret != nullptr) co.secret = o.secret;
+    if (o.timeout_ms > 0) {
+      co.timeout_ms = o.timeout_ms;
+      co.connect_timeout_ms = o.timeout_ms;
     }
+    if (o.connect_timeout_ms > 0) co.connect_timeout_ms = o.connect_timeout_ms;
     auto c = std::make_unique<fabkv_client>();
-    c->client = fabkv::Client::connect(o);
+    c->client = fabkv::Client::connect(co);
     return c.release();
   } catch (const std::exception& e) {
     set_err(err, errlen, e.what());
@@ -70,6 +74,16 @@ fabkv_client* fabkv_connect(const char* server, const char* provider, const char
     set_err(err, errlen, "fabkv: unknown error");
   }
   return nullptr;
+}
+
+const char* fabkv_protocols(void) {
+  static const std::string names = fabkv::proto::names();
+  return names.c_str();
+}
+
+const char* fabkv_protocol_name(size_t i) {
+  auto all = fabkv::proto::protocols();
+  return i < all.size() ? all[i].name : nullptr;
 }
 
 int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t cap,

@@ -19,20 +19,48 @@ int main(void) {
   size_t vlen = 0;
   int s;
   fabkv_client* c;
+  fabkv_options o;
+  size_t i;
 
   /* Nothing listens on port 1. */
+  fabkv_options_init(&o);
+  o.server = "127.0.0.1:1";
+  o.provider = "tcp";
+  o.timeout_ms = 1000;
   err[0] = '\0';
-  c = fabkv_connect("127.0.0.1:1", "tcp", NULL, 1000, err, sizeof err);
+  c = fabkv_connect(&o, err, sizeof err);
   CHECK(c == NULL);
   CHECK(strlen(err) > 0);
   printf("fabkv_connect: %s\n", err);
 
   /* A malformed address, a tiny error buffer (truncated, still terminated), no buffer. */
   memset(err, 'x', sizeof err);
-  c = fabkv_connect("no port here", "auto", "secret", 500, err, 8);
+  o.server = "no port here";
+  o.provider = NULL;
+  o.secret = "secret";
+  o.timeout_ms = 500;
+  c = fabkv_connect(&o, err, 8);
   CHECK(c == NULL);
   CHECK(strlen(err) == 7);
-  CHECK(fabkv_connect(NULL, NULL, NULL, 0, NULL, 0) == NULL);
+  CHECK(fabkv_connect(&o, NULL, 0) == NULL);
+
+  /* Every protocol of the registry is reachable by name; an unknown one is refused before
+   * anything is opened, with the list. */
+  CHECK(strcmp(fabkv_protocol_name(0), "herd") == 0);
+  for (i = 0; fabkv_protocol_name(i) != NULL; ++i)
+    CHECK(strstr(fabkv_protocols(), fabkv_protocol_name(i)) != NULL);
+  CHECK(i >= 4);
+  CHECK(strstr(fabkv_protocols(), "server-reply") != NULL);
+  {
+    fabkv_options z = {0}; /* zero = defaults, as fabkv_options_init */
+    z.server = "127.0.0.1:1";
+    z.protocol = "carrier-pigeon";
+    c = fabkv_connect(&z, err, sizeof err);
+    CHECK(c == NULL);
+    CHECK(strstr(err, "carrier-pigeon") != NULL);
+    CHECK(strstr(err, "pilaf-vo") != NULL);
+    printf("fabkv_connect: %s\n", err);
+  }
 
   /* Every call on a NULL client fails cleanly. */
   CHECK(fabkv_get(NULL, "k", 1, buf, sizeof buf, &vlen) == FABKV_INVALID_ARGUMENT);

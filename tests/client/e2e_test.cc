@@ -277,8 +277,13 @@ TEST_P(ClientE2E, KilledServerGivesServerGoneOrTimeoutWithinTheTimeout) {
 
 TEST_P(ClientE2E, CInterface) {
   char err[256];
-  fabkv_client* c = fabkv_connect(server_->address().c_str(), GetParam().provider.c_str(), "",
-                                  2000, err, sizeof err);
+  fabkv_options o;
+  fabkv_options_init(&o);
+  o.server = server_->address().c_str();
+  o.provider = GetParam().provider.c_str();
+  o.secret = "";
+  o.timeout_ms = 2000;
+  fabkv_client* c = fabkv_connect(&o, err, sizeof err);
   ASSERT_NE(c, nullptr) << err;
   char buf[64];
   size_t vlen = 0;

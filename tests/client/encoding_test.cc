@@ -5,10 +5,10 @@
 #include <string>
 
 #include "client/client.h"
-#include "client/request.h"
+#include "proto/rpc/request.h"
 #include "store/limits.h"
 
-namespace fabkv::client_detail {
+namespace fabkv::rpc {
 namespace {
 
 RequestFields fields(uint32_t seq, rpc::OpCode op) {
@@ -179,4 +179,4 @@ TEST(Client, ConnectFailuresThrowClientError) {
 }
 
 }  // namespace
-}  // namespace fabkv::client_detail
+}  // namespace fabkv::rpc

@@ -1,8 +1,8 @@
-#include "client/request.h"
+#include "proto/rpc/request.h"
 
 #include "store/limits.h"
 
-namespace fabkv::client_detail {
+namespace fabkv::rpc {
 
 Status validate(std::string_view key, size_t value_len, size_t max_value) {
   if (key.empty()) return Status::kInvalidKey;
@@ -81,4 +81,4 @@ bool parse_response(const void* buf, size_t len, ParsedResponse* out) {
   return true;
 }
 
-}  // namespace fabkv::client_detail
+}  // namespace fabkv::rpc

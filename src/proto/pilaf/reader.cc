@@ -1,12 +1,13 @@
-#include "client/pilaf_reader.h"
+#include "proto/pilaf/reader.h"
 
 #include <algorithm>
 #include <cstring>
 #include <ctime>
 
+#include "fabric/retry.h"
 #include "proto/pilaf/layout.h"
 
-namespace fabkv::client_detail {
+namespace fabkv::pilaf {
 
 namespace {
 char kPilafMarker;  // OpContext::user of our READs
@@ -77,20 +78,19 @@ struct PilafReader::Op {
   size_t buf_off = 0;
 };
 
-PilafReader::PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Options& o,
-                         std::vector<PilafMap> maps, Refresh refresh, Poll poll, Alive alive)
-    : ep_(ep),
+PilafReader::PilafReader(proto::ClientHost& host, const Options& o,
+                         std::vector<PilafMap> maps, Refresh refresh)
+    : ep_(host.endpoint()),
       o_(o),
       maps_(std::move(maps)),
-      refresh_(std::move(refresh)),
-      poll_(std::move(poll)),
-      alive_(std::move(alive)) {
+      host_(host),
+      refresh_(std::move(refresh)) {
   moves_.assign(maps_.size(), ~uint64_t{0});
   last_read_.assign(maps_.size(), Clock::now());
   clocks_.assign(maps_.size(), ServerClock{});
   slot_bytes_ = (kRecordAt + std::max(o_.max_record, sizeof(pilaf::TableHeader)) + kSlotAlign - 1) &
                 ~(kSlotAlign - 1);
-  buf_ = std::make_unique<fabric::RegisteredBuffer>(fabric, slot_bytes_ * o_.ops,
+  buf_ = std::make_unique<fabric::RegisteredBuffer>(host.fabric(), slot_bytes_ * o_.ops,
                                                     fabric::Access::kLocalOnly);
   ops_ = std::vector<Op>(o_.ops);
   for (size_t i = 0; i < ops_.size(); ++i) {
@@ -119,8 +119,8 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
         break;
       }
     if (op != nullptr) break;
-    poll_();
-    if (!alive_()) return Status::kServerGone;
+    host_.drive();
+    if (!host_.alive()) return Status::kServerGone;
     if (d.expired()) return Status::kTimeout;
   }
   op->busy = true;
@@ -140,7 +140,7 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
     op->busy = false;
     op->cb = nullptr;
     in_flight_--;
-    return alive_() ? Status::kError : Status::kServerGone;
+    return host_.alive() ? Status::kError : Status::kServerGone;
   }
   return Status::kOk;
 }
@@ -168,19 +168,13 @@ void PilafReader::start(Op& op) {
 // Posts READ k of `op` (counted); false when it could not be posted.
 bool PilafReader::post(Op& op, uint32_t k, size_t local_off, uint64_t raddr, size_t len,
                        uint64_t rkey) {
-  long ret;
-  Deadline d = Deadline::after_ms(o_.timeout_ms);
   // -FI_EAGAIN: a full queue, or (shm, tcp) the first operation to a peer: progress, retry.
-  while ((ret = ep_.read(buf_->local(op.buf_off + local_off, len), maps_[op.worker].peer, raddr,
-                         rkey, &op.ctx[k])) == fabric::kAgain &&
-         !d.expired() && alive_()) {
-    fabric::Completion c[8];
-    size_t n = ep_.poll(c);
-    for (size_t i = 0; i < n; ++i) {
-      // Completions of other requests are the owner's business; ours are handled here.
-      if (owns(c[i].context)) on_completion(c[i]);
-    }
-  }
+  long ret = fabric::post_with_retry(
+      [&] {
+        return ep_.read(buf_->local(op.buf_off + local_off, len), maps_[op.worker].peer, raddr,
+                        rkey, &op.ctx[k]);
+      },
+      [&] { host_.reap(); }, Deadline::after_ms(o_.timeout_ms), [&] { return host_.alive(); });
   if (ret != 0) return false;
   op.pending++;
   return true;
@@ -388,7 +382,7 @@ size_t PilafReader::on_completion(fabric::Completion& c) {
   size_t ran = counters_.gets - gets_before;
   // Still ours, nothing outstanding: a READ could not be posted.
   if (op.busy && !op.zombie && op.pending == 0)
-    ran += finish(op, alive_() ? Status::kError : Status::kServerGone);
+    ran += finish(op, host_.alive() ? Status::kError : Status::kServerGone);
   return ran;
 }
 
@@ -461,4 +455,4 @@ size_t PilafReader::expire(bool all, Status why) {
   return ran;
 }
 
-}  // namespace fabkv::client_detail
+}  // namespace fabkv::pilaf

@@ -1,4 +1,4 @@
-// The client's half of the HERD wire format (proto/rpc/wire.h): building a request in a
+// The client's half of the RPC wire format (proto/rpc/wire.h): building a request in a
 // buffer, choosing inline or indirect, advancing sequence numbers, mapping response statuses.
 // Pure functions over bytes, so tests/client/encoding_test.cc checks them without a peer.
 #pragma once
@@ -10,7 +10,7 @@
 #include "client/client.h"
 #include "proto/rpc/wire.h"
 
-namespace fabkv::client_detail {
+namespace fabkv::rpc {
 
 // Everything a request header carries besides its body.
 struct RequestFields {
@@ -62,4 +62,4 @@ struct ParsedResponse {
 // Rejects (returns false) a message shorter than a header or whose value_len runs past `len`.
 bool parse_response(const void* buf, size_t len, ParsedResponse* out);
 
-}  // namespace fabkv::client_detail
+}  // namespace fabkv::rpc

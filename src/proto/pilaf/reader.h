@@ -12,8 +12,8 @@
 // now from both sides; only when that bound cannot decide (within ~1.5 s of expire_at, or
 // older than 1 s) does the GET READ the 16 header bytes once more (counted clock_reads).
 //
-// Owned by Client::Impl and driven by its poll loop: completions whose context owns() says are
-// ours go to on_completion(). Owner thread only.
+// Owned by pilaf's client (proto/pilaf/client.cc) and driven by the session's poll loop:
+// completions whose context owns() says are ours go to on_completion(). Owner thread only.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +28,10 @@
 #include "common/deadline.h"
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
+#include "proto/client_protocol.h"
 #include "proto/pilaf/layout.h"
 
-namespace fabkv::client_detail {
+namespace fabkv::pilaf {
 
 // Where one worker's pilaf engine is, as the server's layout says.
 struct PilafMap {
@@ -78,15 +79,13 @@ class PilafReader {
   };
   // Fetches every worker's map again (a control request); false when that failed.
   using Refresh = std::function<bool(std::vector<PilafMap>*)>;
-  // Drives the owner's progress once (used while waiting for a free op).
-  using Poll = std::function<void()>;
-  // False once the owner knows the server is gone (its control connection closed): a READ
-  // that the provider keeps refusing is then given up at once (shm refuses every READ of a
-  // dead process's memory with -FI_EAGAIN) and the GET ends with kServerGone.
-  using Alive = std::function<bool()>;
 
-  PilafReader(fabric::Fabric& fabric, fabric::Endpoint& ep, const Options& o,
-              std::vector<PilafMap> maps, Refresh refresh, Poll poll, Alive alive);
+  // The host drives progress (reap() while a READ waits to be posted, drive() while waiting
+  // for a free op) and knows liveness: once alive() is false a READ that the provider keeps
+  // refusing is given up at once (shm refuses every READ of a dead process's memory with
+  // -FI_EAGAIN) and the GET ends with kServerGone.
+  PilafReader(proto::ClientHost& host, const Options& o, std::vector<PilafMap> maps,
+              Refresh refresh);
   ~PilafReader();
 
   // kOk once the first READ is posted (the callback then runs exactly once), or the reason
@@ -120,7 +119,7 @@ class PilafReader {
   size_t retry(Op& op, uint64_t* counter);
   bool refresh();
 
-  fabric::Endpoint& ep_;
+  fabric::Endpoint& ep_;  // host_.endpoint() when constructed (after the Welcome)
   Options o_;
   std::vector<PilafMap> maps_;
   std::vector<uint64_t> moves_;  // per worker: TableHeader.moves last seen (even), or ~0
@@ -132,9 +131,8 @@ class PilafReader {
     Clock::time_point at{};  // completion of that READ (steady clock)
   };
   std::vector<ServerClock> clocks_;
+  proto::ClientHost& host_;
   Refresh refresh_;
-  Poll poll_;
-  Alive alive_;
   size_t slot_bytes_;
   std::unique_ptr<fabric::RegisteredBuffer> buf_;
   std::vector<Op> ops_;
@@ -142,4 +140,4 @@ class PilafReader {
   PilafCounters counters_;
 };
 
-}  // namespace fabkv::client_detail
+}  // namespace fabkv::pilaf

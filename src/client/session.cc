@@ -1,0 +1,201 @@
+#include "client/session.h"
+
+#include <algorithm>
+
+#include "fabric/error.h"
+#include "proto/json.h"
+#include "proto/registry.h"
+
+namespace fabkv {
+
+using proto::json_bytes;
+
+std::unique_ptr<Session> Session::connect(const ClientOptions& options) {
+  std::unique_ptr<Session> s(new Session(options));
+  // The protocol first: an unknown name or options it refuses fail before anything opens.
+  s->proto_ = make_client_protocol(options.protocol, *s, s->o_);
+  if (options.timeout_ms <= 0 || options.connect_timeout_ms <= 0)
+    throw ClientError(Status::kError, "fabkv: timeouts must be positive");
+  std::string host;
+  uint16_t port = 0;
+  if (!control::split_host_port(options.server, &host, &port))
+    throw ClientError(Status::kError,
+                      "fabkv: --server wants HOST:PORT, got '" + options.server + "'");
+  try {
+    s->open(host);
+  } catch (const ClientError&) {
+    throw;
+  } catch (const control::ControlError& e) {
+    Status st = Status::kServerGone;
+    if (e.status() == control::Status::kTimeout) st = Status::kTimeout;
+    else if (e.status() == control::Status::kMalformed) st = Status::kMalformed;
+    // The control client's text already names the server and, on a rejection, carries the
+    // server's own message ("this server takes requests by write ...").
+    throw ClientError(st, std::string("fabkv: ") + e.what());
+  } catch (const fabric::FabricError& e) {
+    throw ClientError(Status::kError, std::string("fabkv: fabric: ") + e.what());
+  } catch (const std::exception& e) {
+    throw ClientError(Status::kError, std::string("fabkv: ") + e.what());
+  }
+  return s;
+}
+
+void Session::open(const std::string& host) {
+  fabric::FabricOptions fo;
+  fo.provider = o_.provider;
+  fo.peer_host = host;
+  fo.quiet = true;
+  fabric_ = fabric::Fabric::open(fo);
+  // A protocol may find that what its Hello offered does not fit this server (a region too
+  // small for its max_value); it then says hello again, once per thing it learnt.
+  for (int attempt = 0;; ++attempt) {
+    handshake();
+    if (proto_->open(ctl_->welcome(), layout_) == proto::ClientProtocol::Opened::kReady) break;
+    if (attempt == 2)
+      throw ClientError(Status::kMalformed,
+                        "fabkv: unusable layout from the server: it keeps asking for more");
+    ctl_->close();
+    ctl_.reset();
+    ep_.reset();
+  }
+  polls_memory_ = proto_->polls_memory();
+}
+
+void Session::handshake() {
+  fabric::EndpointOptions eo;
+  eo.tx_depth = 512;
+  eo.rx_depth = 512;
+  eo.cq_depth = 4096;
+  eo.av_size = 256;
+  ep_ = std::make_unique<fabric::Endpoint>(*fabric_, eo);
+  nlohmann::json payload = nlohmann::json::object();
+  proto_->hello(&payload);
+  control::Hello hello;
+  hello.secret = o_.secret;
+  hello.service = proto::kService;
+  hello.provider = fabric_->provider_name();
+  hello.fabric_address = ep_->name();
+  hello.payload = json_bytes(payload);
+  ctl_.emplace(control::ControlClient::connect(o_.server, hello, o_.connect_timeout_ms));
+  const control::Welcome& w = ctl_->welcome();
+  try {
+    layout_ = nlohmann::json::parse(w.payload.begin(), w.payload.end());
+  } catch (const nlohmann::json::exception& e) {
+    throw ClientError(Status::kMalformed,
+                      std::string("fabkv: unusable layout from the server: payload is not JSON: ") +
+                          e.what());
+  }
+  if (!layout_.is_object())
+    throw ClientError(Status::kMalformed,
+                      "fabkv: unusable layout from the server: payload is not a JSON object");
+}
+
+Session::~Session() {
+  if (proto_ && ep_ && proto_->in_flight() > 0 && !gone_) {
+    // Let requests in flight finish briefly so the server is not left with our half-sent
+    // bytes.
+    Deadline d = Deadline::after_ms(std::min(o_.timeout_ms, 200));
+    while (proto_->in_flight() > 0 && !gone_ && !d.expired()) poll();
+  }
+  if (ctl_) ctl_->close();
+  proto_.reset();  // its registrations go before the endpoint and the fabric
+}
+
+void Session::check_control(bool now) {
+  if (gone_) return;
+  auto t = Clock::now();
+  if (!now && t - last_alive_check_ < std::chrono::milliseconds(1)) return;
+  last_alive_check_ = t;
+  if (!ctl_ || !ctl_->alive()) gone_ = true;
+}
+
+void Session::reap() {
+  fabric::Completion c[8];
+  size_t n = ep_->poll(c);
+  if (n > 0) proto_->complete(std::span(c, n));
+  if (polls_memory_) proto_->poll();
+}
+
+size_t Session::poll() {
+  fabric::Completion comps[16];
+  size_t n = ep_->poll(comps);
+  size_t ran = n > 0 ? proto_->complete(std::span(comps, n)) : 0;
+  if (polls_memory_) ran += proto_->poll();
+  if ((++spins_ & 127) == 0 || gone_) {
+    check_control(false);
+    if (gone_) ran += proto_->expire(true);
+    else if (proto_->in_flight() > 0) ran += proto_->expire(false);
+  }
+  return ran;
+}
+
+Status Session::wait_for(const bool& done, Deadline d) {
+  while (!done) {
+    poll();
+    if (done) break;
+    // Our own deadline is a backstop; the request's own expiry normally answers first.
+    if (d.expired()) {
+      proto_->expire(false);
+      if (!done) return Status::kTimeout;
+    }
+  }
+  return Status::kOk;
+}
+
+Status Session::blocking(const proto::ClientRequest& r, std::string* out_value,
+                         uint64_t* out_version) {
+  struct Wait {
+    bool done = false;
+    Status result = Status::kError;
+    std::string* value;
+    uint64_t* version;
+  } w{false, Status::kError, out_value, out_version};
+  // One pointer captured: the callback fits std::function's small buffer, no allocation.
+  Status st = proto_->submit(r, [p = &w](Status s, std::string_view v, uint64_t ver) {
+    p->done = true;
+    p->result = s;
+    if (p->value && s == Status::kOk) p->value->assign(v.data(), v.size());
+    if (p->version) *p->version = ver;
+  });
+  if (st != Status::kOk) return st;
+  Status ws = wait_for(w.done, Deadline::after_ms(o_.timeout_ms + 100));
+  return ws == Status::kOk ? w.result : ws;
+}
+
+Status Session::flush() {
+  // Each request expires at its own deadline, so this ends within timeout_ms of the last post.
+  Deadline backstop = Deadline::after_ms(o_.timeout_ms + 100);
+  while (proto_->in_flight() > 0) {
+    poll();
+    if (backstop.expired()) proto_->expire(false);
+  }
+  check_control(true);
+  return gone_ ? Status::kServerGone : Status::kOk;
+}
+
+nlohmann::json Session::control_request(const nlohmann::json& request) {
+  if (!ctl_ || gone_) throw ClientError(Status::kServerGone, "fabkv: server gone");
+  try {
+    auto reply = ctl_->request(json_bytes(request), o_.timeout_ms);
+    return nlohmann::json::parse(reply.begin(), reply.end());
+  } catch (const std::exception&) {
+    check_control(true);
+    throw;
+  }
+}
+
+nlohmann::json Session::stats() {
+  try {
+    return control_request({{"op", "stats"}});
+  } catch (const ClientError&) {
+    throw;
+  } catch (const control::ControlError& e) {
+    throw ClientError(e.status() == control::Status::kTimeout ? Status::kTimeout
+                                                               : Status::kServerGone,
+                      std::string("fabkv: stats: ") + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw ClientError(Status::kMalformed, std::string("fabkv: stats reply: ") + e.what());
+  }
+}
+
+}  // namespace fabkv

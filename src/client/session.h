@@ -1,0 +1,97 @@
+// The generic client session: everything fabkv::Client does that is not a protocol. It owns
+// the fabric, the one endpoint and its completion queue, the control channel (and with it
+// liveness: a closed control connection means the server is gone), deadlines, the poll loop,
+// the blocking calls built on the async ones, and flush. The protocol
+// (proto/client_protocol.h), made through the registry (src/client/protocols.cc), owns how
+// requests travel and how answers come back.
+//
+// Threading: as Client (client.h): one thread at a time; counters() from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "client/client.h"
+#include "common/deadline.h"
+#include "control/client.h"
+#include "fabric/endpoint.h"
+#include "fabric/fabric.h"
+#include "proto/client_protocol.h"
+
+namespace fabkv {
+
+class Session final : public proto::ClientHost {
+ public:
+  // Checks the options, makes the protocol, opens the fabric, says hello and learns the
+  // layout. Throws ClientError (Client::connect's contract).
+  static std::unique_ptr<Session> connect(const ClientOptions& options);
+  // Lets requests in flight finish briefly, closes the control channel (the server reclaims
+  // our slots), then frees the protocol's memory before the endpoint and fabric.
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // ---- data path
+  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) {
+    return proto_->submit(r, std::move(cb));
+  }
+  Status blocking(const proto::ClientRequest& r, std::string* out_value, uint64_t* out_version);
+  // One round of progress: completions, memory-polled answers, and every 128 rounds (or once
+  // the server is gone) liveness and expiry. Returns callbacks run.
+  size_t poll();
+  Status flush();
+  size_t in_flight() const { return proto_->in_flight(); }
+
+  // ---- the rest of Client's API
+  nlohmann::json stats();
+  nlohmann::json protocol_counters() const { return proto_->counters(); }
+  fabric::VerbSnapshot counters() const { return ep_->counters().snapshot(); }
+  const nlohmann::json& layout() const { return layout_; }
+  const std::string& provider() const { return fabric_->provider_name(); }
+
+  // ---- proto::ClientHost
+  fabric::Fabric& fabric() override { return *fabric_; }
+  fabric::Endpoint& endpoint() override { return *ep_; }
+  const ClientOptions& options() const override { return o_; }
+  void reap() override;
+  void drive() override { poll(); }
+  bool alive(bool now) override {
+    check_control(now);
+    return !gone_;
+  }
+  nlohmann::json control_request(const nlohmann::json& request) override;
+
+ private:
+  explicit Session(const ClientOptions& o) : o_(o) {}
+  void open(const std::string& host);
+  void handshake();
+  // Is the control connection still up? It closes when the server process dies, which is
+  // how a client learns "server gone" without waiting for a timeout. A system call, so at
+  // most once per millisecond unless `now`.
+  void check_control(bool now);
+  Status wait_for(const bool& done, Deadline d);
+
+  ClientOptions o_;
+  std::unique_ptr<fabric::Fabric> fabric_;
+  std::unique_ptr<fabric::Endpoint> ep_;
+  std::optional<control::ControlClient> ctl_;
+  nlohmann::json layout_;
+  std::unique_ptr<proto::ClientProtocol> proto_;
+  bool polls_memory_ = false;  // proto_->polls_memory(), asked once
+  uint32_t spins_ = 0;
+  Clock::time_point last_alive_check_{};
+};
+
+// src/client/protocols.cc: the protocol called `name` in proto/registry.h, made by its
+// folder's make_client(). Throws ClientError(kError) for an unknown name (with the list of
+// known ones) or options the protocol refuses.
+std::unique_ptr<proto::ClientProtocol> make_client_protocol(std::string_view name,
+                                                            proto::ClientHost& host,
+                                                            const ClientOptions& options);
+
+}  // namespace fabkv

@@ -1,0 +1,163 @@
+#include "proto/pilaf/client.h"
+
+#include <fmt/format.h>
+
+#include "proto/json.h"
+#include "proto/pilaf/layout.h"
+#include "proto/pilaf/reader.h"
+#include "proto/registry.h"
+#include "proto/rpc/client.h"
+#include "store/limits.h"
+
+namespace fabkv::pilaf {
+
+namespace {
+
+class PilafClient final : public proto::ClientProtocol {
+ public:
+  // reads: GETs by READ (pilaf); false: everything by SEND (pilaf-vo).
+  PilafClient(proto::ClientHost& host, const ClientOptions& o, proto::Id id, bool reads)
+      : host_(host),
+        options_(o),
+        id_(id),
+        reads_(reads),
+        rpc_(host, rpc::ClientConfig{"herd.requests", true}) {}
+
+  ~PilafClient() override {
+    reader_.reset();  // its buffer's registration goes before the RPC client's
+  }
+
+  void hello(nlohmann::json* payload) override {
+    (*payload)["protocol"] = proto::info(id_).name;
+    (*payload)["transport"] = "send";  // Pilaf sec. 3.1: PUT/DELETE are messages
+    rpc_.hello(payload);
+  }
+
+  Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
+    Opened r = rpc_.open(w, layout);
+    if (r != Opened::kReady || !reads_) return r;
+    if (!layout.contains("pilaf") || !layout.at("pilaf").is_array() ||
+        layout.at("pilaf").size() != rpc_.workers())
+      rpc::RpcClient::bad_layout("the server runs no pilaf engine for these workers");
+    setup_reader(w, layout);
+    return r;
+  }
+
+  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+    if (r.op != proto::ClientOp::kGet || !reader_) return rpc_.submit(r, std::move(cb));
+    if (host_.gone()) return Status::kServerGone;
+    Status v = rpc::validate(r.key, 0, rpc_.max_value());
+    if (v != Status::kOk) return v;
+    return reader_->get(r.key, rpc_.worker_of(r.key), std::move(cb));
+  }
+
+  size_t complete(std::span<fabric::Completion> cs) override {
+    size_t ran = 0;
+    for (fabric::Completion& c : cs) {
+      if (c.context == nullptr) {
+        // Our posts all carry a context; shm drops it (and the flags) from a failed READ.
+        if (reader_ && c.error != 0 && !c.inbound) reader_->on_orphan_error();
+      } else if (reader_ && reader_->owns(c.context)) {
+        ran += reader_->on_completion(c);
+      } else if (rpc_.owns(c.context)) {
+        ran += rpc_.complete(c);
+      }
+    }
+    return ran;
+  }
+
+  size_t expire(bool all) override {
+    size_t ran = 0;
+    if (all || rpc_.in_flight() > 0) ran += rpc_.expire(all);
+    if (reader_ && reader_->in_flight() > 0)
+      ran += reader_->expire(all, all ? Status::kServerGone : Status::kTimeout);
+    return ran;
+  }
+  size_t in_flight() const override {
+    return rpc_.in_flight() + (reader_ ? reader_->in_flight() : 0);
+  }
+  nlohmann::json counters() const override {
+    return reader_ ? reader_->counters().to_json() : nlohmann::json::object();
+  }
+
+ private:
+  void setup_reader(const control::Welcome& w, const nlohmann::json& layout) {
+    const uint32_t n = rpc_.workers();
+    std::vector<PilafMap> maps(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      maps[i].peer = rpc_.peer(i);
+      maps[i].table = rpc::RpcClient::region_of(w, fmt::format("pilaf.table.{}", i));
+      maps[i].extents = rpc::RpcClient::region_of(w, fmt::format("pilaf.extents.{}", i));
+      try {
+        maps[i].generation = layout.at("pilaf").at(i).at("generation").get<uint32_t>();
+        maps[i].entries = layout.at("pilaf").at(i).at("entries").get<uint64_t>();
+      } catch (const nlohmann::json::exception& e) {
+        rpc::RpcClient::bad_layout(e.what());
+      }
+      if (maps[i].entries == 0 || table_bytes(maps[i].entries) > maps[i].table.length)
+        rpc::RpcClient::bad_layout(fmt::format("pilaf.table.{} is smaller than its entries", i));
+    }
+    PilafReader::Options po;
+    po.ops = rpc_.window() * n;
+    po.max_record = record_bytes(store::kMaxKeySize, rpc_.max_value());
+    po.timeout_ms = options_.timeout_ms;
+    po.grace_ms = layout.value("pilaf_grace_ms", 5000u);
+    po.parallel_probes = options_.pilaf_parallel_probes;
+    po.clock_skew_s = options_.clock_skew_s;  // test only
+    reader_ = std::make_unique<PilafReader>(
+        host_, po, std::move(maps), [this](std::vector<PilafMap>* m) { return refresh(m); });
+  }
+
+  // The engines' current generations ({"op": "layout"}; Pilaf sec. 3.3 with a control
+  // request instead of a reset connection).
+  bool refresh(std::vector<PilafMap>* maps) {
+    if (host_.gone()) return false;
+    try {
+      nlohmann::json j = host_.control_request({{"op", "layout"}});
+      const auto& ws = j.at("workers");
+      if (ws.size() != maps->size()) return false;
+      for (size_t i = 0; i < maps->size(); ++i) {
+        (*maps)[i].generation = ws.at(i).at("generation").get<uint32_t>();
+        (*maps)[i].entries = ws.at(i).at("entries").get<uint64_t>();
+        (*maps)[i].table = proto::region_from_json(ws.at(i).at("table"));
+        (*maps)[i].extents = proto::region_from_json(ws.at(i).at("extents"));
+        if ((*maps)[i].entries == 0) return false;
+      }
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+  proto::ClientHost& host_;
+  ClientOptions options_;
+  proto::Id id_;
+  bool reads_;
+  rpc::RpcClient rpc_;
+  std::unique_ptr<PilafReader> reader_;  // pilaf: GETs by READ
+};
+
+std::unique_ptr<proto::ClientProtocol> make(proto::ClientHost& host, const ClientOptions& o,
+                                            proto::Id id, bool reads) {
+  if (!o.transport.empty() && o.transport != "send")
+    throw ClientError(Status::kError, fmt::format("fabkv: {} sends its requests as messages: "
+                                                  "transport must be send",
+                                                  proto::info(id).name));
+  return std::make_unique<PilafClient>(host, o, id, reads);
+}
+
+}  // namespace
+
+std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
+                                                   const ClientOptions& options) {
+  return make(host, options, proto::Id::pilaf, true);
+}
+
+}  // namespace fabkv::pilaf
+
+namespace fabkv::pilaf_vo {
+std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
+                                                   const ClientOptions& options) {
+  return pilaf::make(host, options, proto::Id::pilaf_vo, false);
+}
+}  // namespace fabkv::pilaf_vo

@@ -1,0 +1,384 @@
+#include "proto/rpc/client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "fabric/error.h"
+#include "fabric/isolation.h"
+#include "fabric/retry.h"
+#include "proto/json.h"
+#include "store/hash.h"
+#include "store/limits.h"
+
+namespace fabkv::rpc {
+
+namespace {
+constexpr size_t kDefaultStaging = size_t{1} << 20;
+constexpr size_t kStagingAlign = 64;
+constexpr size_t kExtraRecvs = 4;
+}  // namespace
+
+// The indirect path's client memory: a bump allocator that restarts at 0 whenever nothing is
+// in use. Indirect requests are the rare, large ones, so simplicity beats packing.
+class RpcClient::StagingArena {
+ public:
+  explicit StagingArena(size_t size) : size_(size) {}
+  bool alloc(size_t len, size_t* off) {
+    len = (len + kStagingAlign - 1) & ~(kStagingAlign - 1);
+    if (in_use_ == 0) head_ = 0;
+    if (len > size_ - head_) return false;
+    *off = head_;
+    head_ += len;
+    in_use_++;
+    return true;
+  }
+  void release() {
+    if (in_use_ > 0 && --in_use_ == 0) head_ = 0;
+  }
+
+ private:
+  size_t size_, head_ = 0, in_use_ = 0;
+};
+
+RpcClient::RpcClient(proto::ClientHost& host, const ClientConfig& config)
+    : host_(host), config_(config) {
+  const ClientOptions& o = host.options();
+  staging_bytes_ = o.staging_bytes ? o.staging_bytes : kDefaultStaging;
+  timeout_ms_ = o.timeout_ms;
+}
+
+RpcClient::~RpcClient() = default;
+
+void RpcClient::bad_layout(const std::string& why) {
+  throw ClientError(Status::kMalformed, "fabkv: unusable layout from the server: " + why);
+}
+
+fabric::RemoteRegion RpcClient::region_of(const control::Welcome& w, const std::string& name) {
+  auto it = std::find_if(w.regions.begin(), w.regions.end(),
+                         [&](const control::RegionDescriptor& r) { return r.name == name; });
+  if (it == w.regions.end()) bad_layout("no region " + name);
+  return {it->addr, it->length, it->key, static_cast<fabric::Access>(it->access & 3)};
+}
+
+void RpcClient::hello(nlohmann::json* payload) {
+  staging_buf_.reset();
+  staging_buf_ = std::make_unique<fabric::RegisteredBuffer>(host_.fabric(), staging_bytes_,
+                                                            fabric::Access::kRemoteRead);
+  staging_ = std::make_unique<StagingArena>(staging_bytes_);
+  staging_remote_ = staging_buf_->remote();
+  (*payload)["region"] = proto::region_to_json(staging_remote_);
+}
+
+void RpcClient::parse(const control::Welcome& w, const nlohmann::json& layout) {
+  try {
+    if (layout.contains("wire") && layout.at("wire").get<uint32_t>() != kWireVersion)
+      bad_layout(fmt::format("wire version {} (this client speaks {})",
+                             layout.at("wire").get<uint32_t>(), kWireVersion));
+    client_ = layout.at("client").get<uint16_t>();
+    epoch_ = layout.at("epoch").get<uint16_t>();
+    n_workers_ = layout.at("workers").get<uint32_t>();
+    window_ = layout.at("window").get<uint32_t>();
+    slot_size_ = layout.at("slot_size").get<uint32_t>();
+    queues_ = layout.value("queues", 1u);
+    max_value_ = layout.at("max_value").get<size_t>();
+    recv_size_ = config_.recv_answers ? layout.at("recv_size").get<size_t>()
+                                      : layout.value("recv_size", size_t{0});
+    std::string transport = layout.value("transport", std::string("write"));
+    if (transport != "write" && transport != "send") bad_layout("transport " + transport);
+    send_transport_ = transport == "send";
+  } catch (const nlohmann::json::exception& e) {
+    bad_layout(e.what());
+  }
+  if (n_workers_ == 0 || n_workers_ > 65536) bad_layout("workers out of range");
+  if (window_ == 0 || window_ > 4096) bad_layout("window out of range");
+  if (queues_ == 0) bad_layout("queues = 0");
+  if (slot_size_ < request_bytes(sizeof(IndirectBody)))
+    bad_layout(fmt::format("slot_size {} cannot hold an indirect request", slot_size_));
+  if (max_value_ > store::kMaxValueSizeLimit) bad_layout("max_value over 16 MiB");
+  if (config_.recv_answers && recv_size_ < sizeof(ResponseHeader))
+    bad_layout("recv_size under a response header");
+  if (w.fabric_addresses.size() != size_t{n_workers_} * queues_)
+    bad_layout(fmt::format("{} fabric addresses for {} workers x {} queues",
+                           w.fabric_addresses.size(), n_workers_, queues_));
+}
+
+proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
+                                              const nlohmann::json& layout) {
+  parse(w, layout);
+  size_t needed = store::kMaxKeySize + max_value_ + kStagingAlign;
+  if (needed > staging_bytes_) {
+    // The server allows larger values than our staging region holds: the region travels in
+    // the Hello, so the session says goodbye and comes back with one that fits (rare
+    // configurations only).
+    staging_bytes_ = needed;
+    return proto::ClientProtocol::Opened::kHelloAgain;
+  }
+  ep_ = &host_.endpoint();
+  fabric::Fabric& fabric = host_.fabric();
+  // Every response endpoint goes into the AV: answers come from any of a worker's k queues,
+  // and on shm a receiver must know a sender.
+  std::vector<fabric::PeerAddr> peers;
+  peers.reserve(w.fabric_addresses.size());
+  for (const auto& a : w.fabric_addresses) peers.push_back(ep_->insert_peer(a));
+  workers_.clear();
+  workers_.resize(n_workers_);
+  for (uint32_t i = 0; i < n_workers_; ++i) {
+    Worker& wk = workers_[i];
+    wk.peer = peers[size_t{i} * queues_];
+    wk.slots = std::vector<Slot>(window_);
+    for (uint32_t s = 0; s < window_; ++s) {
+      wk.slots[s].tx_ctx.user = &kTxMarker;
+      wk.slots[s].tx_ctx.tag = (uint64_t{i} << 32) | s;
+    }
+    if (!send_transport_) {
+      std::string name = fmt::format("{}.{}", config_.requests_region, i);
+      wk.region = region_of(w, name);
+      size_t end = slot_offset(client_, window_, slot_size_, window_ - 1) + slot_size_;
+      if (end > wk.region.length)
+        bad_layout(fmt::format("{} ({} bytes) has no slots for client {}", name,
+                               wk.region.length, client_));
+    }
+  }
+  size_t slots_total = size_t{n_workers_} * window_;
+  // Messages of a size the provider would carry under a process-shared lock are sent padded
+  // (fabric/isolation.h): the send transport's slots and every receive buffer have room.
+  tx_stride_ = send_transport_ ? fabric::lock_free_capacity(fabric, slot_size_) : slot_size_;
+  tx_ = std::make_unique<fabric::RegisteredBuffer>(fabric, slots_total * tx_stride_,
+                                                   fabric::Access::kLocalOnly);
+  if (!config_.recv_answers) return proto::ClientProtocol::Opened::kReady;
+  recv_size_ = (fabric::lock_free_capacity(fabric, recv_size_) + 7) & ~size_t{7};
+  size_t n_recv = slots_total + kExtraRecvs;
+  rx_ = std::make_unique<fabric::RegisteredBuffer>(fabric, n_recv * recv_size_,
+                                                   fabric::Access::kLocalOnly);
+  recv_ctx_ = std::vector<fabric::OpContext>(n_recv);
+  Deadline d = Deadline::after_ms(host_.options().connect_timeout_ms);
+  for (size_t i = 0; i < n_recv; ++i) {
+    recv_ctx_[i].user = &kRecvMarker;
+    recv_ctx_[i].tag = i;
+    long ret = post_recv(i, d);
+    if (ret != 0) throw fabric::FabricError("fi_recv", ret);
+  }
+  return proto::ClientProtocol::Opened::kReady;
+}
+
+long RpcClient::post_recv(size_t i, const Deadline& d) {
+  return fabric::post_with_retry(
+      [&] { return ep_->recv(rx_->local(i * recv_size_, recv_size_), &recv_ctx_[i]); },
+      [&] { host_.reap(); }, d);
+}
+
+uint32_t RpcClient::worker_of(std::string_view key) const {
+  return store::partition_of(store::hash_key(key), n_workers_);
+}
+
+// Runs a request's callback once, then marks it finished (the callback may post more).
+void RpcClient::finish(Slot& s, Status st, std::string_view value, uint64_t version) {
+  Client::Callback cb = std::move(s.cb);
+  s.cb = nullptr;
+  if (cb) cb(st, value, version);
+}
+
+void RpcClient::release_staging(Slot& s) {
+  if (s.staging_off != kNoStaging) {
+    staging_->release();
+    s.staging_off = kNoStaging;
+  }
+}
+
+void RpcClient::set_zombie(Slot& s, bool z) {
+  if (s.zombie == z) return;
+  s.zombie = z;
+  if (z) zombies_++;
+  else zombies_--;
+}
+
+size_t RpcClient::complete(fabric::Completion& c) {
+  if (c.context->user == &kRecvMarker) return on_recv(c);
+  return on_tx(c);
+}
+
+size_t RpcClient::on_tx(fabric::Completion& c) {
+  uint32_t w = static_cast<uint32_t>(c.context->tag >> 32);
+  uint32_t si = static_cast<uint32_t>(c.context->tag & 0xffffffffu);
+  if (w >= workers_.size() || si >= window_) return 0;
+  Slot& s = workers_[w].slots[si];
+  s.tx_pending = false;
+  if (c.error == 0) {
+    // A SEND built in staging (send transport, large request) is done with its bytes once
+    // the SEND completed; an indirect WRITE's staging waits for the worker's READ, i.e.
+    // the answer.
+    if (send_transport_ && s.staging_off != kNoStaging && !s.awaiting && !s.zombie)
+      release_staging(s);
+    return 0;
+  }
+  // The request never reached the server: the peer is gone (or unreachable).
+  host_.alive(true);
+  if (!s.awaiting) {
+    if (!s.zombie) release_staging(s);
+    return 0;
+  }
+  s.awaiting = false;
+  set_zombie(s, false);
+  in_flight_--;
+  release_staging(s);
+  finish(s, Status::kServerGone, {}, 0);
+  return 1;
+}
+
+size_t RpcClient::answer(const ResponseHeader& h, std::string_view value) {
+  // Only answers to this incarnation of our index: a response the server built for a
+  // departed client whose index we took must never complete one of our requests.
+  if (h.worker >= workers_.size() || h.client != client_ || h.epoch != epoch_) return 0;
+  Worker& wk = workers_[h.worker];
+  for (Slot& s : wk.slots) {
+    if ((s.awaiting || s.zombie) && s.seq == h.seq && s.op == h.op) {
+      bool run = s.awaiting;
+      if (s.awaiting) in_flight_--;
+      s.awaiting = false;
+      set_zombie(s, false);
+      if (!send_transport_ || !s.tx_pending) release_staging(s);
+      if (!run) return 0;
+      finish(s, from_wire(h.status), value, h.version);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+size_t RpcClient::on_recv(fabric::Completion& c) {
+  size_t i = c.context->tag;
+  size_t ran = 0;
+  if (c.error == 0) {
+    ParsedResponse r;
+    const char* buf = rx_->data() + i * recv_size_;
+    if (parse_response(buf, std::min(c.len, recv_size_), &r)) ran = answer(r.header, r.value);
+  } else if (c.error == 125 /* ECANCELED: endpoint closing */) {
+    return 0;
+  }
+  post_recv(i, Deadline::after_ms(timeout_ms_));
+  return ran;
+}
+
+size_t RpcClient::expire(bool all) {
+  size_t ran = 0;
+  auto now = Clock::now();
+  for (Worker& wk : workers_) {
+    for (Slot& s : wk.slots) {
+      if (s.zombie && !s.awaiting && (all || now >= s.deadline)) {
+        // Given up on for a second timeout: the answer is not coming.
+        set_zombie(s, false);
+        release_staging(s);
+        if (all) s.tx_pending = false;
+      }
+      if (!s.awaiting || (!all && now < s.deadline)) continue;
+      s.awaiting = false;
+      in_flight_--;
+      if (all) {
+        s.tx_pending = false;
+        release_staging(s);
+      } else {
+        // Keep the slot (and the staging bytes the worker may still READ) until the late
+        // answer arrives or another timeout passes.
+        set_zombie(s, true);
+        s.deadline = now + std::chrono::milliseconds(timeout_ms_);
+      }
+      finish(s, all ? Status::kServerGone : Status::kTimeout, {}, 0);
+      ran++;
+    }
+  }
+  return ran;
+}
+
+Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
+  const OpCode op = to_opcode(r.op);
+  if (host_.gone()) return Status::kServerGone;
+  std::string_view key = r.key, value = r.value;
+  Status v = validate(key, value.size(), max_value_);
+  if (v != Status::kOk) return v;
+  uint32_t w = worker_of(key);
+  Worker& wk = workers_[w];
+  size_t body = key.size() + value.size();
+  size_t inline_bytes = request_bytes(body);
+  bool indirect = !send_transport_ && inline_bytes > slot_size_;
+  bool staged_send = send_transport_ && inline_bytes > slot_size_;
+  fabric::Fabric& fabric = host_.fabric();
+  size_t staging_len =
+      indirect ? body : (staged_send ? fabric::lock_free_len(fabric, inline_bytes) : 0);
+  Deadline d = Deadline::after_ms(timeout_ms_);
+  // Wait for the slot and staging bytes; callbacks run meanwhile may take slots, so
+  // re-check both on every round and claim nothing until both are there.
+  size_t off = kNoStaging;
+  uint32_t si;
+  while (true) {
+    si = static_cast<uint32_t>(wk.next_r % window_);
+    if (wk.slots[si].free() && (staging_len == 0 || staging_->alloc(staging_len, &off))) break;
+    host_.drive();
+    if (!host_.alive()) return Status::kServerGone;
+    if (d.expired()) return Status::kTimeout;
+  }
+  Slot& s = wk.slots[si];
+  wk.next_r++;
+  wk.last_seq = next_seq(wk.last_seq);
+  RequestFields f;
+  f.seq = wk.last_seq;
+  f.client = client_;
+  f.epoch = epoch_;
+  f.op = op;
+  f.expire_at = r.expire_at;
+  f.expected_version = r.expected_version;
+  s.seq = f.seq;
+  s.op = static_cast<uint8_t>(op);
+  s.staging_off = off;
+  fabric::LocalBuffer src;
+  char* tx_area = tx_->data() + tx_offset(w, si);
+  if (indirect) {
+    char* st = staging_buf_->data() + off;
+    std::memcpy(st, key.data(), key.size());
+    if (!value.empty()) std::memcpy(st + key.size(), value.data(), value.size());
+    IndirectBody ib{staging_remote_.at(off), staging_remote_.key, body};
+    size_t n = encode_indirect(tx_area, f, static_cast<uint16_t>(key.size()),
+                               static_cast<uint32_t>(value.size()), ib);
+    src = tx_->local(tx_offset(w, si), n);
+  } else if (staged_send) {
+    size_t n = encode_inline(staging_buf_->data() + off, f, key, value);
+    src = staging_buf_->local(off, fabric::lock_free_len(fabric, n));
+  } else {
+    size_t n = encode_inline(tx_area, f, key, value);
+    src = tx_->local(tx_offset(w, si), send_transport_ ? fabric::lock_free_len(fabric, n) : n);
+  }
+  s.cb = std::move(cb);
+  s.awaiting = true;
+  s.tx_pending = true;
+  // Not expirable until posted: the retry loop below polls, and an expiry there would run
+  // the callback of a request that then reports "not sent".
+  s.deadline = Clock::time_point::max();
+  in_flight_++;
+  fabric::PostOptions po;
+  po.inlined = src.len <= ep_->inject_size();
+  long ret = fabric::post_with_retry(
+      [&] {
+        return send_transport_
+                   ? ep_->send(src, wk.peer, &s.tx_ctx, po)
+                   : ep_->write(src, wk.peer,
+                                wk.region.at(slot_offset(client_, window_, slot_size_, si)),
+                                wk.region.key, &s.tx_ctx, po);
+      },
+      // The first operation to a new peer waits for its progress; a full queue for ours.
+      [&] { host_.drive(); }, d, [&] { return host_.alive(); });
+  if (ret == 0) {
+    s.deadline = d.at();
+    return Status::kOk;
+  }
+  // Not posted: nothing reaches the server, the callback will not run.
+  if (s.awaiting) in_flight_--;
+  s.awaiting = false;
+  s.tx_pending = false;
+  s.cb = nullptr;
+  release_staging(s);
+  if (host_.gone()) return Status::kServerGone;
+  return ret == fabric::kAgain ? Status::kTimeout : Status::kError;
+}
+
+}  // namespace fabkv::rpc

@@ -1,0 +1,158 @@
+// The client half of the RPC protocols (herd, server-reply, pilaf's PUT/DELETE, pilaf-vo): the
+// slot machinery of HERD sec. 4.2 over the wire format in proto/rpc/wire.h.
+//
+// Per worker w the client keeps W slots. Request number r goes to slot r mod W with
+// seq = r+1 (skipping 0 on wrap); a slot is reused only when both its answer and the local
+// completion of its WRITE/SEND have arrived, so neither the server's slot nor our local
+// buffer is overwritten while in use. Requests travel by WRITE into our slots of the worker's
+// request region (HERD sec. 4.2) or by SEND (HERD sec. 5.5), as the server's layout says; a
+// request larger than a slot is indirect (the worker READs key+value from our staging
+// region). Answers arrive as SENDs into receive buffers posted here (herd, pilaf), or wherever
+// the owning protocol finds them, which then hands them to answer() (server-reply's ring).
+//
+// Used by composition: a protocol (src/proto/<name>/client.cc) owns one RpcClient and
+// forwards hello/open/submit/complete/expire to it. Owner thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proto/client_protocol.h"
+#include "proto/rpc/request.h"
+#include "proto/rpc/wire.h"
+
+namespace fabkv::rpc {
+
+inline OpCode to_opcode(proto::ClientOp op) {
+  switch (op) {
+    case proto::ClientOp::kGet: return OpCode::kGet;
+    case proto::ClientOp::kPut: return OpCode::kPut;
+    case proto::ClientOp::kDel: return OpCode::kDel;
+  }
+  return OpCode::kGet;
+}
+
+struct ClientConfig {
+  // Worker w's request region is "<requests_region>.<w>" in the Welcome (write transport):
+  // "herd.requests", "server-reply.requests".
+  const char* requests_region = "herd.requests";
+  // Post receive buffers for answers by SEND. false: the owner finds the answers (answer()).
+  bool recv_answers = true;
+};
+
+class RpcClient {
+ public:
+  RpcClient(proto::ClientHost& host, const ClientConfig& config);
+  ~RpcClient();
+  RpcClient(const RpcClient&) = delete;
+  RpcClient& operator=(const RpcClient&) = delete;
+
+  // Registers the staging region (indirect requests) and announces it as "region".
+  void hello(nlohmann::json* payload);
+  // Checks the layout's RPC part and sets up slots, buffers and receives. kHelloAgain when
+  // the staging region cannot hold the server's largest request. Throws ClientError.
+  proto::ClientProtocol::Opened open(const control::Welcome& w, const nlohmann::json& layout);
+  // The Welcome's region called `name`; throws ClientError(kMalformed) when there is none.
+  static fabric::RemoteRegion region_of(const control::Welcome& w, const std::string& name);
+  [[noreturn]] static void bad_layout(const std::string& why);
+
+  // Validates, waits (bounded by timeout_ms) for the key's worker to have a free slot and
+  // the staging bytes, encodes and posts. kOk: the callback runs exactly once.
+  Status submit(const proto::ClientRequest& r, Client::Callback&& cb);
+  // Ours: the context of a request's WRITE/SEND or of a receive buffer.
+  bool owns(const fabric::OpContext* ctx) const {
+    return ctx != nullptr && (ctx->user == &kTxMarker || ctx->user == &kRecvMarker);
+  }
+  // One of our completions (owns()). Returns callbacks run.
+  size_t complete(fabric::Completion& c);
+  // An answer found by the owner: completes the slot of (h.worker, h.seq, h.op) if this
+  // incarnation of our index asked for it. `value` must stay valid during the callback and
+  // must not be reusable by a request the callback posts. Returns callbacks run.
+  size_t answer(const ResponseHeader& h, std::string_view value);
+  size_t expire(bool all);
+  size_t in_flight() const { return in_flight_; }
+
+  // For the owner's own lookups (pilaf's READs, server-reply's ring).
+  uint32_t workers() const { return n_workers_; }
+  uint32_t window() const { return window_; }
+  size_t max_value() const { return max_value_; }
+  uint16_t client() const { return client_; }
+  uint16_t epoch() const { return epoch_; }
+  bool send_transport() const { return send_transport_; }
+  fabric::PeerAddr peer(uint32_t w) const { return workers_[w].peer; }
+  uint32_t worker_of(std::string_view key) const;
+  // Calls f(worker, seq) for every slot whose answer may still come (awaited or given up on
+  // by a timeout but not yet reclaimed).
+  template <class F>
+  void for_each_waiting(F&& f) const {
+    for (uint32_t w = 0; w < n_workers_; ++w)
+      for (const Slot& s : workers_[w].slots)
+        if (s.awaiting || s.zombie) f(w, s.seq);
+  }
+  size_t waiting() const { return in_flight_ + zombies_; }
+
+ private:
+  static constexpr size_t kNoStaging = ~size_t{0};
+  static inline char kTxMarker, kRecvMarker;  // OpContext::user of our posts
+
+  struct Slot {
+    fabric::OpContext tx_ctx;
+    Client::Callback cb;
+    uint32_t seq = 0;
+    uint8_t op = 0;
+    bool awaiting = false;    // answer expected and callback not yet run
+    bool zombie = false;      // callback ran (timeout) but the answer may still come
+    bool tx_pending = false;  // local WRITE/SEND completion not yet reaped
+    Clock::time_point deadline{};
+    size_t staging_off = kNoStaging;
+    bool free() const { return !awaiting && !zombie && !tx_pending; }
+  };
+  struct Worker {
+    fabric::PeerAddr peer = fabric::kNoPeer;  // request endpoint (w*k)
+    fabric::RemoteRegion region;              // <requests_region>.<w>
+    uint64_t next_r = 0;
+    uint32_t last_seq = 0;
+    std::vector<Slot> slots;
+  };
+  class StagingArena;
+
+  void parse(const control::Welcome& w, const nlohmann::json& layout);
+  long post_recv(size_t i, const Deadline& d);
+  size_t on_recv(fabric::Completion& c);
+  size_t on_tx(fabric::Completion& c);
+  void release_staging(Slot& s);
+  void set_zombie(Slot& s, bool z);
+  static void finish(Slot& s, Status st, std::string_view value, uint64_t version);
+  size_t tx_offset(uint32_t w, uint32_t s) const {
+    return (size_t{w} * window_ + s) * tx_stride_;
+  }
+
+  proto::ClientHost& host_;
+  ClientConfig config_;
+  fabric::Endpoint* ep_ = nullptr;  // host_.endpoint() as of open()
+  size_t staging_bytes_ = 0;        // what the next hello() registers
+  std::unique_ptr<fabric::RegisteredBuffer> staging_buf_, tx_, rx_;
+  std::unique_ptr<StagingArena> staging_;
+  fabric::RemoteRegion staging_remote_;
+
+  uint16_t client_ = 0, epoch_ = 0;
+  uint32_t n_workers_ = 0, window_ = 0, slot_size_ = 0, queues_ = 1;
+  size_t max_value_ = 0, recv_size_ = 0;
+  size_t tx_stride_ = 0;  // bytes per request slot in `tx_` (room for lock-free padding)
+  bool send_transport_ = false;
+  int timeout_ms_ = 2000;
+
+  std::vector<Worker> workers_;
+  std::vector<fabric::OpContext> recv_ctx_;
+  size_t in_flight_ = 0;  // slots awaiting an answer
+  size_t zombies_ = 0;    // slots given up on whose answer may still come
+};
+
+}  // namespace fabkv::rpc

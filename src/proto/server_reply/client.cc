@@ -1,0 +1,130 @@
+#include "proto/server_reply/client.h"
+
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include "proto/json.h"
+#include "proto/registry.h"
+#include "proto/rpc/client.h"
+#include "proto/server_reply/wire.h"
+
+namespace fabkv::server_reply {
+
+namespace {
+
+// The first Hello's ring: enough for the server's defaults with up to 4 workers (W = 4,
+// max_value = 64 KiB, src/proto/rpc/options.h and src/server/options.h).
+size_t first_ring_bytes() { return ring_bytes(4, rpc::kDefaultWindow, size_t{64} << 10); }
+
+class ServerReplyClient final : public proto::ClientProtocol {
+ public:
+  explicit ServerReplyClient(proto::ClientHost& host)
+      : host_(host), rpc_(host, rpc::ClientConfig{"server-reply.requests", false}) {}
+
+  void hello(nlohmann::json* payload) override {
+    (*payload)["protocol"] = proto::info(proto::Id::server_reply).name;
+    (*payload)["transport"] = "write";
+    rpc_.hello(payload);
+    ring_.reset();
+    ring_ = std::make_unique<fabric::RegisteredBuffer>(host_.fabric(), ring_bytes_,
+                                                       fabric::Access::kRemoteWrite);
+    (*payload)["ring"] = proto::region_to_json(ring_->remote());
+  }
+
+  Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
+    Opened r = rpc_.open(w, layout);
+    if (rpc_.send_transport())
+      rpc::RpcClient::bad_layout("server-reply takes its requests by write, the server said send");
+    // rpc_ has parsed the layout even when it asks for another Hello.
+    const size_t need = ring_bytes(rpc_.workers(), rpc_.window(), rpc_.max_value());
+    if (need > ring_bytes_) {
+      ring_bytes_ = need;
+      return Opened::kHelloAgain;
+    }
+    if (r != Opened::kReady) return r;
+    workers_ = rpc_.workers();
+    window_ = rpc_.window();
+    max_value_ = rpc_.max_value();
+    value_.reserve(max_value_);  // the copy out of the ring never allocates
+    return r;
+  }
+  bool polls_memory() const override { return true; }
+
+  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+    return rpc_.submit(r, std::move(cb));
+  }
+  size_t complete(std::span<fabric::Completion> cs) override {
+    size_t ran = 0;
+    for (fabric::Completion& c : cs)
+      if (rpc_.owns(c.context)) ran += rpc_.complete(c);
+    return ran;
+  }
+  size_t poll() override {
+    if (rpc_.waiting() == 0) return 0;
+    size_t ran = 0;
+    rpc_.for_each_waiting([&](uint32_t w, uint32_t seq) { ran += take(w, seq); });
+    return ran;
+  }
+  size_t expire(bool all) override {
+    return all || rpc_.in_flight() > 0 ? rpc_.expire(all) : 0;
+  }
+  size_t in_flight() const override { return rpc_.in_flight(); }
+
+ private:
+  // The answer to (w, seq) if it has landed whole: callbacks run (0 or 1).
+  size_t take(uint32_t w, uint32_t seq) {
+    char* slot = ring_->data() + ring_offset(w, window_, max_value_, seq);
+    // The worker's WRITE may be landing right now: the seqs are read atomically, the rest is
+    // trusted only once the checksum over it matches.
+    const uint32_t head_seq =
+        std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot)).load(std::memory_order_acquire);
+    if (head_seq != seq) return 0;
+    const rpc::ResponseHeader h = rpc::load<rpc::ResponseHeader>(slot);
+    if (h.value_len > max_value_) return 0;  // not whole yet
+    char* trailer = slot + trailer_offset(h.value_len);
+    const uint64_t raw = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(trailer))
+                             .load(std::memory_order_acquire);
+    ResponseTrailer t;
+    std::memcpy(&t, &raw, sizeof(t));
+    if (t.seq != seq || t.check != response_check(slot, h.value_len, seq)) return 0;
+    // A callback that posts may poll and take another answer meanwhile: nested takes copy
+    // into their own string (allocating only then).
+    std::string nested;
+    std::string& value = depth_ == 0 ? value_ : nested;
+    value.assign(slot + sizeof(rpc::ResponseHeader), h.value_len);
+    // Zeroed before the slot can be reused: a stale answer never matches a later request.
+    std::memset(trailer, 0, sizeof(ResponseTrailer));
+    std::memset(slot, 0, sizeof(rpc::ResponseHeader));
+    if (h.worker != w) return 0;  // not from the worker we asked (a bug on one side)
+    // answer() checks client and epoch (an answer meant for a predecessor of our index).
+    depth_++;
+    struct Leave {
+      uint32_t& d;
+      ~Leave() { d--; }
+    } leave{depth_};
+    return rpc_.answer(h, value);
+  }
+
+  proto::ClientHost& host_;
+  rpc::RpcClient rpc_;
+  size_t ring_bytes_ = first_ring_bytes();
+  std::unique_ptr<fabric::RegisteredBuffer> ring_;
+  uint32_t workers_ = 0, window_ = 0;
+  size_t max_value_ = 0;
+  std::string value_;  // the answer's value, copied out of the ring for the callback
+  uint32_t depth_ = 0;  // take()s running a callback
+};
+
+}  // namespace
+
+std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
+                                                   const ClientOptions& options) {
+  if (!options.transport.empty() && options.transport != "write")
+    throw ClientError(Status::kError,
+                      "fabkv: server-reply WRITEs its requests: transport must be write, not '" +
+                          options.transport + "'");
+  return std::make_unique<ServerReplyClient>(host);
+}
+
+}  // namespace fabkv::server_reply
