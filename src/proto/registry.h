@@ -4,7 +4,7 @@
 //
 // Each line: X(id, "name", server side, engine, summary)
 //   id          C++ identifier; the folder's namespace fabkv::<id> defines
-//               make_server() (when `server side` is id) and make_client_<id>()
+//               make_server() (when `server side` is id) and make_client()
 //   name        what users type (--protocol, --protocols, fabkv:<name>, the Hello)
 //   server side the protocol whose server side serves this one: a protocol that only differs
 //               on the client (pilaf-vo uses pilaf's server without its READs) names another

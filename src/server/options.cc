@@ -7,6 +7,7 @@
 
 #include "proto/rpc/wire.h"
 #include "proto/pilaf/layout.h"
+#include "proto/registry.h"
 #include "store/limits.h"
 
 namespace fabkv::server {
@@ -129,9 +130,9 @@ void validate(const ServerOptions& o) {
     throw std::invalid_argument("--memory too small for the workers and --max-value");
   if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
   for (const auto& p : o.protocols)
-    if (p != "herd" && p != pilaf::kProtocol && p != pilaf::kProtocolVo)
-      throw std::invalid_argument("unknown protocol '" + p +
-                                  "' (this build serves: herd, pilaf, pilaf-vo)");
+    if (proto::find(p) == nullptr)
+      throw std::invalid_argument("unknown protocol '" + p + "' (this build serves: " +
+                                  proto::names() + ")");
 }
 
 }  // namespace fabkv::server

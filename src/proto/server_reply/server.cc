@@ -32,12 +32,11 @@ class ServerReplyServer final : public rpc::RpcServer {
     } catch (const std::exception& e) {
       return std::string("server-reply needs a response ring in the Hello: ") + e.what();
     }
-    const server::ServerOptions& o = worker_.options();
-    size_t need = ring_bytes(o.workers, window_, max_value_);
-    if (ring.length < need)
-      return fmt::format("the response ring has {} bytes; {} workers x W {} x {} bytes need {}",
-                         ring.length, o.workers, window_, ring_slot_bytes(max_value_), need);
+    // A client cannot know the ring's size before it has seen the layout: one whose ring is too
+    // small is admitted, told the size (ring_bytes) and never answered; it comes back with a
+    // ring that fits (src/proto/server_reply/client.cc).
     welcome(rpc::Transport::kWrite, out);
+    out->layout["ring_bytes"] = ring_bytes(worker_.options().workers, window_, max_value_);
     return "";
   }
 
@@ -52,6 +51,8 @@ class ServerReplyServer final : public rpc::RpcServer {
 
   void learn_client_st(uint32_t c, const nlohmann::json& hello) override {
     rings_[c] = proto::region_from_json(hello.at("ring"));  // admit() checked it
+    if (rings_[c].length < ring_bytes(worker_.options().workers, window_, max_value_))
+      rings_[c] = {};  // too small (see admit): nothing is written into it
   }
 
   // Header and value are in `slot`; the trailer goes after them and the whole answer is one
@@ -63,11 +64,22 @@ class ServerReplyServer final : public rpc::RpcServer {
     std::memset(slot + len, 0, toff - len);
     rpc::store(slot + toff, t);
     const fabric::RemoteRegion& ring = rings_[c];
+    if (ring.length == 0) {
+      unanswered_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     uint64_t raddr = ring.at(ring_offset(worker_.index(), window_, max_value_, seq));
     worker_.reply_write_st(c, epoch, answer_buffer(c, seq, toff + sizeof(t)), raddr, ring.key);
   }
 
+  nlohmann::json stats() const override {
+    nlohmann::json j = RpcServer::stats();
+    j["ring_too_small"] = unanswered_.load(std::memory_order_relaxed);
+    return j;
+  }
+
   std::vector<fabric::RemoteRegion> rings_;  // by client index
+  std::atomic<uint64_t> unanswered_{0};      // requests of clients whose ring was too small
 };
 
 }  // namespace
