@@ -17,6 +17,7 @@
 #include "control/client.h"
 #include "fabric/endpoint.h"
 #include "fabric/error.h"
+#include "fabric/retry.h"
 #include "perf/perf.h"
 #include "perf/wire.h"
 
@@ -276,11 +277,9 @@ class PerfClient {
   }
 
   void post_recv(size_t i) {
-    long ret;
-    Deadline d = Deadline::after_ms(o_.timeout_ms);
-    while ((ret = ep_.recv(rx_.local(i * recv_size_, recv_size_), &recv_ctx_[i])) == fabric::kAgain &&
-           !d.expired()) {
-    }
+    long ret = fabric::post_with_retry(
+        [&] { return ep_.recv(rx_.local(i * recv_size_, recv_size_), &recv_ctx_[i]); }, [] {},
+        Deadline::after_ms(o_.timeout_ms));
     if (ret != 0) throw fabric::FabricError("fi_recv", ret);
   }
 

@@ -25,6 +25,7 @@
 #include "control/server.h"
 #include "fabric/endpoint.h"
 #include "fabric/error.h"
+#include "fabric/retry.h"
 #include "perf/perf.h"
 #include "perf/wire.h"
 
@@ -237,26 +238,23 @@ class PerfServer {
 
   void post_recv(size_t i) {
     long ret;
-    while ((ret = ep_.recv(recv_.local(i * kRecvBufferBytes, kRecvBufferBytes), &recv_ctx_[i])) ==
-           fabric::kAgain) {
-      fabric::Completion sink[8];
-      size_t n = ep_.poll(sink);
-      for (size_t k = 0; k < n; ++k) deferred_.push_back(std::move(sink[k]));
-    }
+    ret = fabric::post_with_retry(
+        [&] { return ep_.recv(recv_.local(i * kRecvBufferBytes, kRecvBufferBytes), &recv_ctx_[i]); },
+        [&] { reap_st(); }, Deadline::after_ms(2000));
     if (ret != 0) spdlog::warn("perf server: recv post failed: {}", fabric::error_text(ret));
   }
 
   // Posts with retry on a full queue; completions reaped meanwhile are handled afterwards.
   template <class Post>
   long post_st(Post&& post) {
-    long ret;
-    Deadline d = Deadline::after_ms(2000);
-    while ((ret = post()) == fabric::kAgain && !d.expired()) {
-      fabric::Completion sink[8];
-      size_t n = ep_.poll(sink);
-      for (size_t k = 0; k < n; ++k) deferred_.push_back(std::move(sink[k]));
-    }
-    return ret;
+    return fabric::post_with_retry(post, [&] { reap_st(); }, Deadline::after_ms(2000));
+  }
+
+  // Progress while posting: completions are kept and handled afterwards.
+  void reap_st() {
+    fabric::Completion sink[8];
+    size_t n = ep_.poll(sink);
+    for (size_t k = 0; k < n; ++k) deferred_.push_back(std::move(sink[k]));
   }
 
   void handle_st(fabric::Completion& c) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fabric/memory_region.h"
+#include "common/bytes.h"
 #include "proto/json.h"
 
 namespace fabkv::perf {
@@ -26,18 +27,10 @@ inline constexpr uint32_t kPerfWireVersion = 1;
 inline constexpr size_t kEchoHeader = 8;
 inline constexpr size_t kEchoTrailer = 8;
 
-inline uint64_t load_u64(const void* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void store_u64(void* p, uint64_t v) { std::memcpy(p, &v, sizeof(v)); }
-inline uint32_t load_u32(const void* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void store_u32(void* p, uint32_t v) { std::memcpy(p, &v, sizeof(v)); }
+inline uint64_t load_u64(const void* p) { return load<uint64_t>(p); }
+inline void store_u64(void* p, uint64_t v) { store(p, v); }
+inline uint32_t load_u32(const void* p) { return load<uint32_t>(p); }
+inline void store_u32(void* p, uint32_t v) { store(p, v); }
 
 using proto::json_bytes;
 using proto::region_from_json;

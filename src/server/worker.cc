@@ -377,7 +377,7 @@ void Worker::round_st() {
   for (auto& side : sides_) side->poll_st();
   for (auto& side : sides_)
     if (side->has_work_st()) side->flush_st();
-  send_replies_st();
+  if (!out_.empty() || any_backlog_) send_replies_st();
   repost_rx_st();
 }
 
@@ -452,10 +452,10 @@ void Worker::on_completion_st(fabric::Completion& c) {
   }
 }
 
-// A message goes to the protocol of the client its prefix names (rpc::MessagePrefix: every
-// message-based protocol starts its messages with it).
+// A message goes to the protocol of the client its prefix names (rpc::MessagePrefix). Every
+// message is at least an rpc::RequestHeader, whatever its protocol: a shorter one is malformed.
 void Worker::on_message_st(const char* buf, size_t len) {
-  if (len < sizeof(rpc::MessagePrefix)) {
+  if (len < sizeof(rpc::RequestHeader)) {
     counters_.short_messages.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -543,6 +543,7 @@ void Worker::send_replies_st() {
     }
     if (!s.backlog.empty()) {  // keep its order behind what is already waiting
       s.backlog.push_back(o);
+      any_backlog_ = true;
       continue;
     }
     bool more = o_.rpc.batching && i + 1 < out_.size();
@@ -550,6 +551,7 @@ void Worker::send_replies_st() {
     if (ret == fabric::kAgain) {
       counters_.backlogged.fetch_add(1, std::memory_order_relaxed);
       s.backlog.push_back(o);
+      any_backlog_ = true;
       s.stuck_since = Clock::now();
     } else if (ret != 0) {
       (o.write ? counters_.write_errors : counters_.send_errors).fetch_add(1, std::memory_order_relaxed);
@@ -561,6 +563,8 @@ void Worker::send_replies_st() {
 // Answers the provider refused earlier, oldest first; a client that takes none for
 // kPeerStallMs is dropped so that it cannot hold the worker (or its memory) any longer.
 void Worker::flush_backlogs_st() {
+  if (!any_backlog_) return;
+  any_backlog_ = false;
   for (uint32_t c = 0; c < o_.max_clients; ++c) {
     ClientState& s = clients_[c];
     while (!s.backlog.empty()) {
@@ -573,6 +577,7 @@ void Worker::flush_backlogs_st() {
       if (ret == fabric::kAgain) {
         if (Clock::now() - s.stuck_since > std::chrono::milliseconds(kPeerStallMs))
           drop_peer_st(c, "answers");
+        any_backlog_ |= !s.backlog.empty();
         break;
       }
       if (ret != 0) (o.write ? counters_.write_errors : counters_.send_errors).fetch_add(1, std::memory_order_relaxed);
@@ -609,7 +614,7 @@ nlohmann::json Worker::stats() const {
   nlohmann::json j = {{"worker", index_},
                       {"active_clients", active_clients_.load(std::memory_order_relaxed)},
                       {"unknown_client", r(counters_.unknown_client)},
-                      {"short_messages", r(counters_.short_messages)},
+                      {"malformed", r(counters_.short_messages)},  // protocols add theirs
                       {"send_errors", r(counters_.send_errors)},
                       {"write_errors", r(counters_.write_errors)},
                       {"isolated", isolated_},

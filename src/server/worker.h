@@ -182,6 +182,7 @@ class Worker {
   std::vector<ClientState> clients_;
   std::vector<fabric::Completion> deferred_;  // reaped by reap_st, handled by poll_cqs_st
   std::vector<Outgoing> out_;                 // answers built this round
+  bool any_backlog_ = false;                  // some client has answers waiting
   std::deque<Retired> retired_;  // departed clients' addresses, removed from the AV later
   uint64_t sent_ = 0;
 

@@ -22,17 +22,18 @@ using store::add_st;
 // malformed: a WRITE that is still landing is done within a few microseconds; garbage stays.
 constexpr uint32_t kStallPolls = 20000;
 
-WireStatus to_wire(store::Status s) {
-  switch (s) {
-    case store::Status::kOk: return WireStatus::kOk;
-    case store::Status::kNotFound: return WireStatus::kNotFound;
-    case store::Status::kTooLarge: return WireStatus::kTooLarge;
-    case store::Status::kInvalidKey: return WireStatus::kInvalidKey;
-    case store::Status::kNoSpace: return WireStatus::kNoSpace;
-    case store::Status::kVersionMismatch: return WireStatus::kVersionMismatch;
-  }
-  return WireStatus::kInternal;
+// WireStatus starts with store::Status's values, in its order (proto/rpc/wire.h), so an engine
+// status goes on the wire as it is.
+constexpr bool same(WireStatus w, store::Status s) {
+  return static_cast<uint8_t>(w) == static_cast<uint8_t>(s);
 }
+static_assert(same(WireStatus::kOk, store::Status::kOk) &&
+              same(WireStatus::kNotFound, store::Status::kNotFound) &&
+              same(WireStatus::kTooLarge, store::Status::kTooLarge) &&
+              same(WireStatus::kInvalidKey, store::Status::kInvalidKey) &&
+              same(WireStatus::kNoSpace, store::Status::kNoSpace) &&
+              same(WireStatus::kVersionMismatch, store::Status::kVersionMismatch));
+WireStatus to_wire(store::Status s) { return static_cast<WireStatus>(s); }
 
 OpCode to_opcode(store::Op op) {
   return op == store::Op::kGet ? OpCode::kGet : op == store::Op::kPut ? OpCode::kPut : OpCode::kDel;

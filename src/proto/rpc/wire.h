@@ -25,6 +25,8 @@
 
 #include <xxhash.h>
 
+#include "common/bytes.h"
+
 namespace fabkv::rpc {
 
 inline constexpr uint32_t kWireVersion = 2;
@@ -34,7 +36,8 @@ enum class OpCode : uint8_t { kGet = 1, kPut = 2, kDel = 3 };
 // Request flags.
 inline constexpr uint8_t kFlagIndirect = 1;  // key+value live in client memory (IndirectBody)
 
-// Status in a response. Mirrors store::Status plus what only the protocol can say.
+// Status in a response: store::Status's values in its order (proto/rpc/server.cc checks it),
+// then what only the protocol can say.
 enum class WireStatus : uint8_t {
   kOk = 0,
   kNotFound = 1,
@@ -61,8 +64,9 @@ struct RequestHeader {
 };
 static_assert(sizeof(RequestHeader) == 32 && alignof(RequestHeader) == 8);
 
-// The first 8 bytes of every message a client SENDs to a worker, whatever its protocol: the
-// worker routes a message to its client's protocol by them (server/worker.cc).
+// The first 8 bytes of every message a client SENDs to a worker, whatever its protocol (a
+// message is at least a RequestHeader): the worker routes a message to its client's protocol
+// by them (server/worker.cc).
 struct MessagePrefix {
   uint32_t seq;
   uint16_t client;
@@ -137,15 +141,7 @@ inline size_t slot_inline_capacity(uint32_t slot_size) {
   return slot_size - sizeof(RequestHeader) - sizeof(RequestTrailer) - 3;
 }
 
-template <class T>
-inline T load(const void* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-template <class T>
-inline void store(void* p, const T& v) {
-  std::memcpy(p, &v, sizeof(T));
-}
+using ::fabkv::load;
+using ::fabkv::store;
 
 }  // namespace fabkv::rpc
