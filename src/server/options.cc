@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "store/engine.h"
 #include "store/limits.h"
 
 namespace fabkv::server {
@@ -22,7 +23,8 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
   s.text("engine", "--engine", &o->engine,
          "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | pilaf (lossless "
          "cuckoo table clients READ); default: what the protocols served need, else cache")
-      .one_of({"cache", "store", "pilaf"});
+      .one_of({store::to_string(store::EngineKind::kCache), store::to_string(store::EngineKind::kStore),
+               store::to_string(store::EngineKind::kPilaf)});
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
@@ -54,10 +56,10 @@ proto::EngineNeed needed_engine(const ServerOptions& o) {
 
 const char* engine_for(proto::EngineNeed need) {
   switch (need) {
-    case proto::EngineNeed::kPilaf: return "pilaf";
+    case proto::EngineNeed::kPilaf: return store::to_string(store::EngineKind::kPilaf);
     case proto::EngineNeed::kAny: break;
   }
-  return "cache";
+  return store::to_string(store::EngineKind::kCache);
 }
 
 bool serves_pilaf(const ServerOptions& o) { return needed_engine(o) == proto::EngineNeed::kPilaf; }
