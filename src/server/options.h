@@ -45,7 +45,8 @@ struct ServerOptions : proto::ProtocolOptions {
 // What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf when any
 // of them needs the pilaf engine, else kAny. Unknown protocol names are validate()'s business.
 proto::EngineNeed needed_engine(const ServerOptions& o);
-// The engine that satisfies a need ("pilaf" for kPilaf; "cache", the default, for kAny).
+// The engine that satisfies a need: the pilaf engine for kPilaf, the cache engine (the default)
+// for kAny.
 const char* engine_for(proto::EngineNeed need);
 
 // Same as needed_engine(o) == kPilaf; kept for the worker (server/herd_worker.cc).
