@@ -19,6 +19,7 @@
 #include "bench/runner.h"
 #include "bench/servers.h"
 #include "common/cpu.h"
+#include "proto/registry.h"
 
 namespace fabkv::bench {
 namespace {
@@ -33,14 +34,23 @@ SystemName parse_system(const std::string& s) {
   if (s == "memcached" || s == "redis") return {s, ""};
   if (s.rfind("fabkv:", 0) == 0) {
     std::string p = s.substr(6);
-    // The protocols fabkv::Client speaks; the server may offer more than a client can use.
-    if (p != "herd" && p != "pilaf" && p != "pilaf-vo")
-      throw std::invalid_argument("unknown fabkv protocol '" + p +
-                                  "' in --systems (fabkv:herd, fabkv:pilaf, fabkv:pilaf-vo)");
+    // The protocols of proto/registry.h; a client that cannot speak one says so when it connects.
+    if (!proto::find(p))
+      throw std::invalid_argument("unknown fabkv protocol '" + p + "' in --systems (fabkv:<protocol>, "
+                                  "protocol one of " + proto::names() + ")");
     return {"fabkv", p};
   }
-  if (s == "fabkv") return {"fabkv", "herd"};
+  if (s == "fabkv") return {"fabkv", proto::info(proto::kDefault).name};
   throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, memcached, redis)");
+}
+
+// The --protocols of the server started for `protocol`: it and every protocol served by the same
+// server side (pilaf with pilaf-vo), so that the server runs as it would for any of them.
+std::string served_with(const proto::Info& protocol) {
+  std::string s;
+  for (const proto::Info& p : proto::protocols())
+    if (p.server == protocol.server) s += (s.empty() ? "" : ",") + std::string(p.name);
+  return s;
 }
 
 std::vector<WorkloadSpec> expand(const BenchOptions& o, uint32_t value_size) {
@@ -150,10 +160,11 @@ int run_bench(const BenchOptions& o) {
       ss.window = std::max<uint32_t>(4, o.window);
       ss.max_clients = static_cast<uint32_t>(std::max<size_t>(64, max_clients + 1));
       ss.memcached_bin = o.memcached_bin;
-      if (name.system == "fabkv" && name.protocol != "herd") {
-        // Pilaf: the table has one entry per key of the key space, so --fill is the table's
-        // fill ratio (Pilaf fig. 6: 75%), and the extents hold every record without growing.
-        ss.protocols = "pilaf,pilaf-vo";
+      const proto::Info* fabkv_protocol = name.system == "fabkv" ? proto::find(name.protocol) : nullptr;
+      if (fabkv_protocol) ss.protocols = served_with(*fabkv_protocol);
+      if (fabkv_protocol && fabkv_protocol->engine == proto::EngineNeed::kPilaf) {
+        // The pilaf engine: the table has one entry per key of the key space, so --fill is the
+        // table's fill ratio (Pilaf fig. 6: 75%), and the extents hold every record without growing.
         ss.pilaf_entries = std::max<size_t>(16, o.base.keys);
         const uint32_t largest_value = std::max(value_size, o.base.value_size_max);
         // A record: 16-byte header + key + value, plus the heap's 8-byte block header, in 16-byte

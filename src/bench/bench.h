@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "bench/workload.h"
+#include "proto/registry.h"
 
 namespace fabkv::bench {
 
 struct BenchOptions {
-  // "fabkv:<protocol>", "memcached", "redis".
-  std::vector<std::string> systems = {"fabkv:herd"};
+  // "fabkv:<protocol>" (proto/registry.h), "memcached", "redis".
+  std::vector<std::string> systems = {std::string("fabkv:") + proto::info(proto::kDefault).name};
   std::string provider = "shm";  // fabkv's libfabric provider
   std::string server;            // HOST:PORT of a running fabkv-server ("" = start one)
   std::string secret;            // its control secret

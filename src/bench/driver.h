@@ -44,7 +44,8 @@ class Driver {
   virtual ~Driver() = default;
 
   virtual std::string system() const = 0;    // "fabkv" | "memcached" | "redis"
-  virtual std::string protocol() const = 0;  // "herd" | "text" | "resp"
+  // fabkv: its access protocol (proto/registry.h); memcached: "text"; redis: "resp"
+  virtual std::string protocol() const = 0;
   virtual size_t clients() const = 0;
 
   // Post one request for logical client c. False: it could not be sent (the connection
@@ -67,7 +68,7 @@ class Driver {
 // Connection parameters the runner hands to every driver factory.
 struct DriverOptions {
   std::string address;    // HOST:PORT of the server (control channel for fabkv)
-  std::string protocol;   // fabkv access protocol: "herd" | "pilaf" | "pilaf-vo"
+  std::string protocol;   // fabkv access protocol, a name of proto/registry.h
   std::string provider;   // fabkv provider
   std::string secret;     // fabkv control secret
   size_t clients = 1;     // logical clients (connections)

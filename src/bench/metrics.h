@@ -14,7 +14,7 @@ namespace fabkv::bench {
 
 struct RunContext {
   std::string system;    // "fabkv" | "memcached" | "redis"
-  std::string protocol;  // "herd" | "text" | "resp"
+  std::string protocol;  // fabkv: its protocol (proto/registry.h); "text" (memcached) | "resp" (redis)
   std::string provider;  // fabkv's provider; "tcp" for the baselines (loopback sockets)
   RunSpec spec;
   std::string command;    // the fabkv-bench command line

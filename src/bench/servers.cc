@@ -129,6 +129,20 @@ size_t memory_mib(const std::string& m) {
   return mib < 16 ? 16 : static_cast<size_t>(mib);
 }
 
+// True when every protocol of a --protocols list runs on any engine (proto/registry.h): the
+// harness then asks for the cache engine explicitly.
+bool any_engine(const std::string& protocols) {
+  size_t pos = 0;
+  while (pos <= protocols.size()) {
+    size_t comma = protocols.find(',', pos);
+    if (comma == std::string::npos) comma = protocols.size();
+    const proto::Info* p = proto::find(std::string_view(protocols).substr(pos, comma - pos));
+    if (!p || p->engine != proto::EngineNeed::kAny) return false;
+    pos = comma + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 LocalServer::LocalServer(std::string name, std::unique_ptr<perf::ChildProcess> child,
@@ -171,7 +185,7 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
                                    "--cores", std::to_string(s.core), "--protocols", s.protocols,
                                    "--memory", memory, "--window", std::to_string(s.window),
                                    "--max-clients", std::to_string(s.max_clients), "--log", "warn"};
-  if (s.protocols == "herd") argv.insert(argv.end(), {"--engine", "cache"});
+  if (any_engine(s.protocols)) argv.insert(argv.end(), {"--engine", "cache"});
   if (s.pilaf_entries) argv.insert(argv.end(), {"--pilaf-entries", std::to_string(s.pilaf_entries)});
   if (s.pilaf_extents) argv.insert(argv.end(), {"--pilaf-extents", std::to_string(s.pilaf_extents)});
   // Workers pin themselves with --cores; the control thread may float.

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "perf/process.h"
+#include "proto/registry.h"
 
 namespace fabkv::bench {
 
@@ -22,7 +23,9 @@ struct ServerSpec {
   std::string provider = "shm";
   uint32_t window = 4;
   uint32_t max_clients = 64;
-  std::string protocols = "herd";  // --protocols; a pilaf one makes it run the pilaf engine
+  // --protocols (proto/registry.h): the server runs the engine they need (the cache engine
+  // when any will do; the pilaf engine for a pilaf one).
+  std::string protocols = proto::info(proto::kDefault).name;
   size_t pilaf_entries = 0;        // --pilaf-entries (0: the server's default)
   size_t pilaf_extents = 0;        // --pilaf-extents (0: the server's default)
   // Baseline binaries; "" = found on PATH.

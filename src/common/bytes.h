@@ -6,7 +6,7 @@
 #include <cstring>
 #include <type_traits>
 
-namespace fabkv {
+namespace fabkv::bytes {
 
 template <class T>
 inline T load(const void* p) {
@@ -22,4 +22,4 @@ inline void store(void* p, const T& v) {
   std::memcpy(p, &v, sizeof(T));
 }
 
-}  // namespace fabkv
+}  // namespace fabkv::bytes

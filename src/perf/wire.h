@@ -27,10 +27,10 @@ inline constexpr uint32_t kPerfWireVersion = 1;
 inline constexpr size_t kEchoHeader = 8;
 inline constexpr size_t kEchoTrailer = 8;
 
-inline uint64_t load_u64(const void* p) { return load<uint64_t>(p); }
-inline void store_u64(void* p, uint64_t v) { store(p, v); }
-inline uint32_t load_u32(const void* p) { return load<uint32_t>(p); }
-inline void store_u32(void* p, uint32_t v) { store(p, v); }
+inline uint64_t load_u64(const void* p) { return bytes::load<uint64_t>(p); }
+inline void store_u64(void* p, uint64_t v) { bytes::store(p, v); }
+inline uint32_t load_u32(const void* p) { return bytes::load<uint32_t>(p); }
+inline void store_u32(void* p, uint32_t v) { bytes::store(p, v); }
 
 using proto::json_bytes;
 using proto::region_from_json;

@@ -1,5 +1,8 @@
 // The option blocks of the protocols that have knobs, one member per protocol (or shared piece),
 // each declared in its own folder. Part of the registration list (proto/registry.h).
+// A protocol with knobs adds: its member below, a `void declare(Knobs&, Options*)` in its
+// folder's options.cc (its own TOML table and --help group), the call in declare_knobs, and
+// that options.cc to fabkv_proto in src/proto/CMakeLists.txt.
 #pragma once
 
 #include "proto/herd/options.h"
@@ -13,5 +16,12 @@ struct ProtocolOptions {
   herd::Options herd;
   pilaf::Options pilaf;
 };
+
+// Declares every block's knobs (common/knobs.h), each in its own TOML table and --help group.
+inline void declare_knobs(Knobs& k, ProtocolOptions* o) {
+  rpc::declare(k, &o->rpc);
+  herd::declare(k, &o->herd);
+  pilaf::declare(k, &o->pilaf);
+}
 
 }  // namespace fabkv::proto

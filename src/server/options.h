@@ -1,5 +1,7 @@
 // ServerOptions: every fabkv-server setting with its default and trade-off, filled from the
-// command line and a TOML file (flags override the file).
+// command line and a TOML file (flags override the file). Each setting's flag, TOML key, help
+// and range are declared once, in options.cc (declare_knobs; the protocols' own in their
+// folders' options.cc), with common/knobs.h.
 #pragma once
 
 #include <cstddef>
@@ -7,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "common/knobs.h"
 #include "proto/options.h"
+#include "proto/registry.h"
 
 namespace fabkv::server {
 
@@ -23,13 +27,13 @@ struct ServerOptions : proto::ProtocolOptions {
   uint32_t workers = 1;
   std::vector<int> cores;  // worker i -> cores[i]; empty = core i; -1 = unpinned
   // cache (lossy, evicts) | store (lossless, kNoSpace) | pilaf (lossless, self-verifying cuckoo
-  // table and extents that clients READ, Pilaf sec. 3). "" = pilaf when a pilaf protocol is
-  // served, else cache (resolve_defaults).
+  // table and extents that clients READ, Pilaf sec. 3). "" = what the protocols served need
+  // (needed_engine), else cache (resolve_defaults).
   std::string engine;
   size_t memory = size_t{256} << 20;     // engine bytes, split evenly across workers
   size_t max_value = 64 * 1024;          // largest value accepted
   // Any mix of proto/registry.h's protocols: all of them reach the same engine (the same data).
-  std::vector<std::string> protocols = {"herd"};
+  std::vector<std::string> protocols = {proto::info(proto::kDefault).name};
   uint32_t max_clients = 64;  // Nc: clients at once (request region = workers*Nc*W*slot_size)
   std::string log_level = "info";
   // Asynchronous log of every PUT/DELETE (Pilaf sec. 4), one file per worker:
@@ -38,17 +42,27 @@ struct ServerOptions : proto::ProtocolOptions {
   bool oplog_fsync = false;  // fdatasync each written batch (durable, slower)
 };
 
-// True when `o` serves a protocol that READs the pilaf engine's memory or sends it messages.
-bool serves_pilaf(const ServerOptions& o);
+// What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf when any
+// of them needs the pilaf engine, else kAny. Unknown protocol names are validate()'s business.
+proto::EngineNeed needed_engine(const ServerOptions& o);
+// The engine that satisfies a need: the pilaf engine for kPilaf, the cache engine (the default)
+// for kAny.
+const char* engine_for(proto::EngineNeed need);
 
-// Fills in what depends on other settings (engine "" -> pilaf or cache).
+// Fills in what depends on other settings (engine "" -> engine_for(needed_engine(o))).
 void resolve_defaults(ServerOptions* o);
 
-// Parses "64M", "1G", "4096" (K/M/G/T = powers of 1024). Throws std::invalid_argument.
-size_t parse_bytes(const std::string& s);
+// "64M", "1G", "4096" (common/knobs.h).
+using fabkv::parse_bytes;
 
-// Loads a TOML file into `o` (keys are the flag names without dashes, e.g. workers = 2,
-// memory = "1G", cores = [0, 1]). Throws std::runtime_error with the file's line on error.
+// Declares every setting of `o` on `k` (flag, TOML table and key, help, group, range): the
+// general ones at the file's top level, the protocols' in their tables (proto/options.h).
+void declare_knobs(Knobs& k, ServerOptions* o);
+
+// Loads a TOML file into `o`: general settings at the top level (workers = 2, memory = "1G",
+// cores = [0, 1]), the protocols' in their tables ([rpc] window = 8, [pilaf] entries = "1M").
+// Throws std::runtime_error with the file's line on error (unknown key, a key that moved into
+// a table, wrong type, out of range).
 void load_toml(const std::string& path, ServerOptions* o);
 
 // Checks ranges and combinations; throws std::invalid_argument with a user-facing message.

@@ -12,6 +12,7 @@
 #include "bench/bench.h"
 #include "bench/report.h"
 #include "common/log.h"
+#include "proto/registry.h"
 
 using namespace fabkv;
 using namespace fabkv::bench;
@@ -34,7 +35,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"fabkv-bench: fabkv vs memcached vs redis on one YCSB-style workload generator"};
   app.fallthrough();
-  app.add_option("--systems", o.systems, "systems to run: fabkv:<protocol> (herd), memcached, redis")
+  app.add_option("--systems", o.systems, "systems to run: fabkv:<protocol> (protocol: " +
+                 proto::names() + "), memcached, redis")
       ->delimiter(',')->capture_default_str();
   app.add_option("--provider", o.provider, "fabkv's libfabric provider (shm, tcp, verbs)")->capture_default_str();
   app.add_option("--server", o.server, "HOST:PORT of a running fabkv-server (default: start one "

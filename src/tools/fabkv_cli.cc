@@ -8,8 +8,10 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "client/client.h"
+#include "proto/registry.h"
 
 namespace {
 
@@ -33,7 +35,19 @@ int main(int argc, char** argv) {
   fabkv::ClientOptions o;
   app.add_option("--server", o.server, "control channel HOST:PORT of the server")
       ->capture_default_str();
-  app.add_option("--protocol", o.protocol, "access protocol: herd | pilaf (GETs by READ) | pilaf-vo (all by message)")->capture_default_str();
+  // The protocols of proto/registry.h, each with its summary.
+  std::string protocols_help = "access protocol:";
+  for (const fabkv::proto::Info& p : fabkv::proto::protocols())
+    protocols_help += fmt::format("\n  {}: {}", p.name, p.summary);
+  app.add_option("--protocol", o.protocol, protocols_help)
+      ->capture_default_str()
+      ->type_name(fabkv::proto::names("|"))
+      ->check(CLI::Validator(
+          [](std::string& name) -> std::string {
+            if (fabkv::proto::find(name)) return "";
+            return "unknown protocol '" + name + "' (one of " + fabkv::proto::names() + ")";
+          },
+          "", "PROTOCOL"));
   app.add_option("--provider", o.provider,
                  "libfabric provider: auto|shm|tcp|verbs; must match the server's "
                  "(auto: shm for a local server, tcp otherwise)")

@@ -112,7 +112,9 @@ TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
   // The server counts its clients by protocol.
   nlohmann::json st = clients[0]->stats();
   for (const proto::Info& p : proto::protocols())
-    if (p.server == p.id) EXPECT_TRUE(st.at("workers").at(0).at("protocols").contains(p.name)) << p.name;
+    if (p.server == p.id) {
+      EXPECT_TRUE(st.at("workers").at(0).at("protocols").contains(p.name)) << p.name;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, CrossProtocol, ::testing::Values("shm", "tcp"));

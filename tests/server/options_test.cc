@@ -1,12 +1,49 @@
 #include <cstdio>
 #include <fstream>
 
+#include <CLI/CLI.hpp>
 #include <gtest/gtest.h>
 
+#include "proto/registry.h"
 #include "server/options.h"
 
 namespace fabkv::server {
 namespace {
+
+// Writes `text` to a temporary TOML file; removed when it goes out of scope.
+class TomlFile {
+ public:
+  explicit TomlFile(const std::string& text) : path_(::testing::TempDir() + "fabkv-server-test.toml") {
+    std::ofstream f(path_);
+    f << text;
+  }
+  ~TomlFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The message load_toml throws for `text` ("" when it loads).
+std::string toml_error(const std::string& text, ServerOptions* o = nullptr) {
+  ServerOptions scratch;
+  TomlFile f(text);
+  try {
+    load_toml(f.path(), o ? o : &scratch);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string validate_error(const ServerOptions& o) {
+  try {
+    validate(o);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
 
 TEST(ServerOptions, ParsesSizes) {
   EXPECT_EQ(parse_bytes("4096"), 4096u);
@@ -16,35 +53,114 @@ TEST(ServerOptions, ParsesSizes) {
   EXPECT_THROW(parse_bytes(""), std::invalid_argument);
   EXPECT_THROW(parse_bytes("12Q"), std::invalid_argument);
   EXPECT_THROW(parse_bytes("lots"), std::invalid_argument);
+  EXPECT_THROW(parse_bytes("-5"), std::invalid_argument);
   EXPECT_THROW(parse_bytes("99999999999999T"), std::invalid_argument);
+  EXPECT_EQ(format_bytes(64u << 10), "64K");
+  EXPECT_EQ(format_bytes(size_t{8} << 20), "8M");
+  EXPECT_EQ(format_bytes(1000), "1000");
 }
 
 TEST(ServerOptions, LoadsTomlAndRejectsUnknownKeys) {
-  std::string path = ::testing::TempDir() + "fabkv-server-test.toml";
-  {
-    std::ofstream f(path);
-    f << "workers = 2\nmemory = \"128M\"\nengine = \"store\"\ntransport = \"send\"\n"
-         "cores = [0, 1]\nbatching = false\n";
-  }
   ServerOptions o;
-  load_toml(path, &o);
+  ASSERT_EQ(toml_error("workers = 2\nmemory = \"128M\"\nengine = \"store\"\ncores = [0, 1]\n"
+                       "[herd]\ntransport = \"send\"\n[rpc]\nbatching = false\n",
+                       &o),
+            "");
   EXPECT_EQ(o.workers, 2u);
   EXPECT_EQ(o.memory, size_t{128} << 20);
   EXPECT_EQ(o.engine, "store");
   EXPECT_EQ(o.herd.transport, rpc::Transport::kSend);
   EXPECT_EQ(o.cores, (std::vector<int>{0, 1}));
   EXPECT_FALSE(o.rpc.batching);
-  {
-    std::ofstream f(path);
-    f << "wokers = 2\n";
+
+  // An unknown key: refused with its line and the known keys and tables.
+  std::string e = toml_error("workers = 2\nwokers = 2\n");
+  EXPECT_NE(e.find("fabkv-server-test.toml:2:"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown setting 'wokers'"), std::string::npos) << e;
+  EXPECT_NE(e.find("workers"), std::string::npos) << e;
+  EXPECT_NE(e.find("[rpc]"), std::string::npos) << e;
+  // Unknown inside a table: the table's keys.
+  e = toml_error("[rpc]\nwindow = 4\nwindoww = 4\n");
+  EXPECT_NE(e.find(":3:"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown setting 'windoww' in [rpc] (known: window, slot_size, queues, batching)"),
+            std::string::npos) << e;
+  EXPECT_NE(toml_error("[farm]\nwindow = 4\n"), "");
+  // A syntax error: the file's line.
+  e = toml_error("workers = [\n");
+  EXPECT_NE(e.find("fabkv-server-test.toml:"), std::string::npos) << e;
+  // Wrong types and ranges, with where.
+  e = toml_error("\n[rpc]\nwindow = \"four\"\n");
+  EXPECT_NE(e.find(":3: [rpc] window: expected an integer"), std::string::npos) << e;
+  e = toml_error("[rpc]\nwindow = 65\n");
+  EXPECT_NE(e.find(":2: --window must be 1..64"), std::string::npos) << e;
+  EXPECT_NE(toml_error("[herd]\ntransport = \"pigeon\"\n"), "");
+  EXPECT_NE(toml_error("rpc = 4\n"), "") << "a table's name used as a key";
+}
+
+TEST(ServerOptions, ProtocolKnobsLiveInTheirTables) {
+  ServerOptions o;
+  ASSERT_EQ(toml_error("[rpc]\nwindow = 8\nslot_size = 2048\nqueues = 2\n"
+                       "[pilaf]\nentries = \"1M\"\nextents = 16777216\ngrace_ms = 250\n",
+                       &o),
+            "");
+  EXPECT_EQ(o.rpc.window, 8u);
+  EXPECT_EQ(o.rpc.slot_size, 2048u);
+  EXPECT_EQ(o.rpc.queues, 2u);
+  EXPECT_EQ(o.pilaf.entries, size_t{1} << 20);
+  EXPECT_EQ(o.pilaf.extents, size_t{16} << 20);
+  EXPECT_EQ(o.pilaf.grace_ms, 250u);
+}
+
+TEST(ServerOptions, FlatKeysOfTablesSayWhereTheyMoved) {
+  std::string e = toml_error("workers = 1\nwindow = 4\n");
+  EXPECT_NE(e.find(":2: window moved to [rpc]"), std::string::npos) << e;
+  e = toml_error("transport = \"send\"\n");
+  EXPECT_NE(e.find("transport moved to [herd]"), std::string::npos) << e;
+  e = toml_error("pilaf_entries = \"1M\"\n");
+  EXPECT_NE(e.find("pilaf_entries moved to [pilaf] as entries"), std::string::npos) << e;
+}
+
+// Runs the knobs the way fabkv-server does: flags parsed, the file loaded, the flags applied.
+void parse(ServerOptions* o, std::vector<const char*> argv, const std::string& toml = "") {
+  Knobs k;
+  declare_knobs(k, o);
+  CLI::App app;
+  k.add_to(app);
+  argv.insert(argv.begin(), "fabkv-server");
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  if (!toml.empty()) {
+    TomlFile f(toml);
+    k.load_toml(f.path());
   }
-  EXPECT_THROW(load_toml(path, &o), std::runtime_error);
-  {
-    std::ofstream f(path);
-    f << "workers = [\n";
-  }
-  EXPECT_THROW(load_toml(path, &o), std::runtime_error);
-  std::remove(path.c_str());
+  k.apply_flags();
+}
+
+TEST(ServerOptions, FlagsParseAndOverrideTheFile) {
+  ServerOptions o;
+  parse(&o, {"--pilaf-grace-ms", "250", "--pilaf-entries", "1M", "--transport", "send",
+             "--batching", "off", "--cores", "0,-1", "--protocols", "herd,pilaf"});
+  EXPECT_EQ(o.pilaf.grace_ms, 250u);
+  EXPECT_EQ(o.pilaf.entries, size_t{1} << 20);
+  EXPECT_EQ(o.herd.transport, rpc::Transport::kSend);
+  EXPECT_FALSE(o.rpc.batching);
+  EXPECT_EQ(o.cores, (std::vector<int>{0, -1}));
+  EXPECT_EQ(o.protocols, (std::vector<std::string>{"herd", "pilaf"}));
+
+  o = ServerOptions();
+  parse(&o, {"--window", "16", "--workers", "3", "--oplog-fsync"},
+        "workers = 2\nmax_clients = 8\n[rpc]\nwindow = 8\nqueues = 2\n[pilaf]\ngrace_ms = 100\n");
+  EXPECT_EQ(o.rpc.window, 16u) << "the flag wins";
+  EXPECT_EQ(o.workers, 3u) << "the flag wins";
+  EXPECT_EQ(o.rpc.queues, 2u) << "the file, no flag";
+  EXPECT_EQ(o.max_clients, 8u) << "the file, no flag";
+  EXPECT_EQ(o.pilaf.grace_ms, 100u) << "the file, no flag";
+  EXPECT_TRUE(o.oplog_fsync);
+
+  o = ServerOptions();
+  EXPECT_THROW(parse(&o, {"--pilaf-grace-ms", "soon"}), std::invalid_argument);
+  EXPECT_THROW(parse(&o, {"--pilaf-grace-ms", "0"}), std::invalid_argument);
+  EXPECT_THROW(parse(&o, {"--window", "0"}), std::invalid_argument);
+  EXPECT_THROW(parse(&o, {"--transport", "pigeon"}), std::invalid_argument);
 }
 
 TEST(ServerOptions, ValidatesRanges) {
@@ -59,15 +175,22 @@ TEST(ServerOptions, ValidatesRanges) {
   o.engine = "btree";
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
-  o.protocols = {"herd", "farm"};
+  o.protocols = {proto::info(proto::kDefault).name, "farm"};
   resolve_defaults(&o);
-  EXPECT_THROW(validate(o), std::invalid_argument) << "not a protocol of this build";
+  const std::string e = validate_error(o);
+  EXPECT_EQ(e, "unknown protocol 'farm' (this build serves: " + proto::names() + ")");
+  for (const proto::Info& p : proto::protocols())
+    EXPECT_NE(e.find(p.name), std::string::npos) << "lists " << p.name;
   o = ServerOptions();
   o.protocols = {};
   resolve_defaults(&o);
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
   o.rpc.slot_size = 100;  // not a multiple of 8
+  resolve_defaults(&o);
+  EXPECT_THROW(validate(o), std::invalid_argument);
+  o = ServerOptions();
+  o.pilaf.grace_ms = 0;
   resolve_defaults(&o);
   EXPECT_THROW(validate(o), std::invalid_argument);
 }
@@ -79,7 +202,10 @@ TEST(ServerOptions, PilafProtocolsPickThePilafEngine) {
   EXPECT_EQ(o.engine, "pilaf");
   EXPECT_NO_THROW(validate(o));
   o.engine = "cache";  // pilaf clients READ the pilaf engine's table: nothing else will do
-  EXPECT_THROW(validate(o), std::invalid_argument);
+  const std::string e = validate_error(o);
+  EXPECT_NE(e.find("protocol 'pilaf' needs --engine pilaf"), std::string::npos) << e;
+  EXPECT_NE(e.find("READ"), std::string::npos) << "says why: " << e;
+  EXPECT_NE(e.find("'cache'"), std::string::npos) << e;
   o = ServerOptions();
   o.protocols = {"pilaf"};
   o.pilaf.entries = 4;
@@ -91,6 +217,18 @@ TEST(ServerOptions, PilafProtocolsPickThePilafEngine) {
   o = ServerOptions();
   o.rpc.slot_size = 100;  // not a multiple of 8
   EXPECT_THROW(validate(o), std::invalid_argument);
+}
+
+TEST(ServerOptions, EngineFollowsTheRegistry) {
+  // Every protocol of the registry: a server of it alone gets the engine it needs and validates.
+  for (const proto::Info& p : proto::protocols()) {
+    ServerOptions o;
+    o.protocols = {p.name};
+    resolve_defaults(&o);
+    EXPECT_EQ(needed_engine(o), p.engine) << p.name;
+    EXPECT_EQ(o.engine, engine_for(p.engine)) << p.name;
+    EXPECT_NO_THROW(validate(o)) << p.name;
+  }
 }
 
 }  // namespace

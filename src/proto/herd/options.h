@@ -11,4 +11,7 @@ struct Options {
   rpc::Transport transport = rpc::Transport::kWrite;
 };
 
+// Declares this knob (TOML table [herd]; flag --transport); proto/herd/options.cc.
+void declare(Knobs& k, Options* o);
+
 }  // namespace fabkv::herd

@@ -4,6 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace fabkv {
+class Knobs;  // common/knobs.h
+}
+
 namespace fabkv::pilaf {
 
 struct Options {
@@ -14,5 +18,9 @@ struct Options {
   // How long a replaced generation stays registered for clients still READing it.
   uint32_t grace_ms = 5000;
 };
+
+// Declares these knobs (TOML table [pilaf]; flags --pilaf-entries, --pilaf-extents,
+// --pilaf-grace-ms) with their ranges; proto/pilaf/options.cc.
+void declare(Knobs& k, Options* o);
 
 }  // namespace fabkv::pilaf

@@ -6,6 +6,10 @@
 #include <optional>
 #include <string_view>
 
+namespace fabkv {
+class Knobs;  // common/knobs.h
+}
+
 namespace fabkv::rpc {
 
 // How requests reach a worker: WRITten into the client's slots (HERD sec. 4.2) or SENT as
@@ -24,5 +28,9 @@ struct Options {
   uint32_t queues = 1;        // multi-queue: SEND endpoints per worker, used in turn (Guidelines sec. 4.3.1)
   bool batching = true;       // a round's answers leave together, FI_MORE on all but the last (Guidelines sec. 4.1)
 };
+
+// Declares these knobs (TOML table [rpc]; flags --window, --slot-size, --queues, --batching)
+// with their ranges; proto/rpc/options.cc.
+void declare(Knobs& k, Options* o);
 
 }  // namespace fabkv::rpc

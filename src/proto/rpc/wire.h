@@ -141,7 +141,7 @@ inline size_t slot_inline_capacity(uint32_t slot_size) {
   return slot_size - sizeof(RequestHeader) - sizeof(RequestTrailer) - 3;
 }
 
-using ::fabkv::load;
-using ::fabkv::store;
+using ::fabkv::bytes::load;
+using ::fabkv::bytes::store;
 
 }  // namespace fabkv::rpc
