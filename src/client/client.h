@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fabric/counters.h"
+#include "proto/registry.h"
 
 namespace fabkv {
 
@@ -42,7 +43,7 @@ struct ClientOptions {
   // (answers WRITten into a ring of client memory, RF-RPC sec. 5.3), "pilaf" (GETs by READs
   // of the server's cuckoo table, PUT/DEL by message; Pilaf sec. 3) or "pilaf-vo" (the same
   // server, everything by message). An unknown name fails at connect with the list.
-  std::string protocol = "herd";
+  std::string protocol = proto::info(proto::kDefault).name;
   std::string provider = "auto";          // auto|shm|tcp|verbs: must match the server's
   std::string transport;                  // request transport "write"|"send"; "" = the protocol's
                                           // (herd: the server's --transport)

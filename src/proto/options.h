@@ -1,8 +1,8 @@
 // The option blocks of the protocols that have knobs, one member per protocol (or shared piece),
 // each declared in its own folder. Part of the registration list (proto/registry.h).
-// A protocol with knobs adds: its member below, a `void declare(Knobs&, Options*)` in its
-// folder's options.cc (its own TOML table and --help group), the call in declare_knobs, and
-// that options.cc to fabkv_proto in src/proto/CMakeLists.txt.
+// A protocol with knobs adds: an options.h and options.cc in its folder (an Options struct and
+// `void declare(Knobs&, Options*)`: its own TOML table and --help group), then its member and
+// its declare call below.
 #pragma once
 
 #include "proto/herd/options.h"

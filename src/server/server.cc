@@ -231,7 +231,6 @@ nlohmann::json Server::stats() const {
   nlohmann::json j = {{"provider", provider()},
                       {"protocols", o_.protocols},
                       {"engine", o_.engine},
-                      {"transport", rpc::to_string(o_.herd.transport)},
                       {"workers", workers}};
   {
     std::lock_guard lock(mu_);

@@ -37,7 +37,7 @@ enum class Status : uint8_t {
 
 const char* to_string(Status s);
 
-// kPilaf: the store behind fabkv's Pilaf protocol (pilaf_engine.h): clients READ its table.
+// kPilaf: the store behind fabkv's Pilaf protocol (proto/pilaf/engine.h): clients READ its table.
 enum class EngineKind : uint8_t { kCache, kStore, kPilaf };
 const char* to_string(EngineKind k);
 // "cache", "store" or "pilaf"; nullopt for anything else.

@@ -64,9 +64,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   srv->start();
-  spdlog::info("serving {} on {} over {} with {} worker(s), engine {}, transport {}",
-               fmt::join(o.protocols, ","), srv->address(), srv->provider(), o.workers, o.engine,
-               rpc::to_string(o.herd.transport));
+  spdlog::info("serving {} on {} over {} with {} worker(s), engine {}",
+               fmt::join(o.protocols, ","), srv->address(), srv->provider(), o.workers, o.engine);
   fmt::print("READY {}\n", srv->address());
   std::fflush(stdout);
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "async_model.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -150,61 +151,7 @@ TEST_P(ServerReplyE2E, ARingTooSmallForTheServerIsOfferedAgain) {
 TEST_P(ServerReplyE2E, AsyncManyInFlightMatchesModel) {
   start();
   auto c = Client::connect(options());
-  const uint32_t window = c->layout().at("window").get<uint32_t>();
-  std::map<std::string, std::string> model;
-  std::set<std::string> busy;
-  std::mt19937_64 rng(12345);
-  int mismatches = 0, completed = 0;
-  size_t max_seen_in_flight = 0;
-  const int kOps = 6000;
-  for (int i = 0; i < kOps; ++i) {
-    std::string key;
-    do {
-      key = "key" + std::to_string(rng() % 300);
-      if (busy.count(key)) c->poll();
-    } while (busy.count(key));
-    busy.insert(key);
-    int what = static_cast<int>(rng() % 3);
-    auto it = model.find(key);
-    std::optional<std::string> expect =
-        it == model.end() ? std::nullopt : std::optional<std::string>(it->second);
-    Status st;
-    if (what == 0) {
-      st = c->get_async(key, [&, key, expect](Status s, std::string_view v, uint64_t) {
-        completed++;
-        busy.erase(key);
-        if (expect ? (s != Status::kOk || v != *expect) : s != Status::kNotFound) mismatches++;
-      });
-    } else if (what == 1) {
-      std::string value = "v" + std::to_string(i) + std::string(rng() % 2000, 'x');
-      st = c->put_async(key, value, [&, key, value](Status s, std::string_view, uint64_t) {
-        completed++;
-        busy.erase(key);
-        if (s != Status::kOk) mismatches++;
-        model[key] = value;
-      });
-    } else {
-      st = c->del_async(key, [&, key, expect](Status s, std::string_view, uint64_t) {
-        completed++;
-        busy.erase(key);
-        if (s != (expect ? Status::kOk : Status::kNotFound)) mismatches++;
-        model.erase(key);
-      });
-    }
-    ASSERT_EQ(st, Status::kOk) << "op " << i;
-    ASSERT_EQ(mismatches, 0) << "op " << i;
-    max_seen_in_flight = std::max(max_seen_in_flight, c->in_flight());
-    EXPECT_LE(c->in_flight(), size_t{2} * window);
-  }
-  EXPECT_EQ(c->flush(), Status::kOk);
-  EXPECT_EQ(completed, kOps);
-  EXPECT_EQ(mismatches, 0);
-  EXPECT_GT(max_seen_in_flight, size_t{window});
-  for (auto& [k, v] : model) {
-    std::string got;
-    ASSERT_EQ(c->get(k, &got), Status::kOk) << k;
-    EXPECT_EQ(got, v);
-  }
+  testing::async_ops_match_model(c.get(), 2000);
 }
 
 // 1 WRITE each way: the client posts one WRITE per request and nothing else (no SEND, no

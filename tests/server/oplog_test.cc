@@ -510,7 +510,7 @@ TEST_F(OpLogTest, FailedWritesAreRetriedWithoutLossOrDuplicates) {
 
 // ---- replay into an engine ------------------------------------------------------------------
 
-// What a worker does with its log (HerdWorker's constructor): every logged PUT goes back into
+// What a worker does with its log (Worker's constructor, src/server/worker.cc): every logged PUT goes back into
 // the engine with its logged version (PutOptions::restore_version), every DELETE is applied.
 OpLog::ReplayResult replay_into(const std::string& path, store::Engine& e) {
   return OpLog::replay(

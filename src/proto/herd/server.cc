@@ -33,6 +33,12 @@ class HerdServer final : public rpc::RpcServer {
     return "";
   }
 
+  nlohmann::json stats() const override {
+    nlohmann::json j = RpcServer::stats();
+    j["transport"] = rpc::to_string(transport_);
+    return j;
+  }
+
  private:
   static Config config(const server::Worker& w) {
     Config c;

@@ -21,7 +21,7 @@ class PilafClient final : public proto::ClientProtocol {
         options_(o),
         id_(id),
         reads_(reads),
-        rpc_(host, rpc::ClientConfig{"herd.requests", true}) {}
+        rpc_(host, rpc::ClientConfig{"pilaf.requests", true}) {}
 
   ~PilafClient() override {
     reader_.reset();  // its buffer's registration goes before the RPC client's

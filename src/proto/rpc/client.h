@@ -41,8 +41,8 @@ inline OpCode to_opcode(proto::ClientOp op) {
 
 struct ClientConfig {
   // Worker w's request region is "<requests_region>.<w>" in the Welcome (write transport):
-  // "herd.requests", "server-reply.requests".
-  const char* requests_region = "herd.requests";
+  // "<protocol>.requests", as the server's RPC piece names it (proto/rpc/server.cc).
+  const char* requests_region = "";
   // Post receive buffers for answers by SEND. false: the owner finds the answers (answer()).
   bool recv_answers = true;
 };

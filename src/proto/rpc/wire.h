@@ -126,7 +126,7 @@ static_assert(sizeof(ResponseHeader) == 32 && alignof(ResponseHeader) == 8);
 //    "max_key": 250, "engine": "cache"|"store", "provider": "...",
 //    "recv_size": bytes a client must post per response buffer}
 // Welcome.fabric_addresses: worker w's k response endpoints at [w*k .. w*k+k-1]; requests go
-// to the first of them (w*k). Welcome.regions: "herd.requests.<w>", worker w's request
+// to the first of them (w*k). Welcome.regions: "<protocol>.requests.<w>", worker w's request
 // region (Nc*W slots of S bytes, client c's slot r at offset (c*W + r) * S).
 inline size_t slot_offset(uint32_t client, uint32_t window, uint32_t slot_size, uint32_t r) {
   return (size_t{client} * window + (r % window)) * slot_size;
