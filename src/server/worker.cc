@@ -359,6 +359,8 @@ void Worker::run_st(const std::atomic<bool>& stop) {
     store::add_st(counters_.rounds);  // poll rounds: fewer per second = busier (fabkv-bench)
     if ((++rounds & 1023) == 0) {
       bury_retired_st();
+      engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even when no
+                                // pilaf protocol is served
       for (auto& side : sides_) side->tick_st();
     }
     drain_events_st();

@@ -185,6 +185,10 @@ class Engine {
         reqs, [&](size_t i, const Response& r) { responses[i] = r; }, gap);
   }
 
+  // Housekeeping the owner thread runs every so often (a worker: every 1024 poll rounds), for
+  // engines that need it (pilaf: release retired generations, publish the clock).
+  virtual void housekeeping() {}
+
   // ---- any thread ----
   StatsSnapshot stats() const { return stats_.snapshot(); }
   virtual EngineMemory memory() const = 0;

@@ -126,6 +126,7 @@ class PilafEngine final : public Engine {
   // retired generations whose grace is over (hooks.on_release(gen), then munmap), and
   // publishes the clock (publish_clock()).
   void reap_retired();
+  void housekeeping() override { reap_retired(); }
   // Writes the expiry clock (EngineOptions::clock) into the live TableHeader.clock, where
   // clients READ it to judge expire_at by the server's clock. Also done at every new
   // generation and by reap_retired().

@@ -101,8 +101,6 @@ class PilafServer final : public rpc::RpcServer {
     return j;
   }
 
-  void tick_st() override { engine_->reap_retired(); }
-
  private:
   struct Mrs {
     uint32_t generation;
