@@ -289,6 +289,7 @@ void Worker::drain_events_st() {
       // The client is gone (its control connection closed): its protocol stops serving it and
       // clears what it left (slots), so nothing of it is taken for the index's next client.
       const bool was_active = s.active;
+      std::erase(admitted_, c);
       if (s.side != nullptr) s.side->remove_client_st(c);
       s.side = nullptr;
       s.active = false;
@@ -324,7 +325,10 @@ void Worker::drain_events_st() {
       spdlog::warn("worker {}: client {} has an unusable address: {}", index_, c, ex.what());
       continue;
     }
-    if (!s.active) active_clients_.fetch_add(1, std::memory_order_relaxed);
+    if (!s.active) {
+      active_clients_.fetch_add(1, std::memory_order_relaxed);
+      admitted_.push_back(c);
+    }
     s.active = true;
     s.dropped = false;
     s.epoch = e.info.epoch;
@@ -413,8 +417,11 @@ void Worker::poll_endpoints_st(Handle&& handle) {
     for (size_t i = 0; i < n; ++i) handle(comps[i]);
   };
   for (auto& ep : eps_) poll(*ep);
-  for (uint32_t c = 0; c < client_eps_.size(); ++c)
-    if (clients_[c].active && client_eps_[c]) poll(*client_eps_[c]);
+  // Only the admitted clients' (a handler may admit or remove one: indices, not iterators).
+  for (size_t i = 0; i < admitted_.size(); ++i) {
+    const uint32_t c = admitted_[i];
+    if (c < client_eps_.size() && client_eps_[c]) poll(*client_eps_[c]);
+  }
 }
 
 void Worker::poll_cqs_st() {
@@ -567,7 +574,7 @@ void Worker::send_replies_st() {
 void Worker::flush_backlogs_st() {
   if (!any_backlog_) return;
   any_backlog_ = false;
-  for (uint32_t c = 0; c < o_.max_clients; ++c) {
+  for (uint32_t c : admitted_) {
     ClientState& s = clients_[c];
     while (!s.backlog.empty()) {
       const Outgoing o = s.backlog.front();

@@ -180,6 +180,7 @@ class Worker {
   std::vector<bool> rx_repost_;
 
   std::vector<ClientState> clients_;
+  std::vector<uint32_t> admitted_;  // indices of active clients, for loops that visit them
   std::vector<fabric::Completion> deferred_;  // reaped by reap_st, handled by poll_cqs_st
   std::vector<Outgoing> out_;                 // answers built this round
   bool any_backlog_ = false;                  // some client has answers waiting

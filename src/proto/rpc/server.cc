@@ -115,6 +115,8 @@ void RpcServer::add_client_st(uint32_t c, uint16_t epoch, const proto::Info&,
   s.active = true;
   s.epoch = epoch;
   s.slots = region_ != nullptr && hello.value("transport", std::string("write")) == "write";
+  std::erase(slot_clients_, c);
+  if (s.slots) slot_clients_.push_back(c);
   if (hello.contains("region")) {
     try {
       s.staging = proto::region_from_json(hello.at("region"));
@@ -131,6 +133,7 @@ void RpcServer::add_client_st(uint32_t c, uint16_t epoch, const proto::Info&,
 void RpcServer::remove_client_st(uint32_t c) {
   ClientState& s = clients_[c];
   s.active = false;
+  std::erase(slot_clients_, c);
   if (region_) {
     std::memset(region_->data() + slot_offset(c, window_, slot_size_, 0), 0,
                 size_t{window_} * slot_size_);
@@ -155,10 +158,9 @@ fabric::LocalBuffer RpcServer::answer_buffer(uint32_t c, uint32_t seq, size_t le
 // HERD sec. 4.2: poll the request region round-robin, one request per client per round
 // (Guidelines sec. 4.1: a round's answers then leave as one batch).
 void RpcServer::poll_st() {
-  if (!region_) return;
-  for (uint32_t c = 0; c < max_clients_; ++c) {
-    const ClientState& s = clients_[c];
-    if (!s.active || !s.slots || worker_.dropped_st(c)) continue;
+  for (size_t i = 0; i < slot_clients_.size(); ++i) {
+    const uint32_t c = slot_clients_[i];
+    if (worker_.dropped_st(c)) continue;
     scan_st(c);
     if (!worker_.options().rpc.batching && !batch_.empty()) {
       flush_st();

@@ -75,6 +75,7 @@ class RpcServer : public proto::ServerProtocol {
   std::unique_ptr<fabric::RegisteredBuffer> staging_;  // indirect request bodies READ here
   std::vector<fabric::OpContext> read_ctx_;            // one per (client, slot)
   std::vector<ClientState> clients_;
+  std::vector<uint32_t> slot_clients_;  // clients whose slots poll_st scans, in admission order
   std::vector<Pending> batch_;        // requests collected this round
   std::vector<store::Request> reqs_;  // batch_'s engine requests (kept to avoid reallocation)
 
