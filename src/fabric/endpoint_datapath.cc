@@ -1,5 +1,7 @@
 // The endpoint's hot path: posting operations, reaping completions, counting verbs.
 // Nothing here throws; errors are libfabric codes (negative) or error completions.
+#include <cstdio>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_endpoint.h>
@@ -231,7 +233,7 @@ void Endpoint::to_completion(const void* raw, Completion* c) {
   c->data = c->has_data ? e->data : 0;
   c->multi_recv_done = (flags & FI_MULTI_RECV) != 0;
   c->error = 0;
-  c->error_text.clear();
+  c->error_text[0] = '\0';
   c->verb = verb_from_flags(flags, c->context ? c->context->verb : Verb::kSend);
   // Remote-write-with-immediate completions carry no local context (see own_context).
   c->inbound = (flags & (FI_RECV | FI_REMOTE_WRITE | FI_REMOTE_READ)) != 0;
@@ -274,7 +276,8 @@ size_t Endpoint::poll(std::span<Completion> out) {
         c.error = err.err != 0 ? err.err : FI_EOTHER;
         char buf[256] = {};
         const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
-        c.error_text = error_text(c.error) + (text && *text ? std::string(": ") + text : "");
+        std::string t = error_text(c.error) + (text && *text ? std::string(": ") + text : "");
+        std::snprintf(c.error_text, sizeof c.error_text, "%s", t.c_str());
         counters_.on_error(c.verb);
       }
       continue;

@@ -308,7 +308,7 @@ TEST_F(MsgEndpoint, SurvivorSeesTheDeadPeerWithinADeadline) {
     for (size_t i = 0; i < n && !noticed; ++i) {
       if (c[i].error != 0) {
         noticed = true;
-        how = "error completion: " + c[i].error_text;
+        how = std::string("error completion: ") + c[i].error_text;
       }
     }
   }

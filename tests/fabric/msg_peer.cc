@@ -107,7 +107,7 @@ int serve(Endpoint& ep, Fabric& fabric, PeerAddr peer, Stdin& in) {
     if (c.error != 0) {
       // Receives still posted when the connection goes away complete as canceled.
       if (c.error != ECANCELED)
-        std::fprintf(stderr, "msg-peer: error completion: %s\n", c.error_text.c_str());
+        std::fprintf(stderr, "msg-peer: error completion: %s\n", c.error_text);
       return true;  // keep serving; the test decides
     }
     if (c.context >= &sctx[0] && c.context <= &sctx[kSlots - 1]) {

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
           size_t n = ep.poll(c);
           for (size_t i = 0; i < n; ++i) {
             if (c[i].error != 0)
-              std::fprintf(stderr, "completion error: %s\n", c[i].error_text.c_str());
+              std::fprintf(stderr, "completion error: %s\n", c[i].error_text);
             if (c[i].inbound) ++inbound;
             if (c[i].inbound && c[i].verb == fabric::Verb::kRecv && c[i].context != nullptr) {
               auto* ctx = c[i].context;

@@ -196,7 +196,7 @@ class RawClient {
       }
       if (n == 0) n = ep_->poll(c);
       for (size_t i = 0; i < n; ++i) {
-        if (c[i].error != 0) throw std::runtime_error("completion error: " + c[i].error_text);
+        if (c[i].error != 0) throw std::runtime_error(std::string("completion error: ") + c[i].error_text);
         if (c[i].inbound && c[i].verb == fabric::Verb::kRecv) {
           size_t slot = c[i].context->tag;
           const char* at = buf_->data() + slot * recv_size;
