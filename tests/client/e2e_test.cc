@@ -11,7 +11,7 @@
 #include <string>
 
 #include "client/client.h"
-#include "async_model.h"
+#include "e2e_checks.h"
 #include "client/fabkv.h"
 #include "perf/process.h"
 #include "support/ready_process.h"
@@ -196,29 +196,7 @@ TEST_P(ClientE2E, KilledServerGivesServerGoneOrTimeoutWithinTheTimeout) {
   auto c = Client::connect(options(kTimeout));
   ASSERT_EQ(c->put("before", "the end"), Status::kOk);
   // Requests in flight when the server dies.
-  int callbacks = 0, failures = 0;
-  for (int i = 0; i < 6; ++i)
-    ASSERT_EQ(c->get_async("inflight" + std::to_string(i),
-                           [&](Status s, std::string_view, uint64_t) {
-                             callbacks++;
-                             if (s == Status::kServerGone || s == Status::kTimeout) failures++;
-                           }),
-              Status::kOk);
-  server_->kill();
-  auto t0 = std::chrono::steady_clock::now();
-  c->flush();
-  EXPECT_EQ(callbacks, 6);  // every callback ran, success (answered before the kill) or not
-  std::string v;
-  Status s = c->get("before", &v);
-  EXPECT_TRUE(s == Status::kServerGone || s == Status::kTimeout) << to_string(s);
-  s = c->put("after", "x");
-  EXPECT_TRUE(s == Status::kServerGone || s == Status::kTimeout) << to_string(s);
-  auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_LT(took, milliseconds(3 * kTimeout + 500));
-  std::printf("server killed: %d of 6 in-flight failed; flush+2 calls returned in %lld ms (%s)\n",
-              failures, static_cast<long long>(
-                  std::chrono::duration_cast<milliseconds>(took).count()), to_string(s));
-  EXPECT_THROW(c->stats(), ClientError);
+  testing::killed_server_ends_everything(c.get(), [&] { server_->kill(); }, kTimeout);
 }
 
 TEST_P(ClientE2E, CInterface) {

@@ -1,11 +1,16 @@
-// Random get/put/del with many requests in flight, checked against a model map (shared by
-// the protocols' end-to-end tests). At most one request per key is in flight, so each answer
-// is determined by the model at submit time. Values are "v<i>" plus up to max_pad bytes.
+// Checks the protocols' end-to-end tests share.
+//
+// async_ops_match_model: random get/put/del with many requests in flight, checked against a
+// model map. At most one request per key is in flight, so each answer is determined by the
+// model at submit time. Values are "v<i>" plus up to max_pad bytes.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -73,6 +78,38 @@ inline void async_ops_match_model(Client* c, size_t max_pad, int ops = 6000) {
     ASSERT_EQ(c->get(k, &got), Status::kOk) << k;
     EXPECT_EQ(got, v);
   }
+}
+
+// A server killed with requests in flight: every callback runs, later calls fail with
+// kServerGone or kTimeout, all within a few timeouts, and stats() throws. `c` was connected
+// with `timeout_ms` and has put "before".
+inline void killed_server_ends_everything(Client* c, const std::function<void()>& kill,
+                                          int timeout_ms) {
+  using std::chrono::milliseconds;
+  int callbacks = 0, failures = 0;
+  for (int i = 0; i < 6; ++i)
+    ASSERT_EQ(c->get_async("inflight" + std::to_string(i),
+                           [&](Status s, std::string_view, uint64_t) {
+                             callbacks++;
+                             if (s == Status::kServerGone || s == Status::kTimeout) failures++;
+                           }),
+              Status::kOk);
+  kill();
+  auto t0 = std::chrono::steady_clock::now();
+  c->flush();
+  EXPECT_EQ(callbacks, 6);  // every callback ran, success (answered before the kill) or not
+  std::string v;
+  Status s = c->get("before", &v);
+  EXPECT_TRUE(s == Status::kServerGone || s == Status::kTimeout) << to_string(s);
+  s = c->put("after", "x");
+  EXPECT_TRUE(s == Status::kServerGone || s == Status::kTimeout) << to_string(s);
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, milliseconds(3 * timeout_ms + 500));
+  std::printf("server killed: %d of 6 in-flight failed; flush+2 calls returned in %lld ms (%s)\n",
+              failures,
+              static_cast<long long>(std::chrono::duration_cast<milliseconds>(took).count()),
+              to_string(s));
+  EXPECT_THROW(c->stats(), ClientError);
 }
 
 }  // namespace fabkv::testing
