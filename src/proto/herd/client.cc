@@ -24,12 +24,7 @@ class HerdClient final : public proto::ClientProtocol {
   Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
     return rpc_.submit(r, std::move(cb));
   }
-  size_t complete(std::span<fabric::Completion> cs) override {
-    size_t ran = 0;
-    for (fabric::Completion& c : cs)
-      if (rpc_.owns(c.context)) ran += rpc_.complete(c);
-    return ran;
-  }
+  size_t complete(std::span<fabric::Completion> cs) override { return rpc_.complete(cs); }
   size_t expire(bool all) override { return rpc_.expire(all); }
   size_t in_flight() const override { return rpc_.in_flight(); }
 

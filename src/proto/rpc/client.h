@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,13 @@ class RpcClient {
   }
   // One of our completions (owns()). Returns callbacks run.
   size_t complete(fabric::Completion& c);
+  // Every completion of a batch that is ours (for a protocol whose only posts are the RPC's).
+  size_t complete(std::span<fabric::Completion> cs) {
+    size_t ran = 0;
+    for (fabric::Completion& c : cs)
+      if (owns(c.context)) ran += complete(c);
+    return ran;
+  }
   // An answer found by the owner: completes the slot of (h.worker, h.seq, h.op) if this
   // incarnation of our index asked for it. `value` must stay valid during the callback and
   // must not be reusable by a request the callback posts. Returns callbacks run.

@@ -54,12 +54,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
   Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
     return rpc_.submit(r, std::move(cb));
   }
-  size_t complete(std::span<fabric::Completion> cs) override {
-    size_t ran = 0;
-    for (fabric::Completion& c : cs)
-      if (rpc_.owns(c.context)) ran += rpc_.complete(c);
-    return ran;
-  }
+  size_t complete(std::span<fabric::Completion> cs) override { return rpc_.complete(cs); }
   size_t poll() override {
     if (rpc_.waiting() == 0) return 0;
     size_t ran = 0;
