@@ -12,7 +12,6 @@
 #include <iostream>
 #include <map>
 #include <mutex>
-#include <deque>
 #include <future>
 #include <optional>
 #include <thread>
@@ -131,6 +130,7 @@ class PerfServer {
     add(kWriteOnlyRegion, writeonly_.remote());
     w.payload = json_bytes({{"index", index}, {"stride", kClientStride}});
     events_.push_back(Event{Event::kJoin, session, hello.fabric_address, payload, nullptr});
+    events_pending_.store(true, std::memory_order_release);
     index_of_[session] = index;
     return w;
   }
@@ -180,14 +180,18 @@ class PerfServer {
   void push(Event e) {
     std::lock_guard lock(mu_);
     events_.push_back(std::move(e));
+    events_pending_.store(true, std::memory_order_release);
   }
 
+  // Called every loop turn: a flag read when nothing is queued (a std::deque allocates when
+  // constructed, and the lock is a shared cache line: both cost the echo's idle turns).
   void drain_events_st() {
+    if (!events_pending_.load(std::memory_order_acquire)) return;
     std::deque<Event> events;
     {
       std::lock_guard lock(mu_);
-      if (events_.empty()) return;
       events.swap(events_);
+      events_pending_.store(false, std::memory_order_relaxed);
     }
     for (Event& e : events) {
       if (e.kind == Event::kJoin) {
@@ -372,6 +376,7 @@ class PerfServer {
 
   std::mutex mu_;  // guards events_, next_index_, index_of_
   std::deque<Event> events_;
+  std::atomic<bool> events_pending_{false};
   uint32_t next_index_ = 0;
   std::map<uint64_t, uint32_t> index_of_;
 

@@ -123,7 +123,8 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
     rx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, rx_per_ * kRxBuffers * endpoints,
                                                      fabric::Access::kLocalOnly);
     rx_ctx_.resize(kRxBuffers * endpoints);
-    rx_repost_.assign(kRxBuffers * endpoints, false);
+    rx_repost_.assign(kRxBuffers * endpoints, 0);
+    rx_repost_list_.reserve(kRxBuffers * endpoints);
     for (size_t b = 0; b < rx_ctx_.size(); ++b) {
       rx_ctx_[b].tag = b;
       rx_ctx_[b].user = rx_.get();
@@ -186,7 +187,7 @@ void Worker::open_client_endpoint_st(uint32_t c) {
   }
   if (rx_)
     for (size_t b = size_t{c} * kRxBuffers; b < size_t{c + 1} * kRxBuffers; ++b) {
-      rx_repost_[b] = false;
+      unmark_repost_st(b);
       post_rx_st(b);
     }
 }
@@ -194,7 +195,7 @@ void Worker::open_client_endpoint_st(uint32_t c) {
 void Worker::close_client_endpoint_st(uint32_t c) {
   if (rx_)
     for (size_t b = size_t{c} * kRxBuffers; b < size_t{c + 1} * kRxBuffers; ++b)
-      rx_repost_[b] = false;
+      unmark_repost_st(b);
   std::lock_guard lock(names_mu_);
   if (!client_eps_[c]) return;
   counters_.endpoints_closed.fetch_add(1, std::memory_order_relaxed);
@@ -216,7 +217,7 @@ fabric::Endpoint& Worker::endpoint_of(uint32_t c) const {
 void Worker::post_rx_st(size_t b) {
   long ret = rx_endpoint(b).recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_ctx_[b]);
   if (ret == fabric::kAgain) {
-    rx_repost_[b] = true;  // the receive queue is full: the next round tries again
+    mark_repost_st(b);  // the receive queue is full: the next round tries again
   } else if (ret != 0) {
     spdlog::error("worker {}: cannot post a receive buffer: {}", index_, fabric::error_text(ret));
   }
@@ -227,11 +228,20 @@ void Worker::post_rx_st(size_t b) {
 // no work is reposted too, and one the provider refused is tried again.
 void Worker::repost_rx_st() {
   if (!rx_) return;
-  for (size_t b = 0; b < rx_repost_.size(); ++b) {
-    if (!rx_repost_[b]) continue;
-    rx_repost_[b] = false;
+  if (rx_repost_list_.empty()) return;
+  // post_rx_st may flag a buffer again (a full queue): that one waits for the next round.
+  rx_reposting_.swap(rx_repost_list_);
+  for (uint32_t b : rx_reposting_) {
+    rx_repost_[b] = 0;
     post_rx_st(b);
   }
+  rx_reposting_.clear();
+}
+
+void Worker::unmark_repost_st(size_t b) {
+  if (!rx_repost_[b]) return;
+  rx_repost_[b] = 0;
+  std::erase(rx_repost_list_, static_cast<uint32_t>(b));
 }
 
 std::vector<std::vector<uint8_t>> Worker::endpoint_names(uint32_t client) const {
@@ -446,7 +456,7 @@ void Worker::on_completion_st(fabric::Completion& c) {
   }
   const bool is_rx = ctx != nullptr && rx_ && ctx->user == rx_.get();
   if (c.error != 0) {
-    if (is_rx) rx_repost_[ctx->tag] = true;
+    if (is_rx) mark_repost_st(ctx->tag);
     else if (c.verb == fabric::Verb::kWrite) counters_.write_errors.fetch_add(1, std::memory_order_relaxed);
     else counters_.send_errors.fetch_add(1, std::memory_order_relaxed);  // a client went away
     return;
@@ -457,7 +467,7 @@ void Worker::on_completion_st(fabric::Completion& c) {
     // last message.
     if (c.inbound && c.len > 0 && c.buf != nullptr)
       on_message_st(static_cast<const char*>(c.buf), c.len);
-    if (c.multi_recv_done) rx_repost_[ctx->tag] = true;
+    if (c.multi_recv_done) mark_repost_st(ctx->tag);
   }
 }
 
