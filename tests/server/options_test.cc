@@ -69,7 +69,7 @@ TEST(ServerOptions, LoadsTomlAndRejectsUnknownKeys) {
   EXPECT_EQ(o.workers, 2u);
   EXPECT_EQ(o.memory, size_t{128} << 20);
   EXPECT_EQ(o.engine, "store");
-  EXPECT_EQ(o.herd.transport, rpc::Transport::kSend);
+  EXPECT_EQ(o.herd.transport, herd::TransportChoice::kSend);
   EXPECT_EQ(o.cores, (std::vector<int>{0, 1}));
   EXPECT_FALSE(o.rpc.batching);
 
@@ -141,7 +141,7 @@ TEST(ServerOptions, FlagsParseAndOverrideTheFile) {
              "--batching", "off", "--cores", "0,-1", "--protocols", "herd,pilaf"});
   EXPECT_EQ(o.pilaf.grace_ms, 250u);
   EXPECT_EQ(o.pilaf.entries, size_t{1} << 20);
-  EXPECT_EQ(o.herd.transport, rpc::Transport::kSend);
+  EXPECT_EQ(o.herd.transport, herd::TransportChoice::kSend);
   EXPECT_FALSE(o.rpc.batching);
   EXPECT_EQ(o.cores, (std::vector<int>{0, -1}));
   EXPECT_EQ(o.protocols, (std::vector<std::string>{"herd", "pilaf"}));

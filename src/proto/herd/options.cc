@@ -6,14 +6,25 @@
 
 namespace fabkv::herd {
 
+rpc::Transport resolve(TransportChoice c, std::string_view provider) {
+  switch (c) {
+    case TransportChoice::kWrite: return rpc::Transport::kWrite;
+    case TransportChoice::kSend: return rpc::Transport::kSend;
+    case TransportChoice::kAuto: break;
+  }
+  return provider.starts_with("verbs") ? rpc::Transport::kWrite : rpc::Transport::kSend;
+}
+
 void declare(Knobs& k, Options* o) {
   const char* name = proto::info(proto::Id::herd).name;
   auto s = k.section(name, name);
   s.choice("transport", "--transport", &o->transport,
-           {{rpc::to_string(rpc::Transport::kWrite), rpc::Transport::kWrite},
-            {rpc::to_string(rpc::Transport::kSend), rpc::Transport::kSend}},
-           "how HERD requests arrive when the client does not say: write (into the request "
-           "region, HERD sec. 4.2) | send (to the worker, HERD sec. 5.5)");
+           {{"auto", TransportChoice::kAuto},
+            {rpc::to_string(rpc::Transport::kWrite), TransportChoice::kWrite},
+            {rpc::to_string(rpc::Transport::kSend), TransportChoice::kSend}},
+           "how HERD requests arrive when the client does not say: auto (write on verbs, send "
+           "on shm and tcp: the faster measured there) | write (into the request region, HERD "
+           "sec. 4.2) | send (to the worker, HERD sec. 5.5)");
 }
 
 }  // namespace fabkv::herd

@@ -1,5 +1,6 @@
 // HERD's server side (HERD sec. 4): requests arrive in the client's slots of the worker's
-// request region ("herd.requests.<w>") or, with --transport send, as messages (sec. 5.5);
+// request region ("herd.requests.<w>") or as messages (sec. 5.5), as --transport says (auto:
+// proto/herd/options.h);
 // every answer is one SEND (sec. 4.2 uses UD SENDs) through the worker's endpoints, in turn
 // over rpc.queues of them (Guidelines sec. 4.3.1). Everything else is the shared RPC piece
 // (proto/rpc/server.h).
@@ -17,7 +18,7 @@ class HerdServer final : public rpc::RpcServer {
  public:
   explicit HerdServer(server::Worker& w)
       : RpcServer(w, proto::info(proto::Id::herd), config(w)),
-        transport_(w.options().herd.transport) {}
+        transport_(transport_of(w)) {}
 
   std::string admit(const proto::Info&, const nlohmann::json& hello, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
@@ -40,9 +41,12 @@ class HerdServer final : public rpc::RpcServer {
   }
 
  private:
+  static rpc::Transport transport_of(const server::Worker& w) {
+    return resolve(w.options().herd.transport, w.provider());
+  }
   static Config config(const server::Worker& w) {
     Config c;
-    c.slots = w.options().herd.transport == rpc::Transport::kWrite;
+    c.slots = transport_of(w) == rpc::Transport::kWrite;
     c.messages = !c.slots;
     c.answer_bytes = w.recv_size();  // one message: header + value, padded (fabric/isolation.h)
     return c;
