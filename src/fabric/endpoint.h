@@ -153,6 +153,11 @@ class Endpoint {
                 const uint64_t* imm);
   void count_post(Verb v, size_t bytes, const PostOptions& o, bool imm);
   void to_completion(const void* entry, Completion* c);
+  // The fi_inject* calls never produce a completion; used for inlined unsignaled posts, the
+  // cheapest form (HERD sec. 3.2: inlined, unsignaled WRITEs), unless FI_MORE must be passed.
+  bool use_inject_call(const PostOptions& o) const {
+    return o.inlined && !o.signaled && (!o.more || more_ignored_);
+  }
   OpContext* own_context(uint64_t flags, void* op_context) const;
 
   Fabric& fabric_;
@@ -162,6 +167,7 @@ class Endpoint {
   fid_av* av_ = nullptr;
   fid_eq* eq_ = nullptr;  // msg only: connection events
   size_t inject_size_ = 0;
+  bool more_ignored_ = false;  // the provider does nothing with FI_MORE
   bool shutdown_ = false;
   bool remote_write_takes_recv_ = false;  // FI_RX_CQ_DATA mode: remote WRITEs consume a receive
   VerbCounters counters_;

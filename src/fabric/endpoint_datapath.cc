@@ -41,10 +41,6 @@ void Endpoint::count_post(Verb v, size_t bytes, const PostOptions& o, bool imm) 
 
 namespace {
 
-// The fi_inject* calls never produce a completion; use them for inlined unsignaled posts,
-// the cheapest form (HERD sec. 3.2: inlined, unsignaled WRITEs).
-bool use_inject_call(const PostOptions& o) { return o.inlined && !o.signaled && !o.more; }
-
 // A message over the provider's max_msg_size is refused here: not every provider checks
 // (udp in libfabric 1.17 sends, and delivers, a datagram larger than it advertises; 2.1's
 // udpx_sendmsg still checks no size).
