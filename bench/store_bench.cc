@@ -107,9 +107,9 @@ using SvMap = std::unordered_map<std::string, std::string, TransparentHash, std:
 //    equality are transparent for strings, so no std::string is built per lookup). The
 //    common way to key by bytes, but a 16-byte key is past libstdc++'s 15-byte small-string
 //    buffer: each key lives in its own heap block and the key compare is a third miss.
-//  - absl/array: the key as a 16-byte array, so the whole entry (48 bytes) is inline and a
-//    GET is two misses (control group + slot), like the engines' bucket + item. The fastest
-//    layout for fixed 16-byte keys; absl::Hash hashes the array as 16 contiguous bytes.
+//  - absl/array: the key as 16 inline bytes (Key16), so the whole entry (48 bytes) is in the
+//    slot and a GET is two misses (control group + slot), like the engines' bucket + item.
+//    The fastest layout for fixed 16-byte keys.
 //  - absl/array-thp: the same map whose slot array gets madvise(MADV_HUGEPAGE), as the
 //    engines' partition memory does (store/region.cc) when MAP_HUGETLB is unavailable: at
 //    8 M items the table is ~800 MB, so 4 KiB pages would make the baseline pay TLB misses
