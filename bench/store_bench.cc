@@ -1,7 +1,8 @@
 // fabkv-store-bench: GET and PUT throughput of one storage partition on one pinned core, the
 // issue-3 workload: 8 M items (HERD's per-partition load), 16-byte keys, 32-byte values,
 // uniform and Zipf 0.99 keys; cache and store engines, one-call and pipelined (HERD sec.
-// 4.1.1 prefetching), against std::unordered_map<std::string, std::string> in the same run.
+// 4.1.1 prefetching), against std::unordered_map<std::string, std::string> and
+// absl::flat_hash_map (issue 12) in the same run.
 //
 // Every variant does the same work per operation: hash the key, look it up, copy the value
 // into a response buffer (GET) or overwrite it with a new 32-byte value (PUT). Keys come from
@@ -9,10 +10,16 @@
 //
 // Flags (before the Google Benchmark ones): --items=N (default 8388608), --core=N (default 1,
 // -1 = do not pin), --batch=N requests per pipelined batch (default 64), --gap=N stage gap
-// (default 0 = the engine's tuning::kDefaultStageGap), --gaps to also sweep the gap.
+// (default 0 = the engine's tuning::kDefaultStageGap and absl/prefetch's
+// kDefaultAbslPrefetchGap; a nonzero gap applies to both), --gaps to also sweep the gap of the
+// pipelined cache and of absl/prefetch.
+#include <absl/container/flat_hash_map.h>
+#include <absl/strings/string_view.h>
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -93,11 +100,85 @@ struct TransparentHash {
 };
 using SvMap = std::unordered_map<std::string, std::string, TransparentHash, std::equal_to<>>;
 
+// absl baselines (issue 12). The value is a fixed 32-byte array stored inline in the slot: no
+// heap block per value, so a GET touches the control bytes and the slot only, as a skilled
+// user who knows the value size would write it.
+//  - absl/string: std::string key, looked up by absl::string_view (absl's default hash and
+//    equality are transparent for strings, so no std::string is built per lookup). The
+//    common way to key by bytes, but a 16-byte key is past libstdc++'s 15-byte small-string
+//    buffer: each key lives in its own heap block and the key compare is a third miss.
+//  - absl/array: the key as 16 inline bytes (Key16), so the whole entry (48 bytes) is in the
+//    slot and a GET is two misses (control group + slot), like the engines' bucket + item.
+//    The fastest layout for fixed 16-byte keys.
+//  - absl/array-thp: the same map whose slot array gets madvise(MADV_HUGEPAGE), as the
+//    engines' partition memory does (store/region.cc) when MAP_HUGETLB is unavailable: at
+//    8 M items the table is ~800 MB, so 4 KiB pages would make the baseline pay TLB misses
+//    that the engines do not.
+//  - absl/prefetch: absl/array-thp driven like the pipelined engines: batches of --batch
+//    requests, raw_hash_set::prefetch(key) (control group and first slot group) `gap`
+//    requests ahead of find(key). It hashes each key twice (prefetch has no hash argument).
+struct Key16 {
+  // Two words rather than std::array<char, 16>: the array's operator== compiled to an
+  // out-of-line memcmp call per probed slot (~19 instructions per GET, callgrind); defaulted
+  // == on two words is two inline compares. Hashed as the same 16 contiguous bytes.
+  uint64_t w[2];
+  friend bool operator==(const Key16&, const Key16&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const Key16& k) {
+    return H::combine_contiguous(std::move(h), reinterpret_cast<const unsigned char*>(k.w),
+                                 sizeof k.w);
+  }
+};
+static_assert(sizeof(Key16) == kKeySize);
+using Value32 = std::array<char, kValueSize>;
+constexpr size_t kDefaultAbslPrefetchGap = 8;  // see --gaps; flat from ~6 to 16
+
+// mmap + madvise(MADV_HUGEPAGE) for the absl table's one big allocation (the map is reserved
+// before loading, so it allocates once).
+template <class T>
+struct ThpAllocator {
+  using value_type = T;
+  ThpAllocator() = default;
+  template <class U>
+  ThpAllocator(const ThpAllocator<U>&) {}  // NOLINT(google-explicit-constructor)
+  static size_t mapped_size(size_t n) {
+    constexpr size_t kHugePage = size_t{2} << 20;
+    return (n * sizeof(T) + kHugePage - 1) & ~(kHugePage - 1);
+  }
+  T* allocate(size_t n) {
+    void* p = ::mmap(nullptr, mapped_size(n), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    (void)::madvise(p, mapped_size(n), MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) { ::munmap(p, mapped_size(n)); }
+  template <class U>
+  bool operator==(const ThpAllocator<U>&) const {
+    return true;
+  }
+};
+
+using AbslStringMap = absl::flat_hash_map<std::string, Value32>;
+using AbslArrayMap = absl::flat_hash_map<Key16, Value32>;
+using AbslThpMap =
+    absl::flat_hash_map<Key16, Value32, absl::Hash<Key16>, std::equal_to<Key16>,
+                        ThpAllocator<std::pair<const Key16, Value32>>>;
+
+Key16 to_key16(const char* p) {
+  Key16 k;
+  std::memcpy(k.w, p, kKeySize);
+  return k;
+}
+
 struct World {
   Config cfg;
   std::unique_ptr<Engine> cache, store;
   std::unordered_map<std::string, std::string> map;
   SvMap sv_map;
+  AbslStringMap absl_string;
+  AbslArrayMap absl_array;
+  AbslThpMap absl_thp;
   std::vector<char> uniform_stream, zipf_stream;  // kStreamOps keys of kKeySize bytes
   uint64_t cache_drops = 0;
 };
@@ -133,6 +214,9 @@ void build_world(World& w) {
   w.store = make_engine(EngineKind::kStore, o);
   w.map.reserve(n);
   w.sv_map.reserve(n);
+  w.absl_string.reserve(n);
+  w.absl_array.reserve(n);
+  w.absl_thp.reserve(n);
   char key[kKeySize], value[kValueSize];
   for (size_t i = 0; i < n; ++i) {
     make_key(i, key);
@@ -145,23 +229,61 @@ void build_world(World& w) {
     }
     w.map.emplace(std::string(k), std::string(v));
     w.sv_map.emplace(std::string(k), std::string(v));
+    Value32 v32;
+    std::memcpy(v32.data(), value, kValueSize);
+    w.absl_string.emplace(std::string(k), v32);
+    w.absl_array.emplace(to_key16(key), v32);
+    w.absl_thp.emplace(to_key16(key), v32);
   }
   w.cache_drops = w.cache->stats().index_drops;
   w.uniform_stream = make_stream(n, false);
   w.zipf_stream = make_stream(n, true);
 }
 
-enum class Impl { kMap, kSvMap, kCacheOneCall, kCachePipelined, kStoreOneCall, kStorePipelined };
+enum class Impl {
+  kMap,
+  kSvMap,
+  kAbslString,
+  kAbslArray,
+  kAbslThp,
+  kAbslPrefetch,
+  kCacheOneCall,
+  kCachePipelined,
+  kStoreOneCall,
+  kStorePipelined
+};
+constexpr Impl kImpls[] = {Impl::kMap,          Impl::kSvMap,          Impl::kAbslString,
+                           Impl::kAbslArray,    Impl::kAbslThp,        Impl::kAbslPrefetch,
+                           Impl::kCacheOneCall, Impl::kCachePipelined, Impl::kStoreOneCall,
+                           Impl::kStorePipelined};
 const char* impl_name(Impl i) {
   switch (i) {
     case Impl::kMap: return "unordered_map";
     case Impl::kSvMap: return "map/sv-lookup";
+    case Impl::kAbslString: return "absl/string";
+    case Impl::kAbslArray: return "absl/array";
+    case Impl::kAbslThp: return "absl/array-thp";
+    case Impl::kAbslPrefetch: return "absl/prefetch";
     case Impl::kCacheOneCall: return "cache/one-call";
     case Impl::kCachePipelined: return "cache/pipelined";
     case Impl::kStoreOneCall: return "store/one-call";
     case Impl::kStorePipelined: return "store/pipelined";
   }
   return "?";
+}
+
+// One absl lookup and the same per-op work as the other variants.
+template <class Map, class Key>
+void absl_op(Map& map, const Key& k, bool put, std::string_view new_value, char* response,
+             uint64_t& misses) {
+  auto it = map.find(k);
+  if (it == map.end()) {
+    ++misses;
+  } else if (put) {
+    std::memcpy(it->second.data(), new_value.data(), kValueSize);
+  } else {
+    std::memcpy(response, it->second.data(), kValueSize);
+  }
 }
 
 void run(benchmark::State& state, Impl impl, bool put, bool zipf, size_t gap) {
@@ -207,6 +329,33 @@ void run(benchmark::State& state, Impl impl, bool put, bool zipf, size_t gap) {
           }
         }
         break;
+      case Impl::kAbslString:
+        for (size_t i = 0; i < batch; ++i) {
+          absl_op(w.absl_string, absl::string_view(keys + i * kKeySize, kKeySize), put,
+                  new_value, response, misses);
+        }
+        break;
+      case Impl::kAbslArray:
+        for (size_t i = 0; i < batch; ++i) {
+          absl_op(w.absl_array, to_key16(keys + i * kKeySize), put, new_value, response, misses);
+        }
+        break;
+      case Impl::kAbslThp:
+        for (size_t i = 0; i < batch; ++i) {
+          absl_op(w.absl_thp, to_key16(keys + i * kKeySize), put, new_value, response, misses);
+        }
+        break;
+      case Impl::kAbslPrefetch: {
+        const size_t agap = gap != 0 ? gap : kDefaultAbslPrefetchGap;
+        for (size_t i = 0; i < batch + agap; ++i) {
+          if (i < batch) w.absl_thp.prefetch(to_key16(keys + i * kKeySize));
+          if (i >= agap) {
+            absl_op(w.absl_thp, to_key16(keys + (i - agap) * kKeySize), put, new_value, response,
+                    misses);
+          }
+        }
+        break;
+      }
       case Impl::kCacheOneCall:
       case Impl::kStoreOneCall:
         for (size_t i = 0; i < batch; ++i) {
@@ -266,26 +415,46 @@ class TableReporter : public benchmark::ConsoleReporter {
   }
   void Finalize() override {
     ConsoleReporter::Finalize();
-    const char* impls[] = {"unordered_map", "map/sv-lookup", "cache/one-call", "cache/pipelined", "store/one-call",
-                           "store/pipelined"};
-    std::printf("\nMops per core (%zu items, %zu B keys, %zu B values)\n", g_world->cfg.items,
-                kKeySize, kValueSize);
-    std::printf("| op  | keys    |");
-    for (const char* i : impls) std::printf(" %15s |", i);
-    std::printf(" cache/pipelined vs map | vs map/sv-lookup |\n|---|---|");
-    for (size_t i = 0; i < std::size(impls) + 2; ++i) std::printf("---|");
+    std::printf("\nMops per core (%zu items, %zu B keys, %zu B values)\n| op  | keys     |",
+                g_world->cfg.items, kKeySize, kValueSize);
+    for (Impl i : kImpls) std::printf(" %s |", impl_name(i));
+    std::printf("\n|---|---|");
+    for (size_t i = 0; i < std::size(kImpls); ++i) std::printf("---:|");
     std::printf("\n");
     for (const char* op : {"GET", "PUT"}) {
       for (const char* dist : {"uniform", "zipf0.99"}) {
-        std::printf("| %s | %-7s |", op, dist);
-        auto get = [&](const char* impl) {
-          auto it = mops_.find(std::string(op) + "/" + dist + "/" + impl);
-          return it == mops_.end() ? 0.0 : it->second;
-        };
-        for (const char* i : impls) std::printf(" %15.2f |", get(i));
-        const double base = get("unordered_map"), sv = get("map/sv-lookup");
-        std::printf(" %21.2fx | %15.2fx |\n", base > 0 ? get("cache/pipelined") / base : 0.0,
-                    sv > 0 ? get("cache/pipelined") / sv : 0.0);
+        std::printf("| %s | %-8s |", op, dist);
+        for (Impl i : kImpls) print_cell(get(op, dist, impl_name(i)), "");
+        std::printf("\n");
+      }
+    }
+    // Issue 12's figure: engine / baseline on the same core. "absl best one-call" is the
+    // fastest of the three plain absl loops in this run; absl/prefetch is absl given the
+    // engines' own prefetching trick.
+    const Impl engines[] = {Impl::kCacheOneCall, Impl::kCachePipelined, Impl::kStoreOneCall,
+                            Impl::kStorePipelined};
+    std::printf("\nRatios engine / baseline (Mops per core)\n| op  | keys     | baseline |");
+    for (Impl e : engines) std::printf(" %s |", impl_name(e));
+    std::printf("\n|---|---|---|");
+    for (size_t i = 0; i < std::size(engines); ++i) std::printf("---:|");
+    std::printf("\n");
+    for (const char* op : {"GET", "PUT"}) {
+      for (const char* dist : {"uniform", "zipf0.99"}) {
+        const double best_absl = std::max({get(op, dist, "absl/string"),
+                                           get(op, dist, "absl/array"),
+                                           get(op, dist, "absl/array-thp")});
+        const std::pair<const char*, double> bases[] = {
+            {"unordered_map", get(op, dist, "unordered_map")},
+            {"map/sv-lookup", get(op, dist, "map/sv-lookup")},
+            {"absl best one-call", best_absl},
+            {"absl/prefetch", get(op, dist, "absl/prefetch")}};
+        for (const auto& [name, base] : bases) {
+          std::printf("| %s | %-8s | %s |", op, dist, name);
+          for (Impl e : engines) {
+            print_cell(base > 0 ? get(op, dist, impl_name(e)) / base : 0.0, "x");
+          }
+          std::printf("\n");
+        }
       }
     }
     std::printf("\ncache index drops while loading: %llu\n",
@@ -293,6 +462,19 @@ class TableReporter : public benchmark::ConsoleReporter {
   }
 
  private:
+  // "-" for a benchmark that did not run (--benchmark_filter).
+  static void print_cell(double v, const char* unit) {
+    if (v > 0) {
+      std::printf(" %.2f%s |", v, unit);
+    } else {
+      std::printf(" - |");
+    }
+  }
+  double get(const char* op, const char* dist, const char* impl) const {
+    auto it = mops_.find(std::string(op) + "/" + dist + "/" + impl);
+    return it == mops_.end() ? 0.0 : it->second;
+  }
+
   std::map<std::string, double> mops_;
 };
 
@@ -337,15 +519,15 @@ int main(int argc, char** argv) {
   if (world.cfg.core >= 0 && !fabkv::pin_this_thread(world.cfg.core)) {
     spdlog::warn("could not pin to core {}", world.cfg.core);
   }
-  spdlog::info("populating {} items into cache, store and two unordered_maps", world.cfg.items);
+  spdlog::info("populating {} items into cache, store, two unordered_maps and three absl maps",
+               world.cfg.items);
   build_world(world);
   g_world = &world;
 
   // GETs first: the PUT runs append to the cache log and would eventually evict.
   for (bool put : {false, true}) {
     for (bool zipf : {false, true}) {
-      for (Impl impl : {Impl::kMap, Impl::kSvMap, Impl::kCacheOneCall, Impl::kCachePipelined,
-                        Impl::kStoreOneCall, Impl::kStorePipelined}) {
+      for (Impl impl : kImpls) {
         const std::string name = std::string(put ? "PUT/" : "GET/") +
                                  (zipf ? "zipf0.99/" : "uniform/") + impl_name(impl);
         benchmark::RegisterBenchmark(
@@ -359,6 +541,12 @@ int main(int argc, char** argv) {
         const std::string name = "GET/uniform/cache/pipelined/gap:" + std::to_string(gap);
         benchmark::RegisterBenchmark(name.c_str(), [gap](benchmark::State& s) {
           run(s, Impl::kCachePipelined, false, false, gap);
+        });
+      }
+      for (size_t gap : {2, 4, 6, 8, 12, 16}) {
+        const std::string name = "GET/uniform/absl/prefetch/gap:" + std::to_string(gap);
+        benchmark::RegisterBenchmark(name.c_str(), [gap](benchmark::State& s) {
+          run(s, Impl::kAbslPrefetch, false, false, gap);
         });
       }
     }

@@ -8,7 +8,7 @@ set -euo pipefail
 PACKAGES=(
   g++ clang libclang-rt-14-dev cmake ninja-build pkg-config make
   autoconf automake libtool libibverbs-dev librdmacm-dev curl xz-utils ca-certificates
-  libgtest-dev libbenchmark-dev
+  libgtest-dev libbenchmark-dev libabsl-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libxxhash-dev libisal-dev
   memcached redis-server
