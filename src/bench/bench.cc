@@ -31,7 +31,7 @@ struct SystemName {
 };
 
 SystemName parse_system(const std::string& s) {
-  if (s == "memcached" || s == "redis") return {s, ""};
+  if (s == "memcached" || s == "redis" || s == "null") return {s, ""};
   if (s.rfind("fabkv:", 0) == 0) {
     std::string p = s.substr(6);
     // The protocols of proto/registry.h; a client that cannot speak one says so when it connects.
@@ -41,7 +41,7 @@ SystemName parse_system(const std::string& s) {
     return {"fabkv", p};
   }
   if (s == "fabkv") return {"fabkv", proto::info(proto::kDefault).name};
-  throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, memcached, redis)");
+  throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, memcached, redis, null)");
 }
 
 // The --protocols of the server started for `protocol`: it and every protocol served by the same
@@ -188,6 +188,8 @@ int run_bench(const BenchOptions& o) {
         d.address = o.server.empty() ? server->address() : o.server;
         d.server_pid = server ? server->pid() : 0;
         driver = make_fabkv_driver(d);
+      } else if (name.system == "null") {
+        driver = make_null_driver(d);  // no server: requests complete in-process
       } else if (name.system == "memcached") {
         server = LocalServer::start_memcached(ss);
         d.address = server->address();
@@ -230,8 +232,7 @@ int run_bench(const BenchOptions& o) {
         for (size_t clients : o.clients) {
           RunContext ctx;
           ctx.system = name.system;
-          ctx.protocol = name.system == "fabkv" ? name.protocol
-                         : name.system == "memcached" ? "text" : "resp";
+          ctx.protocol = driver->protocol();
           ctx.provider = name.system == "fabkv" ? o.provider : "";
           ctx.spec.workload = w;
           ctx.spec.clients = clients;

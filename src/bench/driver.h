@@ -43,8 +43,8 @@ class Driver {
  public:
   virtual ~Driver() = default;
 
-  virtual std::string system() const = 0;    // "fabkv" | "memcached" | "redis"
-  // fabkv: its access protocol (proto/registry.h); memcached: "text"; redis: "resp"
+  virtual std::string system() const = 0;    // "fabkv" | "memcached" | "redis" | "null"
+  // fabkv: its access protocol (proto/registry.h); memcached: "text"; redis: "resp"; null: "none"
   virtual std::string protocol() const = 0;
   virtual size_t clients() const = 0;
 
@@ -76,12 +76,16 @@ struct DriverOptions {
   int timeout_ms = 5000;  // per-request bound
   bool pilaf_parallel_probes = false;  // fabkv:pilaf: READ the three entries at once
   pid_t server_pid = 0;   // when we started the server: for its CPU accounting (0: unknown)
+  size_t load_threads = 1;  // load threads that will drive the clients (runner.h)
 };
 
 // Each throws std::runtime_error with a one-line reason when it cannot connect.
 std::unique_ptr<Driver> make_fabkv_driver(const DriverOptions& o);
 std::unique_ptr<Driver> make_memcached_driver(const DriverOptions& o);
 std::unique_ptr<Driver> make_redis_driver(const DriverOptions& o);
+// The null target (null_driver.cc): no server; every request completes at the client's next
+// poll() against an in-process table. For measuring the load generator itself.
+std::unique_ptr<Driver> make_null_driver(const DriverOptions& o);
 
 // utime+stime of a process in seconds from /proc/<pid>/stat; nullopt when unreadable.
 std::optional<double> process_cpu_seconds(pid_t pid);

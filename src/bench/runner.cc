@@ -1,5 +1,7 @@
 #include "bench/runner.h"
 
+#include <time.h>
+
 #include <cmath>
 #include <stdexcept>
 
@@ -14,6 +16,13 @@ namespace {
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
+}
+
+// CPU time of the calling thread so far.
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
 // Polls every client until nothing is in flight; false when `deadline` passes first.
@@ -183,6 +192,7 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
   ServerSample server_before;
   ProtocolCounters protocol_before;
   bool measuring = false;
+  double cpu_from = 0;
   auto stopped = [this] { return stop_ && stop_->load(std::memory_order_relaxed); };
   while (!failed && !stopped()) {
     int64_t t = now_ns();
@@ -192,6 +202,7 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
       protocol_before = driver_.protocol_counters();
       server_before = driver_.sample_server();
       measuring = true;
+      cpu_from = thread_cpu_s();
       measure_from = now_ns();
       measure_to = measure_from + (run_until - warm_until);
     }
@@ -208,6 +219,7 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
       driver_.poll(c);
     }
   }
+  if (measuring) r.load_cpu_s = thread_cpu_s() - cpu_from;
   const int64_t ended = std::min(now_ns(), measure_to);
   r.elapsed_s = static_cast<double>(ended - measure_from) / 1e9;
   r.requests = r.gets + r.puts;

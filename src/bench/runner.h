@@ -51,6 +51,10 @@ struct RunResult {
   ProtocolCounters protocol;              // client-side protocol counters, interval diff
   uint64_t evictions = 0;  // server-side evictions so far (cache engine)
   GetCheck check;
+  // The load generator's own cost: CPU time of the load thread(s) over the interval
+  // (CLOCK_THREAD_CPUTIME_ID), and how many threads drove the clients.
+  double load_cpu_s = 0;
+  size_t load_threads = 1;
 };
 
 // Progress of the load phase: (done, total, seconds since start).

@@ -1,5 +1,6 @@
 // The drivers against real servers started by the test: fabkv-server over shm, memcached and
-// redis from the Debian packages (skipped with the reason when a binary is missing). Each must
+// redis from the Debian packages (skipped with the reason when a binary is missing), and the
+// null target (no server, an in-process table). Each must
 // return exactly the values it wrote, "not found" for keys never written, and a short measured
 // run must check every GET clean and give a record that validates.
 #include <gtest/gtest.h>
@@ -39,6 +40,8 @@ Started start(const std::string& system, size_t clients, uint32_t window) {
     d.address = s.server->address();
     d.server_pid = s.server->pid();
     s.driver = make_fabkv_driver(d);
+  } else if (system == "null") {
+    s.driver = make_null_driver(d);
   } else if (system == "memcached") {
     s.server = LocalServer::start_memcached(ss);
     d.address = s.server->address();
@@ -152,8 +155,12 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
   for (uint64_t o : r.per_client_ops) EXPECT_GT(o, 0u);
   EXPECT_GT(r.puts, 0u);
   EXPECT_GT(r.requests, r.ops) << "a read-modify-write is one op of two requests";
-  ASSERT_TRUE(r.server_cpu_s.has_value()) << "we started the server: its CPU is known";
-  EXPECT_GE(*r.server_cpu_s, 0.0);
+  if (GetParam() != "null") {
+    ASSERT_TRUE(r.server_cpu_s.has_value()) << "we started the server: its CPU is known";
+    EXPECT_GE(*r.server_cpu_s, 0.0);
+  }
+  EXPECT_GT(r.load_cpu_s, 0.0) << "the load thread's CPU over the interval";
+  EXPECT_EQ(r.load_threads, 1u);
 
   RunContext ctx;
   ctx.system = s.driver->system();
@@ -162,6 +169,9 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
   ctx.spec = spec;
   nlohmann::json rec = make_record(ctx, r);
   EXPECT_EQ(validate_record(rec), std::vector<std::string>{}) << rec.dump(2);
+  ASSERT_TRUE(rec["load_cpu_us_per_request"].is_number());
+  EXPECT_GT(rec["load_cpu_us_per_request"].get<double>(), 0.0);
+  EXPECT_EQ(rec["load_threads"], 1);
   if (GetParam() == "fabkv") {
     // HERD (sec. 3-4): a request is one client WRITE, one server SEND, one RECV; no READs.
     ASSERT_TRUE(rec["fabric_ops_per_request"].is_object());
@@ -174,7 +184,7 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcached", "redis"),
+INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcached", "redis", "null"),
                          [](const auto& info) { return info.param; });
 
 TEST(Record, ValidationCatchesMissingAndMistypedFields) {
@@ -230,4 +240,45 @@ TEST(Servers, AFabkvServerThatIsNotThereIsAnError) {
   d.timeout_ms = 1000;
   EXPECT_THROW(make_fabkv_driver(d), std::runtime_error);
   EXPECT_THROW(make_memcached_driver(d), std::runtime_error);
+}
+
+// The null target is a real table: values of every size (inline and on the heap), overwritten
+// with other sizes, through its growth, each GET returning exactly the last PUT.
+TEST(NullTarget, StoresEveryValueItIsGivenAndOnlyThose) {
+  DriverOptions o;
+  o.clients = 2;
+  auto d = make_null_driver(o);
+  const size_t n = 5000;
+  std::map<uint64_t, std::string> model;
+  size_t done = 0;
+  auto put = [&](uint64_t id, uint32_t version, uint32_t size) {
+    std::string v;
+    make_value(id, version, size, &v);
+    model[id] = v;
+    ASSERT_TRUE(d->put(id % 2, make_key(id, 16), v, [&](OpStatus st, std::string_view) {
+      EXPECT_EQ(st, OpStatus::kOk);
+      done++;
+    }));
+  };
+  for (uint64_t id = 0; id < n; ++id) put(id, 0, 8 + static_cast<uint32_t>(id % 200));
+  for (uint64_t id = 0; id < n; id += 3) put(id, 7, 8 + static_cast<uint32_t>((id * 7) % 300));
+  d->poll(0);
+  d->poll(1);
+  EXPECT_EQ(done, n + (n + 2) / 3);
+  size_t checked = 0;
+  for (uint64_t id = 0; id < n + 100; ++id) {
+    ASSERT_TRUE(d->get(id % 2, make_key(id, 16), [&, id](OpStatus st, std::string_view v) {
+      if (id < n) {
+        EXPECT_EQ(st, OpStatus::kOk) << id;
+        EXPECT_EQ(v, model[id]) << id;
+      } else {
+        EXPECT_EQ(st, OpStatus::kNotFound) << id;
+      }
+      checked++;
+    }));
+    if (id % 64 == 0) d->poll(id % 2);
+  }
+  d->poll(0);
+  d->poll(1);
+  EXPECT_EQ(checked, n + 100);
 }
