@@ -3,6 +3,9 @@
 // each logical client has its own non-blocking socket and keeps up to `window` requests
 // outstanding; requests posted in one turn leave in one send(), responses are matched in order.
 //
+// Threading: each connection (its socket, buffers and pending queue) belongs to one logical
+// client and is touched only by the thread driving it; only the first-error text is shared.
+//
 // Waiting is busy polling (recv returning EAGAIN), as the fabkv client does: a blocking client
 // pays a 15-20 us sleep/wake-up per request on these hosts (PROVIDERS.md), which would make
 // the baselines look slower than they are.
@@ -18,6 +21,7 @@
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -139,13 +143,18 @@ class SocketDriver : public Driver {
         Parsed p = parse(std::string_view(k.in).substr(at));
         if (p.malformed) return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
         if (p.consumed == 0) break;
-        Completion done = std::move(k.pending.front());
+        const Completion done = k.pending.front();
         k.pending.pop_front();
-        if (p.status == OpStatus::kError && error_.empty())
-          error_ = fmt::format("{} answered an error: {}", system_, printable(k.in.substr(at, p.consumed)));
         // The callback may post more requests on this connection (appending to k.out): the
         // input buffer and `at` are untouched by that.
-        done(p.status, p.value);
+        if (p.status == OpStatus::kError) {
+          std::string why = fmt::format("{} answered an error: {}", system_,
+                                        printable(std::string_view(k.in).substr(at, p.consumed)));
+          note_error(why);
+          done(p.status, why);
+        } else {
+          done(p.status, p.value);
+        }
         ++ran;
         at += p.consumed;
       }
@@ -174,7 +183,10 @@ class SocketDriver : public Driver {
     s.cpu_s = process_cpu_seconds(o_.server_pid);
     return s;
   }
-  std::string error() const override { return error_; }
+  std::string error() const override {
+    std::lock_guard<std::mutex> l(error_mu_);
+    return error_;
+  }
 
  protected:
   virtual void encode_get(std::string_view key, std::string* out) = 0;
@@ -197,22 +209,29 @@ class SocketDriver : public Driver {
 
   // The connection is unusable: everything pending fails (callbacks run with kError).
   size_t fail(Conn& k, const std::string& why) {
-    if (error_.empty()) error_ = fmt::format("{}: {}", system_, why);
+    const std::string reason = fmt::format("{}: {}", system_, why);
+    note_error(reason);
     ::close(k.fd);
     k.fd = -1;
     size_t n = 0;
     while (!k.pending.empty()) {
-      Completion done = std::move(k.pending.front());
+      const Completion done = k.pending.front();
       k.pending.pop_front();
-      done(OpStatus::kError, {});
+      done(OpStatus::kError, reason);
       ++n;
     }
     return n;
+  }
+  // The first failure; clients may be driven from several threads.
+  void note_error(const std::string& why) {
+    std::lock_guard<std::mutex> l(error_mu_);
+    if (error_.empty()) error_ = why;
   }
 
   DriverOptions o_;
   std::string system_, protocol_;
   std::deque<Conn> conns_;
+  mutable std::mutex error_mu_;
   std::string error_;
 };
 

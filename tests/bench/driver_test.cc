@@ -56,8 +56,28 @@ Started start(const std::string& system, size_t clients, uint32_t window) {
   return s;
 }
 
+// Lets a test give each request a lambda: the Completion's tag indexes a table of them.
+class Callbacks final : public CompletionSink {
+ public:
+  using Fn = std::function<void(OpStatus, std::string_view)>;
+  Completion operator()(Fn fn) {
+    fns_.push_back(std::move(fn));
+    return Completion{this, fns_.size() - 1};
+  }
+  void complete(uint64_t tag, OpStatus s, std::string_view v) override {
+    Fn fn = std::move(fns_.at(tag));
+    ASSERT_TRUE(fn) << "request " << tag << " completed twice";
+    fns_[tag] = nullptr;
+    fn(s, v);
+  }
+
+ private:
+  std::vector<Fn> fns_;
+};
+
 // Posts everything in `ops` spread over the clients, `window` deep, and polls to the end.
-void run_all(Driver& d, size_t n, uint32_t window, const std::function<bool(size_t c, size_t i, Completion)>& post) {
+void run_all(Driver& d, size_t n, uint32_t window,
+             const std::function<bool(size_t c, size_t i, Callbacks::Fn)>& post) {
   std::vector<uint32_t> in_flight(d.clients(), 0);
   size_t next = 0, done = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -95,22 +115,23 @@ TEST_P(DriverTest, ReturnsTheValuesItWroteAndNotFoundForOthers) {
   const size_t n = 400;
   // Every key written twice: version 0, then version i+1 for odd keys (pipelined in order on
   // one client, so the second write wins).
-  run_all(d, 2 * n, 4, [&](size_t, size_t i, Completion done) {
+  Callbacks cb;
+  run_all(d, 2 * n, 4, [&](size_t, size_t i, Callbacks::Fn done) {
     uint64_t id = i % n;
     uint32_t version = i < n ? 0 : (id % 2 ? static_cast<uint32_t>(id + 1) : 0);
     std::string v;
     make_value(id, version, value_size, &v);
     size_t c = id % d.clients();  // both writes of a key on the same connection, in order
-    return d.put(c, make_key(id, key_size), v, [done, id](OpStatus st, std::string_view x) {
+    return d.put(c, make_key(id, key_size), v, cb([done, id](OpStatus st, std::string_view x) {
       EXPECT_EQ(st, OpStatus::kOk) << "put " << id;
       done(st, x);
-    });
+    }));
   });
   std::map<uint64_t, std::string> got;
   size_t missing = 0;
-  run_all(d, n + 50, 4, [&](size_t c, size_t i, Completion done) {
+  run_all(d, n + 50, 4, [&](size_t c, size_t i, Callbacks::Fn done) {
     uint64_t id = i < n ? i : 1'000'000 + i;  // the last 50 were never written
-    return d.get(c, make_key(id, key_size), [&, done, id](OpStatus st, std::string_view v) {
+    return d.get(c, make_key(id, key_size), cb([&, done, id](OpStatus st, std::string_view v) {
       if (id < n) {
         EXPECT_EQ(st, OpStatus::kOk) << "get " << id;
         got[id] = std::string(v);
@@ -119,7 +140,7 @@ TEST_P(DriverTest, ReturnsTheValuesItWroteAndNotFoundForOthers) {
         missing += st == OpStatus::kNotFound;
       }
       done(st, v);
-    });
+    }));
   });
   ASSERT_EQ(got.size(), n);
   EXPECT_EQ(missing, 50u);
@@ -251,14 +272,15 @@ TEST(NullTarget, StoresEveryValueItIsGivenAndOnlyThose) {
   const size_t n = 5000;
   std::map<uint64_t, std::string> model;
   size_t done = 0;
+  Callbacks cb;
   auto put = [&](uint64_t id, uint32_t version, uint32_t size) {
     std::string v;
     make_value(id, version, size, &v);
     model[id] = v;
-    ASSERT_TRUE(d->put(id % 2, make_key(id, 16), v, [&](OpStatus st, std::string_view) {
+    ASSERT_TRUE(d->put(id % 2, make_key(id, 16), v, cb([&](OpStatus st, std::string_view) {
       EXPECT_EQ(st, OpStatus::kOk);
       done++;
-    }));
+    })));
   };
   for (uint64_t id = 0; id < n; ++id) put(id, 0, 8 + static_cast<uint32_t>(id % 200));
   for (uint64_t id = 0; id < n; id += 3) put(id, 7, 8 + static_cast<uint32_t>((id * 7) % 300));
@@ -267,7 +289,7 @@ TEST(NullTarget, StoresEveryValueItIsGivenAndOnlyThose) {
   EXPECT_EQ(done, n + (n + 2) / 3);
   size_t checked = 0;
   for (uint64_t id = 0; id < n + 100; ++id) {
-    ASSERT_TRUE(d->get(id % 2, make_key(id, 16), [&, id](OpStatus st, std::string_view v) {
+    ASSERT_TRUE(d->get(id % 2, make_key(id, 16), cb([&, id](OpStatus st, std::string_view v) {
       if (id < n) {
         EXPECT_EQ(st, OpStatus::kOk) << id;
         EXPECT_EQ(v, model[id]) << id;
@@ -275,7 +297,7 @@ TEST(NullTarget, StoresEveryValueItIsGivenAndOnlyThose) {
         EXPECT_EQ(st, OpStatus::kNotFound) << id;
       }
       checked++;
-    }));
+    })));
     if (id % 64 == 0) d->poll(id % 2);
   }
   d->poll(0);
