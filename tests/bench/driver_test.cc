@@ -22,7 +22,7 @@ struct Started {
   std::unique_ptr<Driver> driver;
 };
 
-Started start(const std::string& system, size_t clients, uint32_t window) {
+Started start(const std::string& system, size_t clients, uint32_t window, size_t threads = 1) {
   ServerSpec ss;
   ss.core = -1;  // the test machine is shared: no pinning
   ss.memory = "64M";
@@ -32,6 +32,7 @@ Started start(const std::string& system, size_t clients, uint32_t window) {
   DriverOptions d;
   d.clients = clients;
   d.window = window;
+  d.load_threads = threads;
   d.protocol = "herd";
   d.provider = "shm";
   Started s;
@@ -206,6 +207,69 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcached", "redis", "null"),
+                         [](const auto& info) { return info.param; });
+
+// --threads: the clients split over load threads, each with its own slots, histogram and
+// checks; the merged result must add up exactly and every GET must still be checked clean.
+class ThreadedRun : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ThreadedRun, TwoLoadThreadsMergeConsistentCountsAndCheckEveryGet) {
+  const size_t clients = 5;  // split 2 + 3
+  auto s = start(GetParam(), clients, 2, 2);
+  Runner runner(*s.driver, -1);
+  RunSpec spec;
+  spec.workload.keys = 2000;
+  spec.workload.read_ratio = 0.5;
+  spec.workload.read_modify_write = true;  // GET then PUT per op: nested posts on each thread
+  spec.workload.name = "F";
+  spec.clients = clients;
+  spec.window = 2;
+  spec.threads = 2;
+  spec.warmup_s = 0.1;
+  spec.duration_s = 0.5;
+  runner.load(spec.workload, 2, nullptr);
+  RunResult r = runner.run(spec, nullptr);
+  EXPECT_EQ(r.load_threads, 2u);
+  ASSERT_EQ(r.per_client_ops.size(), clients);
+  uint64_t sum = 0;
+  for (uint64_t o : r.per_client_ops) {
+    EXPECT_GT(o, 0u) << "every client of both slices ran";
+    sum += o;
+  }
+  EXPECT_EQ(sum, r.ops) << "per-client ops of both threads add up to the ops";
+  EXPECT_EQ(r.latency.count(), r.ops) << "one latency per op, histograms merged";
+  EXPECT_EQ(r.requests, r.gets + r.puts);
+  EXPECT_GT(r.requests, r.ops) << "a read-modify-write is one op of two requests";
+  EXPECT_GE(r.check.checked + r.check.misses, r.gets) << "every GET answered is checked";
+  EXPECT_GT(r.check.checked, 0u);
+  EXPECT_EQ(r.check.mismatches, 0u);
+  EXPECT_EQ(r.check.unexpected_misses, 0u);
+  EXPECT_EQ(r.check.misses, 0u) << "every key was loaded";
+  EXPECT_GT(r.load_cpu_s, 0.0);
+  if (GetParam() == "fabkv") {
+    ASSERT_TRUE(r.client_verbs.has_value()) << "the leader sampled the client verbs";
+    ASSERT_TRUE(r.server_verbs.has_value()) << "the leader sampled the server over client 0";
+    // HERD: one WRITE per request from the clients of both threads.
+    EXPECT_NEAR(static_cast<double>((*r.client_verbs)[fabric::Verb::kWrite].posted) /
+                    static_cast<double>(r.requests), 1.0, 0.05);
+  }
+  RunContext ctx;
+  ctx.system = s.driver->system();
+  ctx.protocol = s.driver->protocol();
+  ctx.spec = spec;
+  nlohmann::json rec = make_record(ctx, r);
+  EXPECT_EQ(validate_record(rec), std::vector<std::string>{}) << rec.dump(2);
+  EXPECT_EQ(rec["load_threads"], 2);
+
+  // The same driver again with one thread: nothing left over from the threaded run.
+  spec.threads = 1;
+  RunResult one = runner.run(spec, nullptr);
+  EXPECT_EQ(one.load_threads, 1u);
+  EXPECT_EQ(one.check.mismatches, 0u);
+  EXPECT_GT(one.ops, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Systems, ThreadedRun, ::testing::Values("null", "fabkv"),
                          [](const auto& info) { return info.param; });
 
 TEST(Record, ValidationCatchesMissingAndMistypedFields) {
