@@ -20,8 +20,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -84,6 +86,32 @@ int connect_tcp(const std::string& address, int timeout_ms) {
   return fd;
 }
 
+// Requests awaiting their response on one connection, in order: a ring that only grows (a
+// deque would allocate and free a block every 32 requests).
+class CompletionQueue {
+ public:
+  bool empty() const { return count_ == 0; }
+  void push(Completion c) {
+    if (count_ == ring_.size()) {
+      std::vector<Completion> bigger(std::max<size_t>(16, ring_.size() * 2));
+      for (size_t i = 0; i < count_; ++i) bigger[i] = ring_[(head_ + i) % ring_.size()];
+      ring_.swap(bigger);
+      head_ = 0;
+    }
+    ring_[(head_ + count_++) % ring_.size()] = c;
+  }
+  Completion pop() {
+    const Completion c = ring_[head_];
+    head_ = (head_ + 1) % ring_.size();
+    count_--;
+    return c;
+  }
+
+ private:
+  std::vector<Completion> ring_;
+  size_t head_ = 0, count_ = 0;
+};
+
 // The shared machinery: buffers, in-order matching, failure reporting.
 class SocketDriver : public Driver {
  public:
@@ -107,14 +135,14 @@ class SocketDriver : public Driver {
     Conn& k = conns_[c];
     if (k.fd < 0) return false;
     encode_get(key, &k.out);
-    k.pending.push_back(std::move(done));
+    k.pending.push(done);
     return true;
   }
   bool put(size_t c, std::string_view key, std::string_view value, Completion done) override {
     Conn& k = conns_[c];
     if (k.fd < 0) return false;
     encode_put(key, value, &k.out);
-    k.pending.push_back(std::move(done));
+    k.pending.push(done);
     return true;
   }
 
@@ -143,8 +171,7 @@ class SocketDriver : public Driver {
         Parsed p = parse(std::string_view(k.in).substr(at));
         if (p.malformed) return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
         if (p.consumed == 0) break;
-        const Completion done = k.pending.front();
-        k.pending.pop_front();
+        const Completion done = k.pending.pop();
         // The callback may post more requests on this connection (appending to k.out): the
         // input buffer and `at` are untouched by that.
         if (p.status == OpStatus::kError) {
@@ -204,7 +231,7 @@ class SocketDriver : public Driver {
     int fd = -1;
     std::string out, in;
     size_t out_pos = 0;
-    std::deque<Completion> pending;
+    CompletionQueue pending;
   };
 
   // The connection is unusable: everything pending fails (callbacks run with kError).
@@ -215,8 +242,7 @@ class SocketDriver : public Driver {
     k.fd = -1;
     size_t n = 0;
     while (!k.pending.empty()) {
-      const Completion done = k.pending.front();
-      k.pending.pop_front();
+      const Completion done = k.pending.pop();
       done(OpStatus::kError, reason);
       ++n;
     }
