@@ -92,7 +92,7 @@ double Runner::load(const WorkloadSpec& w, uint32_t window, const LoadProgress& 
   std::string key, value;
   const int64_t t0 = now_ns();
   int64_t last_report = t0;
-  auto stopped = [this] { return stop_ && stop_->load(std::memory_order_relaxed); };
+  uint32_t rounds = 0;
   while (sink.done < total && !sink.failed && !stopped()) {
     for (size_t c = 0; c < clients; ++c) {
       while (sink.in_flight[c] < window && next[c] < total) {
@@ -111,8 +111,9 @@ double Runner::load(const WorkloadSpec& w, uint32_t window, const LoadProgress& 
       }
       driver_.poll(c);
     }
-    int64_t t = now_ns();
-    if (progress && t - last_report > 200'000'000) {
+    if (!progress || (++rounds & 63) != 0) continue;  // the clock only every 64 rounds
+    const int64_t t = now_ns();
+    if (t - last_report > 200'000'000) {
       progress(sink.done, total, static_cast<double>(t - t0) / 1e9);
       last_report = t;
     }
@@ -271,9 +272,14 @@ class Runner::LoadThread final : public CompletionSink {
 
   void loop() {
     const int64_t warm_until = now() + warmup_ns_;
+    uint32_t idle_rounds = 0;
     while (true) {
-      // The newest clock read of the last round is recent enough to decide the interval.
-      const int64_t t = fresh_ ? last_now_ : now();
+      // The newest clock read of the last round is recent enough to decide the interval. A
+      // round that read none (nothing posted or completed: waiting on the system) reads it
+      // only every 64th time: an idle poll is ~0.1 us, and a clock read in each one was a
+      // third of the load thread's profile against fabkv.
+      if (!fresh_ && (++idle_rounds & 63) == 0) now();
+      const int64_t t = last_now_;
       fresh_ = false;
       if (!measuring_) {
         if (leader_ && t >= warm_until) {
