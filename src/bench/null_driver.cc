@@ -11,9 +11,10 @@
 // The table is open addressing with linear probing over 64-byte slots that hold the key and
 // the value inline when they fit (48 bytes: the bench's default 16-byte keys and 32-byte
 // values), so a lookup touches one cache line; larger items go to the heap. Slot arrays of
-// 2 MiB and more are backed by transparent huge pages where the kernel allows (madvise): the
-// first profile of this driver spent a third of the load thread's time in its lookup, in the
-// page walks of a 16 MiB table on 4 KiB pages. With more than one load thread
+// 2 MiB and more are backed by transparent huge pages where the kernel allows (madvise), to
+// spare the lookups TLB misses on top of their cache misses (not measured apart): the first
+// profile of this driver spent a third of the load thread's time on the load of a slot's
+// hash in a 16 MiB table (docs/results/loadgen-2026-11-23.md). With more than one load thread
 // (DriverOptions::load_threads) the table is split into shards by hash, each with its own
 // spin lock; with one, there is one shard and no lock.
 #include <sys/mman.h>
@@ -21,8 +22,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
