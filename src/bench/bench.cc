@@ -31,7 +31,7 @@ struct SystemName {
 };
 
 SystemName parse_system(const std::string& s) {
-  if (s == "memcached" || s == "redis") return {s, ""};
+  if (s == "memcached" || s == "redis" || s == "null") return {s, ""};
   if (s.rfind("fabkv:", 0) == 0) {
     std::string p = s.substr(6);
     // The protocols of proto/registry.h; a client that cannot speak one says so when it connects.
@@ -41,7 +41,7 @@ SystemName parse_system(const std::string& s) {
     return {"fabkv", p};
   }
   if (s == "fabkv") return {"fabkv", proto::info(proto::kDefault).name};
-  throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, memcached, redis)");
+  throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, memcached, redis, null)");
 }
 
 // The --protocols of the server started for `protocol`: it and every protocol served by the same
@@ -120,6 +120,8 @@ void validate(const BenchOptions& o) {
   if (o.clients.empty()) throw std::invalid_argument("--clients is empty");
   for (size_t c : o.clients)
     if (c < 1 || c > 4096) throw std::invalid_argument(fmt::format("--clients {} is not in 1..4096", c));
+  if (o.threads < 1 || o.threads > 1024)
+    throw std::invalid_argument(fmt::format("--threads {} is not in 1..1024", o.threads));
   if (o.window < 1 || o.window > 1024)
     throw std::invalid_argument(fmt::format("--window {} is not in 1..1024", o.window));
   if (!(o.duration_s > 0) || o.duration_s > 3600)
@@ -182,12 +184,15 @@ int run_bench(const BenchOptions& o) {
       d.window = o.window;
       d.timeout_ms = o.timeout_ms;
       d.pilaf_parallel_probes = o.pilaf_parallel_probes;
+      d.load_threads = std::min(o.threads, max_clients);
       std::unique_ptr<Driver> driver;
       if (name.system == "fabkv") {
         if (o.server.empty()) server = LocalServer::start_fabkv(ss);
         d.address = o.server.empty() ? server->address() : o.server;
         d.server_pid = server ? server->pid() : 0;
         driver = make_fabkv_driver(d);
+      } else if (name.system == "null") {
+        driver = make_null_driver(d);  // no server: requests complete in-process
       } else if (name.system == "memcached") {
         server = LocalServer::start_memcached(ss);
         d.address = server->address();
@@ -230,12 +235,12 @@ int run_bench(const BenchOptions& o) {
         for (size_t clients : o.clients) {
           RunContext ctx;
           ctx.system = name.system;
-          ctx.protocol = name.system == "fabkv" ? name.protocol
-                         : name.system == "memcached" ? "text" : "resp";
+          ctx.protocol = driver->protocol();
           ctx.provider = name.system == "fabkv" ? o.provider : "";
           ctx.spec.workload = w;
           ctx.spec.clients = clients;
           ctx.spec.window = o.window;
+          ctx.spec.threads = o.threads;
           ctx.spec.warmup_s = o.warmup_s;
           ctx.spec.duration_s = o.duration_s;
           ctx.command = o.command;
@@ -251,15 +256,18 @@ int run_bench(const BenchOptions& o) {
           rec["check"]["ok"] = r.check.mismatches == 0 && misses_explained;
           out.append(rec);
           const auto& lat = rec["latency_us"];
-          fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}: {:>9.0f} ops/s  p50 {:.1f} us  "
-                     "p99 {:.1f} us  unif {}  cpu {}\n",
+          fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}: {:>9.0f} ops/s  p50 {:.1f} us  "
+                     "p99 {:.1f} us  unif {}  cpu {}  load {} us/req\n",
                      name.label(), w.name, to_string(w.distribution), w.read_ratio, value_size,
-                     clients, o.window, rec["throughput_ops"].get<double>(),
+                     clients, o.window, r.load_threads > 1 ? fmt::format(" t={}", r.load_threads) : "",
+                     rec["throughput_ops"].get<double>(),
                      lat["p50"].get<double>(), lat["p99"].get<double>(),
                      rec["uniformity_ratio"].is_null() ? std::string("-")
                          : fmt::format("{:.2f}", rec["uniformity_ratio"].get<double>()),
                      rec["server_cpu_s"].is_null() ? std::string("-")
-                         : fmt::format("{:.2f}s", rec["server_cpu_s"].get<double>()));
+                         : fmt::format("{:.2f}s", rec["server_cpu_s"].get<double>()),
+                     rec["load_cpu_us_per_request"].is_null() ? std::string("-")
+                         : fmt::format("{:.3f}", rec["load_cpu_us_per_request"].get<double>()));
           std::fflush(stdout);
           if (r.check.mismatches > 0) {
             fmt::print(stderr, "fabkv-bench: {}: {} of {} GETs returned a value the generator "

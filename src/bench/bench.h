@@ -30,6 +30,9 @@ struct BenchOptions {
   double duration_s = 5;
   double warmup_s = 0.5;
   int client_core = 1, server_core = 0;
+  // Load threads: the clients of a run are split over them, thread i pinned to client_core + i
+  // (runner.h). At most the run's client count are used.
+  size_t threads = 1;
   std::string server_memory = "256M";
   int timeout_ms = 5000;
   std::string json_path;  // append JSON Lines here ("" = none)

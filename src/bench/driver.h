@@ -4,17 +4,25 @@
 // operation streams with the same window, so the systems differ only in what is behind this
 // interface.
 //
-// Threading: a Driver is used from one thread (the load generator's); completions run from
-// poll() and may post new requests for the same client.
+// Threading: a logical client is single-threaded: get(c), put(c) and poll(c) for one c are
+// called from one thread at a time, and its completions run on that thread (from poll(c), or
+// from a get/put of the same client that has to wait for room). Different clients may be
+// driven from different threads at the same time (runner.h's --threads): a driver keeps no
+// unsynchronized state shared between clients (fabkv: one fabkv::Client, endpoint and fabric
+// per logical client; memcached/redis: one socket and buffers each; the first-error text is
+// under a lock). clients(), max_value(), system() and protocol() are constant. client_verbs()
+// may be called from any thread; protocol_counters(first, n) only from the thread driving
+// those clients; sample_server() only from the thread driving client 0 (fabkv asks over
+// client 0's control connection); error() once no thread is driving.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -24,8 +32,26 @@ namespace fabkv::bench {
 
 enum class OpStatus { kOk, kNotFound, kError };
 
-// value is valid only during the call.
-using Completion = std::function<void(OpStatus, std::string_view value)>;
+// Where requests report their end: the runner's per-client table of outstanding requests.
+class CompletionSink {
+ public:
+  // `value` (a GET's answer; for kError the driver's reason when it has one, else empty) is
+  // valid only during the call. May post new requests for the same client.
+  virtual void complete(uint64_t tag, OpStatus s, std::string_view value) = 0;
+
+ protected:
+  ~CompletionSink() = default;
+};
+
+// A request's completion: the sink and the tag it gave the request (the runner's slot). Two
+// words, trivially copyable: drivers keep it in their own tables, and the fabkv driver's
+// callback holding it fits std::function's inline buffer, so posting allocates nothing.
+struct Completion {
+  CompletionSink* sink = nullptr;
+  uint64_t tag = 0;
+  void operator()(OpStatus s, std::string_view value) const { sink->complete(tag, s, value); }
+};
+static_assert(std::is_trivially_copyable_v<Completion> && sizeof(Completion) == 16);
 
 // What the server side looked like at one moment (diffed around the measured interval).
 struct ServerSample {
@@ -43,13 +69,13 @@ class Driver {
  public:
   virtual ~Driver() = default;
 
-  virtual std::string system() const = 0;    // "fabkv" | "memcached" | "redis"
-  // fabkv: its access protocol (proto/registry.h); memcached: "text"; redis: "resp"
+  virtual std::string system() const = 0;    // "fabkv" | "memcached" | "redis" | "null"
+  // fabkv: its access protocol (proto/registry.h); memcached: "text"; redis: "resp"; null: "none"
   virtual std::string protocol() const = 0;
   virtual size_t clients() const = 0;
 
   // Post one request for logical client c. False: it could not be sent (the connection
-  // failed; error() says why) and `done` will not run.
+  // failed; error() says why) and `done` will not run. The views live until the call returns.
   virtual bool get(size_t c, std::string_view key, Completion done) = 0;
   virtual bool put(size_t c, std::string_view key, std::string_view value, Completion done) = 0;
   // Drives client c's connection once; returns the completions it ran.
@@ -59,7 +85,8 @@ class Driver {
   virtual uint64_t max_value() const = 0;
   // Client-side verb counters summed over the logical clients (fabkv only).
   virtual std::optional<fabric::VerbSnapshot> client_verbs() const { return std::nullopt; }
-  virtual ProtocolCounters protocol_counters() const { return {}; }
+  // Protocol counters summed over clients [first, first + n).
+  virtual ProtocolCounters protocol_counters(size_t /*first*/, size_t /*n*/) const { return {}; }
   virtual ServerSample sample_server() = 0;
   // The first failure seen (connection lost, protocol error), empty when none.
   virtual std::string error() const = 0;
@@ -76,12 +103,16 @@ struct DriverOptions {
   int timeout_ms = 5000;  // per-request bound
   bool pilaf_parallel_probes = false;  // fabkv:pilaf: READ the three entries at once
   pid_t server_pid = 0;   // when we started the server: for its CPU accounting (0: unknown)
+  size_t load_threads = 1;  // load threads that will drive the clients (runner.h)
 };
 
 // Each throws std::runtime_error with a one-line reason when it cannot connect.
 std::unique_ptr<Driver> make_fabkv_driver(const DriverOptions& o);
 std::unique_ptr<Driver> make_memcached_driver(const DriverOptions& o);
 std::unique_ptr<Driver> make_redis_driver(const DriverOptions& o);
+// The null target (null_driver.cc): no server; every request completes at the client's next
+// poll() against an in-process table. For measuring the load generator itself.
+std::unique_ptr<Driver> make_null_driver(const DriverOptions& o);
 
 // utime+stime of a process in seconds from /proc/<pid>/stat; nullopt when unreadable.
 std::optional<double> process_cpu_seconds(pid_t pid);

@@ -147,6 +147,13 @@ json make_record(const RunContext& ctx, const RunResult& r) {
     j["protocol_counters"] = nullptr;
   }
   j["server_evictions"] = r.evictions;
+  // The load generator's own CPU (docs/bench.md): all load threads over the interval, per
+  // request. Against a real system the threads busy-poll, so this is an upper bound that
+  // includes waiting; against the null target it is the generator's cost.
+  j["load_threads"] = r.load_threads;
+  j["load_cpu_s"] = r.load_cpu_s;
+  j["load_cpu_us_per_request"] =
+      r.requests ? json(r.load_cpu_s * 1e6 / static_cast<double>(r.requests)) : json(nullptr);
   j["check"] = {{"gets_checked", r.check.checked},
                 {"mismatches", r.check.mismatches},
                 {"misses", r.check.misses},

@@ -1,12 +1,21 @@
-// The load generator: one thread (pinned to the client core) drives every logical client of a
-// Driver round-robin, keeping `window` requests outstanding per client, from the shared
-// workload generator. One thread is enough here: on the 2-core machines the other core is the
-// server's, and a second load thread would only compete with it (PROVIDERS.md: memcached -t 2
-// is slower than -t 1 for the same reason).
+// The load generator: load threads (one by default, pinned to the client core) drive the
+// logical clients of a Driver round-robin, keeping `window` requests outstanding per client,
+// from the shared workload generator. With `threads` N > 1 the clients are split into N
+// contiguous slices, each driven by its own thread pinned to its own core (client core, +1,
+// ...), with its own latency histogram and check counters, merged at the end. On the 2-core
+// development machines one thread is what fits next to a server on the other core
+// (PROVIDERS.md: memcached -t 2 is slower than -t 1 for the same reason); on a larger machine
+// more threads let the generator saturate a server core.
 //
 // Measurement: warm-up, then a fixed interval; a request counts when it completes inside the
 // interval (its latency from post to completion). Verb counters and server CPU are sampled at
-// the interval's edges. Every GET is checked against the generator's values.
+// the interval's edges by thread 0 (which drives client 0). Every GET is checked against the
+// generator's values.
+//
+// Cost per request (docs/results/loadgen-2026-11-23.md): no allocation and no std::function
+// on the data path (requests live in a fixed table of window slots per client, drivers get a
+// 16-byte Completion); one clock read per post and one per poll that completed anything,
+// shared by the completions it ran.
 #pragma once
 
 #include <atomic>
@@ -27,6 +36,7 @@ struct RunSpec {
   WorkloadSpec workload;
   size_t clients = 1;    // the first `clients` logical clients of the driver
   uint32_t window = 1;   // outstanding requests per client
+  size_t threads = 1;    // load threads (at most `clients` are used)
   double warmup_s = 0.5;
   double duration_s = 5;
 };
@@ -51,6 +61,10 @@ struct RunResult {
   ProtocolCounters protocol;              // client-side protocol counters, interval diff
   uint64_t evictions = 0;  // server-side evictions so far (cache engine)
   GetCheck check;
+  // The load generator's own cost: CPU time of the load thread(s) over the interval
+  // (CLOCK_THREAD_CPUTIME_ID), and how many threads drove the clients.
+  double load_cpu_s = 0;
+  size_t load_threads = 1;
 };
 
 // Progress of the load phase: (done, total, seconds since start).
@@ -58,8 +72,9 @@ using LoadProgress = std::function<void(uint64_t done, uint64_t total, double el
 
 class Runner {
  public:
-  // `core`: the load generator's core (-1: unpinned); the calling thread is pinned for the
-  // duration of load() and run().
+  // `core`: the load generator's core (-1: unpinned); the calling thread is pinned to it for
+  // the duration of load() and run() and drives the first slice of clients; load thread i is
+  // pinned to core + i.
   Runner(Driver& driver, int core) : driver_(driver), core_(core) {}
   // When *stop becomes true (a signal handler), load() and run() drain what is in flight and
   // throw std::runtime_error("interrupted"), so servers and endpoints are closed on the way out.
@@ -72,10 +87,19 @@ class Runner {
   RunResult run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfian> zipf);
 
  private:
+  class LoadThread;  // runner.cc
+  friend class LoadThread;
+
+  void reset_stored(uint64_t keys);
+  bool stopped() const;
+
   Driver& driver_;
   int core_;
   const std::atomic<bool>* stop_ = nullptr;
-  std::vector<uint8_t> stored_;  // key id -> known to be in the store (loaded or PUT)
+  // key id -> known to be in the store (loaded, or PUT by any load thread): 0 -> 1 only,
+  // relaxed atomics (a thread may see another's PUT late: fewer misses flagged, never a false one).
+  std::unique_ptr<std::atomic<uint8_t>[]> stored_;
+  uint64_t stored_keys_ = 0;
 };
 
 }  // namespace fabkv::bench

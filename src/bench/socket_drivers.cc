@@ -3,6 +3,9 @@
 // each logical client has its own non-blocking socket and keeps up to `window` requests
 // outstanding; requests posted in one turn leave in one send(), responses are matched in order.
 //
+// Threading: each connection (its socket, buffers and pending queue) belongs to one logical
+// client and is touched only by the thread driving it; only the first-error text is shared.
+//
 // Waiting is busy polling (recv returning EAGAIN), as the fabkv client does: a blocking client
 // pays a 15-20 us sleep/wake-up per request on these hosts (PROVIDERS.md), which would make
 // the baselines look slower than they are.
@@ -17,7 +20,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <algorithm>
 #include <deque>
+#include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -80,6 +86,32 @@ int connect_tcp(const std::string& address, int timeout_ms) {
   return fd;
 }
 
+// Requests awaiting their response on one connection, in order: a ring that only grows (a
+// deque would allocate and free a block every 32 requests).
+class CompletionQueue {
+ public:
+  bool empty() const { return count_ == 0; }
+  void push(Completion c) {
+    if (count_ == ring_.size()) {
+      std::vector<Completion> bigger(std::max<size_t>(16, ring_.size() * 2));
+      for (size_t i = 0; i < count_; ++i) bigger[i] = ring_[(head_ + i) % ring_.size()];
+      ring_.swap(bigger);
+      head_ = 0;
+    }
+    ring_[(head_ + count_++) % ring_.size()] = c;
+  }
+  Completion pop() {
+    const Completion c = ring_[head_];
+    head_ = (head_ + 1) % ring_.size();
+    count_--;
+    return c;
+  }
+
+ private:
+  std::vector<Completion> ring_;
+  size_t head_ = 0, count_ = 0;
+};
+
 // The shared machinery: buffers, in-order matching, failure reporting.
 class SocketDriver : public Driver {
  public:
@@ -103,14 +135,14 @@ class SocketDriver : public Driver {
     Conn& k = conns_[c];
     if (k.fd < 0) return false;
     encode_get(key, &k.out);
-    k.pending.push_back(std::move(done));
+    k.pending.push(done);
     return true;
   }
   bool put(size_t c, std::string_view key, std::string_view value, Completion done) override {
     Conn& k = conns_[c];
     if (k.fd < 0) return false;
     encode_put(key, value, &k.out);
-    k.pending.push_back(std::move(done));
+    k.pending.push(done);
     return true;
   }
 
@@ -139,13 +171,17 @@ class SocketDriver : public Driver {
         Parsed p = parse(std::string_view(k.in).substr(at));
         if (p.malformed) return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
         if (p.consumed == 0) break;
-        Completion done = std::move(k.pending.front());
-        k.pending.pop_front();
-        if (p.status == OpStatus::kError && error_.empty())
-          error_ = fmt::format("{} answered an error: {}", system_, printable(k.in.substr(at, p.consumed)));
+        const Completion done = k.pending.pop();
         // The callback may post more requests on this connection (appending to k.out): the
         // input buffer and `at` are untouched by that.
-        done(p.status, p.value);
+        if (p.status == OpStatus::kError) {
+          std::string why = fmt::format("{} answered an error: {}", system_,
+                                        printable(std::string_view(k.in).substr(at, p.consumed)));
+          note_error(why);
+          done(p.status, why);
+        } else {
+          done(p.status, p.value);
+        }
         ++ran;
         at += p.consumed;
       }
@@ -174,7 +210,10 @@ class SocketDriver : public Driver {
     s.cpu_s = process_cpu_seconds(o_.server_pid);
     return s;
   }
-  std::string error() const override { return error_; }
+  std::string error() const override {
+    std::lock_guard<std::mutex> l(error_mu_);
+    return error_;
+  }
 
  protected:
   virtual void encode_get(std::string_view key, std::string* out) = 0;
@@ -192,27 +231,33 @@ class SocketDriver : public Driver {
     int fd = -1;
     std::string out, in;
     size_t out_pos = 0;
-    std::deque<Completion> pending;
+    CompletionQueue pending;
   };
 
   // The connection is unusable: everything pending fails (callbacks run with kError).
   size_t fail(Conn& k, const std::string& why) {
-    if (error_.empty()) error_ = fmt::format("{}: {}", system_, why);
+    const std::string reason = fmt::format("{}: {}", system_, why);
+    note_error(reason);
     ::close(k.fd);
     k.fd = -1;
     size_t n = 0;
     while (!k.pending.empty()) {
-      Completion done = std::move(k.pending.front());
-      k.pending.pop_front();
-      done(OpStatus::kError, {});
+      const Completion done = k.pending.pop();
+      done(OpStatus::kError, reason);
       ++n;
     }
     return n;
+  }
+  // The first failure; clients may be driven from several threads.
+  void note_error(const std::string& why) {
+    std::lock_guard<std::mutex> l(error_mu_);
+    if (error_.empty()) error_ = why;
   }
 
   DriverOptions o_;
   std::string system_, protocol_;
   std::deque<Conn> conns_;
+  mutable std::mutex error_mu_;
   std::string error_;
 };
 

@@ -104,9 +104,12 @@ class ScrambledZipfian {
 };
 
 // The key and value for (key id, version): deterministic, printable, exactly the spec's sizes.
+// The forms writing into *out reuse its buffer (no allocation once it is large enough).
 std::string make_key(uint64_t id, uint32_t key_size);
+void make_key(uint64_t id, uint32_t key_size, std::string* out);
 void make_value(uint64_t id, uint32_t version, uint32_t value_size, std::string* out);
-// True when `value` is what make_value(id, v, size) gives for the version it carries.
+// True when `value` is what make_value(id, v, size) gives for the version it carries
+// (compared byte by byte as they are generated: no allocation).
 bool check_value(uint64_t id, uint32_t value_size, std::string_view value);
 // The size of (key id, version)'s value under the workload's value-size distribution.
 uint32_t value_size_for(const WorkloadSpec& w, uint64_t id, uint32_t version);

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fabkv-bench: fabkv vs memcached vs redis on one YCSB-style workload generator"};
   app.fallthrough();
   app.add_option("--systems", o.systems, "systems to run: fabkv:<protocol> (protocol: " +
-                 proto::names() + "), memcached, redis")
+                 proto::names() + "), memcached, redis, null (no server: measures the load generator)")
       ->delimiter(',')->capture_default_str();
   app.add_option("--provider", o.provider, "fabkv's libfabric provider (shm, tcp, verbs)")->capture_default_str();
   app.add_option("--server", o.server, "HOST:PORT of a running fabkv-server (default: start one "
@@ -61,7 +61,10 @@ int main(int argc, char** argv) {
   app.add_option("--window", o.window, "outstanding requests per client")->capture_default_str();
   app.add_option("--duration", o.duration_s, "measured seconds per run")->capture_default_str();
   app.add_option("--warmup", o.warmup_s, "seconds of load before measuring")->capture_default_str();
-  app.add_option("--client-core", o.client_core, "core of the load-generator thread (-1: unpinned)")->capture_default_str();
+  app.add_option("--client-core", o.client_core, "core of the (first) load-generator thread (-1: unpinned)")->capture_default_str();
+  app.add_option("--threads", o.threads, "load-generator threads: the clients are split over them, "
+                 "thread i pinned to --client-core + i (more threads than clients: one per client)")
+      ->capture_default_str();
   app.add_option("--server-core", o.server_core, "core of the servers fabkv-bench starts (-1: unpinned)")->capture_default_str();
   app.add_option("--server-memory", o.server_memory, "memory of the servers it starts")->capture_default_str();
   app.add_option("--timeout-ms", o.timeout_ms, "bound on each request")->capture_default_str();

@@ -85,6 +85,36 @@ TEST_F(BenchCli, ARunWritesOneValidJsonLinePerSystemAndRun) {
   EXPECT_NE(r.out.find("fabkv:herd"), std::string::npos) << "a summary line per run";
 }
 
+TEST_F(BenchCli, TwoLoadThreadsAgainstTheNullTargetAndFabkv) {
+  fs::path json = dir_ / "r.jsonl";
+  Ran r = run("--systems null,fabkv:herd --threads 2 --window 2 --json " + json.string() + kQuick);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream f(json);
+  std::string line;
+  std::vector<std::string> systems;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(validate_record(j), std::vector<std::string>{}) << line;
+    systems.push_back(j["system"]);
+    EXPECT_EQ(j["load_threads"], 2);
+    EXPECT_EQ(j["clients"], 2);  // kQuick's: one per thread
+    uint64_t sum = 0;
+    for (const auto& o : j["per_client_ops"]) {
+      EXPECT_GT(o.get<uint64_t>(), 0u) << line;
+      sum += o.get<uint64_t>();
+    }
+    EXPECT_EQ(sum, j["ops"].get<uint64_t>());
+    EXPECT_EQ(j["requests"].get<uint64_t>(), j["gets"].get<uint64_t>() + j["puts"].get<uint64_t>());
+    EXPECT_GT(j["check"]["gets_checked"].get<uint64_t>(), 0u);
+    EXPECT_EQ(j["check"]["mismatches"], 0);
+    EXPECT_EQ(j["check"]["ok"], true);
+    ASSERT_TRUE(j["load_cpu_us_per_request"].is_number()) << line;
+    EXPECT_GT(j["load_cpu_us_per_request"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(systems, (std::vector<std::string>{"null", "fabkv"}));
+  EXPECT_NE(r.out.find("t=2"), std::string::npos) << r.out;
+}
+
 TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
   fs::path json = dir_ / "r.jsonl";
   const std::string before = "{\"recorded\":\"earlier\"}\n";
@@ -102,6 +132,7 @@ TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
       {"--read-ratio 1.2", "read ratio"},
       {"--clients 0", "--clients 0"},
       {"--window 0", "--window"},
+      {"--threads 0", "--threads 0"},
       {"--distribution pareto", "unknown distribution"},
       {"--systems cassandra", "unknown system"},
       {"--systems fabkv:nonsense", "unknown fabkv protocol"},

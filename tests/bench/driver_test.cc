@@ -1,5 +1,6 @@
 // The drivers against real servers started by the test: fabkv-server over shm, memcached and
-// redis from the Debian packages (skipped with the reason when a binary is missing). Each must
+// redis from the Debian packages (skipped with the reason when a binary is missing), and the
+// null target (no server, an in-process table). Each must
 // return exactly the values it wrote, "not found" for keys never written, and a short measured
 // run must check every GET clean and give a record that validates.
 #include <gtest/gtest.h>
@@ -21,7 +22,7 @@ struct Started {
   std::unique_ptr<Driver> driver;
 };
 
-Started start(const std::string& system, size_t clients, uint32_t window) {
+Started start(const std::string& system, size_t clients, uint32_t window, size_t threads = 1) {
   ServerSpec ss;
   ss.core = -1;  // the test machine is shared: no pinning
   ss.memory = "64M";
@@ -31,6 +32,7 @@ Started start(const std::string& system, size_t clients, uint32_t window) {
   DriverOptions d;
   d.clients = clients;
   d.window = window;
+  d.load_threads = threads;
   d.protocol = "herd";
   d.provider = "shm";
   Started s;
@@ -39,6 +41,8 @@ Started start(const std::string& system, size_t clients, uint32_t window) {
     d.address = s.server->address();
     d.server_pid = s.server->pid();
     s.driver = make_fabkv_driver(d);
+  } else if (system == "null") {
+    s.driver = make_null_driver(d);
   } else if (system == "memcached") {
     s.server = LocalServer::start_memcached(ss);
     d.address = s.server->address();
@@ -53,8 +57,28 @@ Started start(const std::string& system, size_t clients, uint32_t window) {
   return s;
 }
 
+// Lets a test give each request a lambda: the Completion's tag indexes a table of them.
+class Callbacks final : public CompletionSink {
+ public:
+  using Fn = std::function<void(OpStatus, std::string_view)>;
+  Completion operator()(Fn fn) {
+    fns_.push_back(std::move(fn));
+    return Completion{this, fns_.size() - 1};
+  }
+  void complete(uint64_t tag, OpStatus s, std::string_view v) override {
+    Fn fn = std::move(fns_.at(tag));
+    ASSERT_TRUE(fn) << "request " << tag << " completed twice";
+    fns_[tag] = nullptr;
+    fn(s, v);
+  }
+
+ private:
+  std::vector<Fn> fns_;
+};
+
 // Posts everything in `ops` spread over the clients, `window` deep, and polls to the end.
-void run_all(Driver& d, size_t n, uint32_t window, const std::function<bool(size_t c, size_t i, Completion)>& post) {
+void run_all(Driver& d, size_t n, uint32_t window,
+             const std::function<bool(size_t c, size_t i, Callbacks::Fn)>& post) {
   std::vector<uint32_t> in_flight(d.clients(), 0);
   size_t next = 0, done = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -92,22 +116,23 @@ TEST_P(DriverTest, ReturnsTheValuesItWroteAndNotFoundForOthers) {
   const size_t n = 400;
   // Every key written twice: version 0, then version i+1 for odd keys (pipelined in order on
   // one client, so the second write wins).
-  run_all(d, 2 * n, 4, [&](size_t, size_t i, Completion done) {
+  Callbacks cb;
+  run_all(d, 2 * n, 4, [&](size_t, size_t i, Callbacks::Fn done) {
     uint64_t id = i % n;
     uint32_t version = i < n ? 0 : (id % 2 ? static_cast<uint32_t>(id + 1) : 0);
     std::string v;
     make_value(id, version, value_size, &v);
     size_t c = id % d.clients();  // both writes of a key on the same connection, in order
-    return d.put(c, make_key(id, key_size), v, [done, id](OpStatus st, std::string_view x) {
+    return d.put(c, make_key(id, key_size), v, cb([done, id](OpStatus st, std::string_view x) {
       EXPECT_EQ(st, OpStatus::kOk) << "put " << id;
       done(st, x);
-    });
+    }));
   });
   std::map<uint64_t, std::string> got;
   size_t missing = 0;
-  run_all(d, n + 50, 4, [&](size_t c, size_t i, Completion done) {
+  run_all(d, n + 50, 4, [&](size_t c, size_t i, Callbacks::Fn done) {
     uint64_t id = i < n ? i : 1'000'000 + i;  // the last 50 were never written
-    return d.get(c, make_key(id, key_size), [&, done, id](OpStatus st, std::string_view v) {
+    return d.get(c, make_key(id, key_size), cb([&, done, id](OpStatus st, std::string_view v) {
       if (id < n) {
         EXPECT_EQ(st, OpStatus::kOk) << "get " << id;
         got[id] = std::string(v);
@@ -116,7 +141,7 @@ TEST_P(DriverTest, ReturnsTheValuesItWroteAndNotFoundForOthers) {
         missing += st == OpStatus::kNotFound;
       }
       done(st, v);
-    });
+    }));
   });
   ASSERT_EQ(got.size(), n);
   EXPECT_EQ(missing, 50u);
@@ -152,8 +177,12 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
   for (uint64_t o : r.per_client_ops) EXPECT_GT(o, 0u);
   EXPECT_GT(r.puts, 0u);
   EXPECT_GT(r.requests, r.ops) << "a read-modify-write is one op of two requests";
-  ASSERT_TRUE(r.server_cpu_s.has_value()) << "we started the server: its CPU is known";
-  EXPECT_GE(*r.server_cpu_s, 0.0);
+  if (GetParam() != "null") {
+    ASSERT_TRUE(r.server_cpu_s.has_value()) << "we started the server: its CPU is known";
+    EXPECT_GE(*r.server_cpu_s, 0.0);
+  }
+  EXPECT_GT(r.load_cpu_s, 0.0) << "the load thread's CPU over the interval";
+  EXPECT_EQ(r.load_threads, 1u);
 
   RunContext ctx;
   ctx.system = s.driver->system();
@@ -162,6 +191,9 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
   ctx.spec = spec;
   nlohmann::json rec = make_record(ctx, r);
   EXPECT_EQ(validate_record(rec), std::vector<std::string>{}) << rec.dump(2);
+  ASSERT_TRUE(rec["load_cpu_us_per_request"].is_number());
+  EXPECT_GT(rec["load_cpu_us_per_request"].get<double>(), 0.0);
+  EXPECT_EQ(rec["load_threads"], 1);
   if (GetParam() == "fabkv") {
     // HERD with the send transport (what --transport auto takes on shm, HERD sec. 5.5): a
     // request is a SEND each way and a RECV on each side; no WRITEs, no READs.
@@ -175,7 +207,70 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcached", "redis"),
+INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcached", "redis", "null"),
+                         [](const auto& info) { return info.param; });
+
+// --threads: the clients split over load threads, each with its own slots, histogram and
+// checks; the merged result must add up exactly and every GET must still be checked clean.
+class ThreadedRun : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ThreadedRun, TwoLoadThreadsMergeConsistentCountsAndCheckEveryGet) {
+  const size_t clients = 5;  // split 2 + 3
+  auto s = start(GetParam(), clients, 2, 2);
+  Runner runner(*s.driver, -1);
+  RunSpec spec;
+  spec.workload.keys = 2000;
+  spec.workload.read_ratio = 0.5;
+  spec.workload.read_modify_write = true;  // GET then PUT per op: nested posts on each thread
+  spec.workload.name = "F";
+  spec.clients = clients;
+  spec.window = 2;
+  spec.threads = 2;
+  spec.warmup_s = 0.1;
+  spec.duration_s = 0.5;
+  runner.load(spec.workload, 2, nullptr);
+  RunResult r = runner.run(spec, nullptr);
+  EXPECT_EQ(r.load_threads, 2u);
+  ASSERT_EQ(r.per_client_ops.size(), clients);
+  uint64_t sum = 0;
+  for (uint64_t o : r.per_client_ops) {
+    EXPECT_GT(o, 0u) << "every client of both slices ran";
+    sum += o;
+  }
+  EXPECT_EQ(sum, r.ops) << "per-client ops of both threads add up to the ops";
+  EXPECT_EQ(r.latency.count(), r.ops) << "one latency per op, histograms merged";
+  EXPECT_EQ(r.requests, r.gets + r.puts);
+  EXPECT_GT(r.requests, r.ops) << "a read-modify-write is one op of two requests";
+  EXPECT_GE(r.check.checked + r.check.misses, r.gets) << "every GET answered is checked";
+  EXPECT_GT(r.check.checked, 0u);
+  EXPECT_EQ(r.check.mismatches, 0u);
+  EXPECT_EQ(r.check.unexpected_misses, 0u);
+  EXPECT_EQ(r.check.misses, 0u) << "every key was loaded";
+  EXPECT_GT(r.load_cpu_s, 0.0);
+  if (GetParam() == "fabkv") {
+    ASSERT_TRUE(r.client_verbs.has_value()) << "the leader sampled the client verbs";
+    ASSERT_TRUE(r.server_verbs.has_value()) << "the leader sampled the server over client 0";
+    // HERD: one WRITE per request from the clients of both threads.
+    EXPECT_NEAR(static_cast<double>((*r.client_verbs)[fabric::Verb::kWrite].posted) /
+                    static_cast<double>(r.requests), 1.0, 0.05);
+  }
+  RunContext ctx;
+  ctx.system = s.driver->system();
+  ctx.protocol = s.driver->protocol();
+  ctx.spec = spec;
+  nlohmann::json rec = make_record(ctx, r);
+  EXPECT_EQ(validate_record(rec), std::vector<std::string>{}) << rec.dump(2);
+  EXPECT_EQ(rec["load_threads"], 2);
+
+  // The same driver again with one thread: nothing left over from the threaded run.
+  spec.threads = 1;
+  RunResult one = runner.run(spec, nullptr);
+  EXPECT_EQ(one.load_threads, 1u);
+  EXPECT_EQ(one.check.mismatches, 0u);
+  EXPECT_GT(one.ops, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Systems, ThreadedRun, ::testing::Values("null", "fabkv"),
                          [](const auto& info) { return info.param; });
 
 TEST(Record, ValidationCatchesMissingAndMistypedFields) {
@@ -231,4 +326,46 @@ TEST(Servers, AFabkvServerThatIsNotThereIsAnError) {
   d.timeout_ms = 1000;
   EXPECT_THROW(make_fabkv_driver(d), std::runtime_error);
   EXPECT_THROW(make_memcached_driver(d), std::runtime_error);
+}
+
+// The null target is a real table: values of every size (inline and on the heap), overwritten
+// with other sizes, through its growth, each GET returning exactly the last PUT.
+TEST(NullTarget, StoresEveryValueItIsGivenAndOnlyThose) {
+  DriverOptions o;
+  o.clients = 2;
+  auto d = make_null_driver(o);
+  const size_t n = 5000;
+  std::map<uint64_t, std::string> model;
+  size_t done = 0;
+  Callbacks cb;
+  auto put = [&](uint64_t id, uint32_t version, uint32_t size) {
+    std::string v;
+    make_value(id, version, size, &v);
+    model[id] = v;
+    ASSERT_TRUE(d->put(id % 2, make_key(id, 16), v, cb([&](OpStatus st, std::string_view) {
+      EXPECT_EQ(st, OpStatus::kOk);
+      done++;
+    })));
+  };
+  for (uint64_t id = 0; id < n; ++id) put(id, 0, 8 + static_cast<uint32_t>(id % 200));
+  for (uint64_t id = 0; id < n; id += 3) put(id, 7, 8 + static_cast<uint32_t>((id * 7) % 300));
+  d->poll(0);
+  d->poll(1);
+  EXPECT_EQ(done, n + (n + 2) / 3);
+  size_t checked = 0;
+  for (uint64_t id = 0; id < n + 100; ++id) {
+    ASSERT_TRUE(d->get(id % 2, make_key(id, 16), cb([&, id](OpStatus st, std::string_view v) {
+      if (id < n) {
+        EXPECT_EQ(st, OpStatus::kOk) << id;
+        EXPECT_EQ(v, model[id]) << id;
+      } else {
+        EXPECT_EQ(st, OpStatus::kNotFound) << id;
+      }
+      checked++;
+    })));
+    if (id % 64 == 0) d->poll(id % 2);
+  }
+  d->poll(0);
+  d->poll(1);
+  EXPECT_EQ(checked, n + 100);
 }
