@@ -250,8 +250,9 @@ TEST_P(ThreadedRun, TwoLoadThreadsMergeConsistentCountsAndCheckEveryGet) {
   if (GetParam() == "fabkv") {
     ASSERT_TRUE(r.client_verbs.has_value()) << "the leader sampled the client verbs";
     ASSERT_TRUE(r.server_verbs.has_value()) << "the leader sampled the server over client 0";
-    // HERD: one WRITE per request from the clients of both threads.
-    EXPECT_NEAR(static_cast<double>((*r.client_verbs)[fabric::Verb::kWrite].posted) /
+    // HERD, send transport (auto on shm): one SEND per request from the clients of both
+    // threads.
+    EXPECT_NEAR(static_cast<double>((*r.client_verbs)[fabric::Verb::kSend].posted) /
                     static_cast<double>(r.requests), 1.0, 0.05);
   }
   RunContext ctx;
