@@ -129,6 +129,13 @@ std::unique_ptr<Fabric> Fabric::open(const FabricOptions& o) {
   f->reason_ = choice.reason;
   f->type_ = o.type;
   f->provider_name_ = f->info_->fabric_attr->prov_name;
+  // One thread drives a Fabric's domain, its data and its control calls alike (endpoint.h),
+  // so libfabric may drop the locks of its progress path: FI_THREAD_DOMAIN with
+  // FI_PROGRESS_CONTROL_UNIFIED (fi_domain(3)). Without it every CQ read on shm took and
+  // released a mutex for the CQ's endpoint list, a third of an idle server's time (perf).
+  // shm only: tcp;ofi_rxm manages connections behind the application's back.
+  if (provider == "shm" && !o.thread_safe)
+    f->info_->domain_attr->control_progress = FI_PROGRESS_CONTROL_UNIFIED;
   check(fi_fabric(f->info_->fabric_attr, &f->fabric_, nullptr), "fi_fabric");
   check(fi_domain(f->fabric_, f->info_, &f->domain_, nullptr), "fi_domain");
   if (!o.quiet)
