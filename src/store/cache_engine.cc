@@ -60,12 +60,6 @@ bool CacheEngine::live(uint64_t entry, uint64_t* abs) const {
   return true;
 }
 
-bool CacheEngine::key_matches(const std::byte* item, const ItemHeader& h,
-                              std::string_view key) const {
-  return h.key_size == key.size() &&
-         std::memcmp(layout::item_key(item), key.data(), key.size()) == 0;
-}
-
 void CacheEngine::prefetch_index(KeyHash h) const { __builtin_prefetch(&bucket(h), 0, 3); }
 
 void CacheEngine::prefetch_item(KeyHash h) const {
@@ -100,7 +94,7 @@ void CacheEngine::prefetch_item(KeyHash h) const {
     }
     const std::byte* it = item_at(abs);
     const ItemHeader ih = layout::load_header(it);
-    if (!key_matches(it, ih, key)) continue;  // tag collision
+    if (!layout::key_matches(it, ih, key)) continue;  // tag collision
     *item = it;
     *hdr = ih;
     return &e;
@@ -195,7 +189,7 @@ Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
     if (found < 0 && layout::entry_tag(e) == tag) {
       const std::byte* item = item_at(abs);
       const ItemHeader hdr = layout::load_header(item);
-      if (key_matches(item, hdr, key)) {
+      if (layout::key_matches(item, hdr, key)) {
         found = i;
         old = hdr;
         continue;

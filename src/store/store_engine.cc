@@ -63,8 +63,7 @@ bool StoreEngine::find(KeyHash h, std::string_view key, Slot* found, Slot* free_
       if (layout::entry_tag(e) != tag) continue;
       const std::byte* it = item(e);
       const ItemHeader hdr = layout::load_header(it);
-      if (hdr.key_size == key.size() &&
-          std::memcmp(layout::item_key(it), key.data(), key.size()) == 0) {
+      if (layout::key_matches(it, hdr, key)) {
         *found = Slot{b, prev, i};
         return true;
       }
