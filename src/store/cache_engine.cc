@@ -64,10 +64,9 @@ void CacheEngine::prefetch_index(KeyHash h) const { __builtin_prefetch(&bucket(h
 
 void CacheEngine::prefetch_item(KeyHash h) const {
   const CacheBucket& b = bucket(h);
-  const uint16_t tag = tag_of(h);
-  for (uint64_t e : b.entries) {
+  for (uint32_t m = layout::match_tags8(b.entries, tag_of(h)); m != 0; m &= m - 1) {
     uint64_t abs;
-    if (layout::entry_tag(e) != tag || !live(e, &abs)) continue;
+    if (!live(b.entries[layout::match_index(m)], &abs)) continue;
     const std::byte* item = item_at(abs);
     // Header and key are what the lookup reads; a 16-byte key and 32-byte value item is 72
     // bytes, so it may end in the next line.
@@ -81,9 +80,9 @@ void CacheEngine::prefetch_item(KeyHash h) const {
 [[gnu::always_inline]] inline uint64_t* CacheEngine::find(KeyHash h, std::string_view key,
                                                           const std::byte** item, ItemHeader* hdr) {
   CacheBucket& b = bucket(h);
-  const uint16_t tag = tag_of(h);
-  for (uint64_t& e : b.entries) {
-    if (layout::entry_tag(e) != tag) continue;
+  // The mask is taken once: clearing a dead entry below cannot make another entry match.
+  for (uint32_t m = layout::match_tags8(b.entries, tag_of(h)); m != 0; m &= m - 1) {
+    uint64_t& e = b.entries[layout::match_index(m)];
     uint64_t abs;
     if (!live(e, &abs)) {
       // The log wrapped over this item: forget the entry now that we have noticed.
@@ -133,11 +132,11 @@ uint64_t CacheEngine::append(std::string_view key, std::string_view value, const
   const uint64_t abs = tail_;
   std::byte* p = item_at(abs);
   // The value may be a view from an earlier get(), pointing into the log and possibly into
-  // the bytes about to be overwritten. memmove copes with the overlap, and copying the value
+  // the bytes about to be overwritten. move_bytes copes with the overlap, and copying the value
   // before the header and key means those writes cannot clobber it first. (Keys are never
   // views into the log: they come from requests.)
-  std::memmove(p + layout::kItemHeaderSize + key.size(), value.data(), value.size());
-  std::memcpy(p + layout::kItemHeaderSize, key.data(), key.size());
+  layout::move_bytes(p + layout::kItemHeaderSize + key.size(), value.data(), value.size());
+  layout::move_bytes(p + layout::kItemHeaderSize, key.data(), key.size());
   layout::store_header(p, h);
   tail_ = abs + size;
   return abs;

@@ -39,10 +39,9 @@ void StoreEngine::prefetch_item(KeyHash h) const {
   // Only the main bucket is cached by now; chains are rare at sane load factors and are
   // followed at execution time.
   const StoreBucket& b = main_bucket(h);
-  const uint16_t tag = tag_of(h);
-  for (uint64_t e : b.entries) {
-    if (layout::entry_tag(e) != tag) continue;
-    const std::byte* it = item(e);
+  for (uint32_t m = layout::match_tags8(b.entries, tag_of(h)) & layout::kMatchStoreEntries; m != 0;
+       m &= m - 1) {
+    const std::byte* it = item(b.entries[layout::match_index(m)]);
     __builtin_prefetch(it, 0, 3);
     __builtin_prefetch(it + 63, 0, 3);
   }
@@ -54,19 +53,19 @@ bool StoreEngine::find(KeyHash h, std::string_view key, Slot* found, Slot* free_
   StoreBucket* b = &main_bucket(h);
   if (free_slot != nullptr) *free_slot = Slot{};
   for (;;) {
-    for (int i = 0; i < static_cast<int>(tuning::kStoreBucketEntries); ++i) {
-      const uint64_t e = b->entries[i];
-      if (e == 0) {
-        if (free_slot != nullptr && free_slot->index < 0) *free_slot = Slot{b, prev, i};
-        continue;
-      }
-      if (layout::entry_tag(e) != tag) continue;
-      const std::byte* it = item(e);
-      const ItemHeader hdr = layout::load_header(it);
-      if (layout::key_matches(it, hdr, key)) {
+    for (uint32_t m = layout::match_tags8(b->entries, tag) & layout::kMatchStoreEntries; m != 0;
+         m &= m - 1) {
+      const int i = layout::match_index(m);
+      const std::byte* it = item(b->entries[i]);
+      if (layout::key_matches(it, layout::load_header(it), key)) {
         *found = Slot{b, prev, i};
         return true;
       }
+    }
+    if (free_slot != nullptr && free_slot->index < 0) {
+      // Tag 0 matches exactly the empty entries (tags are never 0).
+      const uint32_t empty = layout::match_tags8(b->entries, 0) & layout::kMatchStoreEntries;
+      if (empty != 0) *free_slot = Slot{b, prev, layout::match_index(empty)};
     }
     if (b->next == 0) break;
     prev = b;
@@ -164,10 +163,10 @@ Status StoreEngine::put(KeyHash h, std::string_view key, std::string_view value,
   hdr.key_size = static_cast<uint8_t>(key.size());
   std::byte* p = heap_.at(payload);
   layout::store_header(p, hdr);
-  std::memcpy(p + layout::kItemHeaderSize, key.data(), key.size());
+  layout::move_bytes(p + layout::kItemHeaderSize, key.data(), key.size());
   // The value may be a view of this engine's memory (an earlier get()); the new block is
   // disjoint from every live block, and the old item is freed only after this copy.
-  std::memcpy(p + layout::kItemHeaderSize + key.size(), value.data(), value.size());
+  layout::move_bytes(p + layout::kItemHeaderSize + key.size(), value.data(), value.size());
 
   const uint64_t entry = layout::make_entry(tag_of(h), payload >> 3);
   if (exists) {
