@@ -168,21 +168,22 @@ Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
   if (Status st = check_key(key, stats_, value.size(), max_value_); st != Status::kOk) return st;
   CacheBucket& b = bucket(h);
   const uint16_t tag = tag_of(h);
-  int found = -1, empty = -1, oldest = -1;
+  int found = -1, oldest = -1;
   uint64_t oldest_abs = UINT64_MAX;
   ItemHeader old{};
-  for (int i = 0; i < static_cast<int>(tuning::kCacheBucketEntries); ++i) {
+  // Visit only the used entries, in index order; the empty ones come from one tag-0 match.
+  // (A loop over all 8 that tested each for 0 cost ~30 instructions per PUT at the
+  // benchmark's ~2 items per bucket, callgrind.)
+  uint32_t empties = layout::match_tags8(b.entries, 0);
+  for (uint32_t m = ~empties & layout::kMatchAll8; m != 0; m &= m - 1) {
+    const int i = layout::match_index(m);
     uint64_t& e = b.entries[i];
-    if (e == 0) {
-      if (empty < 0) empty = i;
-      continue;
-    }
     uint64_t abs;
     if (!live(e, &abs)) {
       e = 0;
       add_st(stats_.evictions);
       sub_st(stats_.items);
-      if (empty < 0) empty = i;
+      empties |= 1u << (2 * i + 1);
       continue;
     }
     if (found < 0 && layout::entry_tag(e) == tag) {
@@ -200,6 +201,8 @@ Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
       oldest = i;
     }
   }
+  // The first slot that was empty or whose dead entry was just cleared.
+  int empty = empties != 0 ? layout::match_index(empties) : -1;
   if (found >= 0 && expired(old)) {
     b.entries[found] = 0;
     add_st(stats_.expired);
