@@ -9,7 +9,6 @@
 // is where the response is posted, so the same overlap happens.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <span>
 
@@ -46,25 +45,14 @@ template <class E, class Done>
 inline void run_pipeline(E& e, std::span<const Request> reqs, Done&& done, size_t gap) {
   if (gap == 0) gap = tuning::kDefaultStageGap;
   const size_t n = reqs.size();
-  // Step i: stage 1 of request i, stage 2 of request i - gap, stage 3 of request i - 2 gap,
-  // each if that request exists.
-  auto step = [&](size_t i) {
+  for (size_t i = 0; i < n + 2 * gap; ++i) {
     if (i < n) e.prefetch_index(reqs[i].hash);
     if (i >= gap && i - gap < n) e.prefetch_item(reqs[i - gap].hash);
     if (i >= 2 * gap && i - 2 * gap < n) {
       const size_t j = i - 2 * gap;
       done(j, execute_one(e, reqs[j]));
     }
-  };
-  size_t i = 0;
-  for (; i < std::min(n, 2 * gap); ++i) step(i);  // filling
-  // Steady state, where all three requests exist: the same steps without the tests.
-  for (; i < n; ++i) {
-    e.prefetch_index(reqs[i].hash);
-    e.prefetch_item(reqs[i - gap].hash);
-    done(i - 2 * gap, execute_one(e, reqs[i - 2 * gap]));
   }
-  for (; i < n + 2 * gap; ++i) step(i);  // draining
 }
 
 }  // namespace fabkv::store
