@@ -55,7 +55,6 @@ class CacheEngine final : public Engine {
   bool expired(const layout::ItemHeader& h) const {
     return h.expire_at != 0 && clock_(clock_ctx_) >= h.expire_at;
   }
-  bool key_matches(const std::byte* item, const layout::ItemHeader& h, std::string_view key) const;
   // The index entry of `key` (nullptr: none) with its item and header; entries whose items
   // the log overwrote are dropped on the way (counted as evictions). Expiry is the caller's.
   uint64_t* find(KeyHash h, std::string_view key, const std::byte** item, layout::ItemHeader* hdr);

@@ -7,10 +7,28 @@
 //
 // MICA (HERD sec. 4.1) shards by keyhash, then indexes a bucket and filters by a tag before
 // touching the item; the full key is always compared afterwards, never trusted to the hash.
+//
+// The hash values are part of the wire contract (clients pick the partition with
+// partition_of(hash_key(key))), pinned by tests/store/hash_test.cc: XXH3_64bits, seed 0.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+
+// xxHash's inline mode: XXH3_64bits compiled into each caller instead of a PLT call into
+// libxxhash (25 instructions + the call per GET under callgrind, docs/results/
+// store-absl-2026-11-23.md), and folded further where the key length is a constant. Same
+// algorithm, same values. The inline mode prefixes its names (XXH_INLINE_*), so it coexists
+// with a plain #include <xxhash.h> in the same unit (proto/rpc/wire.h), in either order.
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#define FABKV_STORE_HASH_INLINE_ALL
+#endif
+#include <xxhash.h>
+#ifdef FABKV_STORE_HASH_INLINE_ALL
+#undef XXH_INLINE_ALL
+#undef FABKV_STORE_HASH_INLINE_ALL
+#endif
 
 namespace fabkv::store {
 
@@ -19,7 +37,9 @@ struct KeyHash {
   friend bool operator==(KeyHash, KeyHash) = default;
 };
 
-KeyHash hash_key(std::string_view key);
+inline KeyHash hash_key(std::string_view key) {
+  return KeyHash{XXH3_64bits(key.data(), key.size())};
+}
 
 inline uint32_t partition_of(KeyHash k, uint32_t n_partitions) {
   return static_cast<uint32_t>((((k.h >> 32) & 0xffff) * n_partitions) >> 16);

@@ -274,6 +274,35 @@ void pipeline_equals_one_call(EngineKind kind, const EngineOptions& o, uint64_t 
   EXPECT_EQ(a.index_drops, p.index_drops);
 }
 
+TEST(PipelineProperty, EveryBatchLengthCompletesEachRequestOnceInOrder) {
+  // run_pipeline has filling, steady and draining loops; around their edges (n = 0, n < 2 gap,
+  // n = 2 gap, n > 2 gap) each request must still complete exactly once, in order.
+  for (EngineKind kind : {EngineKind::kCache, EngineKind::kStore}) {
+    auto e = make_engine(kind, small_options(size_t{8} << 20, 64));
+    std::vector<std::string> keys;
+    for (int i = 0; i < 24; ++i) keys.push_back("key" + std::to_string(i));
+    for (size_t i = 0; i < keys.size(); i += 2) ASSERT_EQ(e->put(keys[i], keys[i]), Status::kOk);
+    for (size_t gap = 1; gap <= 5; ++gap) {
+      for (size_t n = 0; n <= keys.size(); ++n) {
+        std::vector<Request> reqs;
+        for (size_t i = 0; i < n; ++i) reqs.push_back({Op::kGet, hash_key(keys[i]), keys[i], {}, {}});
+        size_t next = 0;
+        e->run_batch(
+            reqs,
+            [&](size_t i, const Response& r) {
+              ASSERT_EQ(i, next++);
+              EXPECT_EQ(r.status, i % 2 == 0 ? Status::kOk : Status::kNotFound) << i;
+              if (i % 2 == 0) {
+                EXPECT_EQ(r.value, keys[i]);
+              }
+            },
+            gap);
+        EXPECT_EQ(next, n) << "gap " << gap;
+      }
+    }
+  }
+}
+
 TEST(PipelineProperty, StoreBatchEqualsOneCall) {
   pipeline_equals_one_call(EngineKind::kStore, small_options(size_t{8} << 20, 64), 5);
 }
