@@ -17,6 +17,7 @@
 # Environment: BUILD, DURATION (3 s per run), REPEAT (3), PROVIDERS ("shm tcp"). Servers on
 # core 0, load on core 1 (fabkv-bench and fabkv-perf pin them). About 4 minutes.
 set -euo pipefail
+exec </dev/null  # nothing below reads stdin; a background caller's terminal must not be read
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 OUT=${1:-$BUILD/perf-goals}
@@ -33,9 +34,12 @@ echo_run() {  # PROVIDER KIND WINDOW ROUND
   tag "$OUT/echo.jsonl" "$4"
 }
 kv_run() {  # PROVIDER SYSTEMS CLIENTS WINDOW ROUND
-  "$BUILD/bin/fabkv-bench" --provider "$1" --systems "$2" --clients "$3" --window "$4" \
+  # A failed run is reported and left out of the tables; the others still run.
+  if ! "$BUILD/bin/fabkv-bench" --provider "$1" --systems "$2" --clients "$3" --window "$4" \
     --read-ratio 0.95 --distribution uniform --keys 100000 --key-size 16 --value-size 32 \
-    --duration "$DURATION" --warmup 0.5 --quiet --json "$OUT/kv.jsonl" >/dev/null 2>&1
+    --duration "$DURATION" --warmup 0.5 --quiet --json "$OUT/kv.jsonl" >"$OUT/last.log" 2>&1; then
+    echo "   FAILED: $2 on $1, $3 x window $4: $(tail -1 "$OUT/last.log")"
+  fi
   tag "$OUT/kv.jsonl" "$5"
 }
 # Marks the lines a run appended with its round, so the summary pairs runs of the same minute.
