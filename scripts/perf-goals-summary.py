@@ -47,16 +47,16 @@ def main():
         for rnd in rounds:
             es, ew = echo_of(rnd, "send-send"), echo_of(rnd, "write-write")
             h, s = kv_of(rnd, "fabkv:herd"), kv_of(rnd, "fabkv:server-reply")
-            if not (es and ew and h and s):
-                continue
-            rh = h["latency_us"]["p50"] / es["latency_us"]["p50"]
-            rs = s["latency_us"]["p50"] / ew["latency_us"]["p50"]
-            ratios["herd"].append(rh)
-            ratios["sr"].append(rs)
-            print(f"| {p} | {rnd.split('-')[-1]} | {es['latency_us']['p50']:.2f} us "
-                  f"| {h['latency_us']['p50']:.2f} us | {rh:.2f} "
-                  f"| {ew['latency_us']['p50']:.2f} us | {s['latency_us']['p50']:.2f} us "
-                  f"| {rs:.2f} |")
+            # A pair whose kv run failed (it has no line) shows as "-".
+            def cells(echo_run, kv_run, key):
+                if not (echo_run and kv_run):
+                    return "-", "-", "-"
+                r = kv_run["latency_us"]["p50"] / echo_run["latency_us"]["p50"]
+                ratios[key].append(r)
+                return (f"{echo_run['latency_us']['p50']:.2f} us",
+                        f"{kv_run['latency_us']['p50']:.2f} us", f"{r:.2f}")
+            hc, sc = cells(es, h, "herd"), cells(ew, s, "sr")
+            print(f"| {p} | {rnd.split('-')[-1]} | {' | '.join(hc)} | {' | '.join(sc)} |")
         print(f"| {p} | median | | | **{median(ratios['herd']):.2f}** | | "
               f"| **{median(ratios['sr']):.2f}** |")
 
