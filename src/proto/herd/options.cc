@@ -12,7 +12,7 @@ rpc::Transport resolve(TransportChoice c, std::string_view provider) {
     case TransportChoice::kSend: return rpc::Transport::kSend;
     case TransportChoice::kAuto: break;
   }
-  return provider.starts_with("verbs") ? rpc::Transport::kWrite : rpc::Transport::kSend;
+  return provider.starts_with("shm") ? rpc::Transport::kSend : rpc::Transport::kWrite;
 }
 
 void declare(Knobs& k, Options* o) {
@@ -22,8 +22,8 @@ void declare(Knobs& k, Options* o) {
            {{"auto", TransportChoice::kAuto},
             {rpc::to_string(rpc::Transport::kWrite), TransportChoice::kWrite},
             {rpc::to_string(rpc::Transport::kSend), TransportChoice::kSend}},
-           "how HERD requests arrive when the client does not say: auto (write on verbs, send "
-           "on shm and tcp: the faster measured there) | write (into the request region, HERD "
+           "how HERD requests arrive when the client does not say: auto (send on shm, write "
+           "on tcp and verbs: the faster measured there) | write (into the request region, HERD "
            "sec. 4.2) | send (to the worker, HERD sec. 5.5)");
 }
 

@@ -17,12 +17,12 @@ struct Options {
   TransportChoice transport = TransportChoice::kAuto;
 };
 
-// auto on verbs: write, the paper's choice for an RDMA NIC (HERD sec. 4.2 and fig. 5: inbound
-// WRITEs are the cheapest verb a server can take). auto on shm and tcp: send. On shm a WRITE is
-// a cross-memory-attach system call by the client and a slot the server must scan; a SEND
-// lands in a posted buffer and raises a completion (docs/results/perf-2026-11-23.md has the
-// side-by-side numbers). `provider` is the fabric's name ("shm", "tcp;ofi_rxm",
-// "verbs;ofi_rxm").
+// auto on shm: send. There a WRITE request is a cross-memory-attach system call by the client
+// and a slot the server must scan, while a SEND lands in a posted buffer and raises a
+// completion. auto on tcp and verbs: write, HERD sec. 4.2's choice for an RDMA NIC (fig. 5:
+// inbound WRITEs are the cheapest verb a server can take), and on tcp the faster measured
+// (docs/results/perf-2026-11-23.md, "The request transport"). `provider` is the fabric's name
+// ("shm", "tcp;ofi_rxm", "verbs;ofi_rxm").
 rpc::Transport resolve(TransportChoice c, std::string_view provider);
 
 // Declares this knob (TOML table [herd]; flag --transport); proto/herd/options.cc.

@@ -1,7 +1,6 @@
 // HERD's server side (HERD sec. 4): requests arrive in the client's slots of the worker's
 // request region ("herd.requests.<w>") or as messages (sec. 5.5), as --transport says (auto:
-// proto/herd/options.h);
-// every answer is one SEND (sec. 4.2 uses UD SENDs) through the worker's endpoints, in turn
+// proto/herd/options.h); every answer is one SEND (sec. 4.2 uses UD SENDs) through the worker's endpoints, in turn
 // over rpc.queues of them (Guidelines sec. 4.3.1). Everything else is the shared RPC piece
 // (proto/rpc/server.h).
 
