@@ -90,6 +90,17 @@ inline bool bytes_equal(const void* a, const void* b, size_t n) {
   return ((x[0] ^ y[0]) | (x[n / 2] ^ y[n / 2]) | (x[n - 1] ^ y[n - 1])) == 0;
 }
 
+// The first and last sizeof(T) bytes of n (sizeof(T) <= n <= 2 sizeof(T)), both read before
+// either is written, so the ranges may overlap.
+template <class T>
+inline void move_ends(unsigned char* d, const unsigned char* s, size_t n) {
+  T a, b;
+  std::memcpy(&a, s, sizeof(T));
+  std::memcpy(&b, s + n - sizeof(T), sizeof(T));
+  std::memcpy(d, &a, sizeof(T));
+  std::memcpy(d + n - sizeof(T), &b, sizeof(T));
+}
+
 // memmove(dst, src, n), inline for n <= 32: every source byte is loaded before any is stored,
 // so overlapping ranges are safe too. A PUT copies a key and a value whose sizes are only
 // known at run time; for small items the memcpy/memmove calls cost more than the copies.
@@ -99,23 +110,14 @@ inline void move_bytes(void* dst, const void* src, size_t n) {
   if (n > 32) {
     std::memmove(d, s, n);
   } else if (n >= 16) {
-    unsigned char a[16], b[16];
-    std::memcpy(a, s, 16);
-    std::memcpy(b, s + n - 16, 16);
-    std::memcpy(d, a, 16);
-    std::memcpy(d + n - 16, b, 16);
+    struct Bytes16 {
+      unsigned char b[16];
+    };
+    move_ends<Bytes16>(d, s, n);
   } else if (n >= 8) {
-    uint64_t a, b;
-    std::memcpy(&a, s, 8);
-    std::memcpy(&b, s + n - 8, 8);
-    std::memcpy(d, &a, 8);
-    std::memcpy(d + n - 8, &b, 8);
+    move_ends<uint64_t>(d, s, n);
   } else if (n >= 4) {
-    uint32_t a, b;
-    std::memcpy(&a, s, 4);
-    std::memcpy(&b, s + n - 4, 4);
-    std::memcpy(d, &a, 4);
-    std::memcpy(d + n - 4, &b, 4);
+    move_ends<uint32_t>(d, s, n);
   } else if (n > 0) {
     const unsigned char a = s[0], b = s[n / 2], c = s[n - 1];
     d[0] = a;
