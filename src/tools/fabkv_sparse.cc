@@ -6,6 +6,7 @@
 // (ClientOptions::poll, --client-poll), so only the server's waking is measured.
 //
 //   fabkv-sparse --server 127.0.0.1:7000 --gap-us 2000 --count 2000 [--protocol herd] [--core 1]
+//   fabkv-sparse --server 127.0.0.1:7000 --gap-us 12000000 --count 1 --sleep   # an idle client
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fabkv-sparse: the latency of GETs spaced out so the server goes idle between them"};
   fabkv::ClientOptions o;
   int gap_us = 2000, count = 2000, core = 1;
+  bool sleep_gap = false;
   app.add_option("--server", o.server, "control channel HOST:PORT")->capture_default_str();
   app.add_option("--protocol", o.protocol, "access protocol")->capture_default_str();
   app.add_option("--provider", o.provider, "auto|shm|tcp|verbs")->capture_default_str();
@@ -31,6 +33,8 @@ int main(int argc, char** argv) {
   app.add_option("--gap-us", gap_us, "pause between two GETs (the client spins through it)")
       ->capture_default_str();
   app.add_option("--count", count, "GETs measured")->capture_default_str();
+  app.add_flag("--sleep", sleep_gap,
+               "sleep through the gap instead of spinning (to hold an idle connection open)");
   app.add_option("--core", core, "core to pin this client to (-1: none)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (core >= 0 && !fabkv::pin_this_thread(core))
@@ -49,9 +53,11 @@ int main(int argc, char** argv) {
   fabkv::LatencyHistogram h;
   std::string value;
   using Clock = std::chrono::steady_clock;
-  for (int i = 0; i < count + 10; ++i) {
+  const int warmup = count >= 100 ? 10 : 0;  // the first ones warm caches and connections up
+  for (int i = 0; i < count + warmup; ++i) {
     // Spin through the gap (a sleeping client would add its own wake-up to the figure).
     const auto until = Clock::now() + std::chrono::microseconds(gap_us);
+    if (sleep_gap) std::this_thread::sleep_until(until);
     while (Clock::now() < until) {
     }
     const auto t0 = Clock::now();
@@ -61,7 +67,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "fabkv-sparse: get: %s\n", fabkv::to_string(s));
       return 1;
     }
-    if (i >= 10) h.record(static_cast<uint64_t>(ns.count()));  // the first ones warm up
+    if (i >= warmup) h.record(static_cast<uint64_t>(ns.count()));
   }
   std::printf("%s\n", fmt::format("gap_us={} count={} mean_us={:.1f} p50_us={:.1f} p90_us={:.1f} "
                                   "p99_us={:.1f} max_us={:.1f}",
