@@ -208,6 +208,8 @@ class Worker {
   uint32_t idle_rounds_ = 0;       // rounds without a sign of work, in a row
   Clock::time_point idle_since_{};
   uint64_t remote_seen_ = 0;       // the endpoints' inbound one-sided count at the last look
+  bool fabric_woke_ = false;       // the last wait ended by the fabric, no sign of work since
+  uint32_t stretch_ = 0;           // polling time = poll.spin_us << stretch_ (idle_st)
   uint32_t sleep_us_ = PollOptions::kFirstSleepUs;  // next sleep where nothing can wake us
   uint64_t answers_ = 0;           // answers built so far (a sign of work)
   std::vector<fabric::Endpoint*> wait_eps_;
@@ -220,7 +222,7 @@ class Worker {
         endpoints_closed{0}, regions_reclaimed{0};
     // adaptive: times the worker blocked or slept, how each ended, and for how long in all.
     std::atomic<uint64_t> blocks{0}, woken_by_fabric{0}, woken_by_control{0}, timeouts{0},
-        not_now{0}, idle_us{0};
+        not_now{0}, idle_us{0}, unexplained_wakes{0};
   };
   Counters counters_;
   std::atomic<uint32_t> active_clients_{0};
