@@ -23,8 +23,11 @@ inline std::optional<PollMode> poll_mode_from_string(std::string_view s) {
 }
 
 struct PollOptions {
-  PollMode mode = PollMode::kSpin;
+  PollMode mode = PollMode::kSpin;  // fabkv-server's default is adaptive (server/options.h)
   // adaptive: how long a thread keeps polling after its last sign of work before it blocks.
+  // 100 us is 5-10x the longest turnaround of a closed-loop client measured here (tcp pilaf
+  // ~17 us, herd ~10 us), so a busy client never finds the worker asleep; every further
+  // 100 us costs a sparse request's worth of spinning (docs/results/poll-2026-11-23.md).
   uint32_t spin_us = 100;
   // adaptive, where nothing can wake a blocked thread (shm has no wait object; requests
   // WRITten into memory raise no completion on verbs): the longest sleep between two polls,

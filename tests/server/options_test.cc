@@ -165,14 +165,18 @@ TEST(ServerOptions, FlagsParseAndOverrideTheFile) {
 
 TEST(ServerOptions, PollModeAndBudgets) {
   ServerOptions o;
-  EXPECT_EQ(o.poll.mode, PollOptions{}.mode);
+  EXPECT_EQ(o.poll.mode, PollMode::kAdaptive) << "the server's default";
+  EXPECT_EQ(o.poll.spin_us, 100u);
+  EXPECT_EQ(o.poll.sleep_us, 1000u);
+  parse(&o, {"--poll", "spin"});
+  EXPECT_EQ(o.poll.mode, PollMode::kSpin);
   parse(&o, {"--poll", "adaptive", "--poll-spin-us", "0", "--poll-sleep-us", "200"});
   EXPECT_EQ(o.poll.mode, PollMode::kAdaptive);
   EXPECT_EQ(o.poll.spin_us, 0u);
   EXPECT_EQ(o.poll.sleep_us, 200u);
   o = ServerOptions();
-  parse(&o, {"--poll-spin-us", "30"}, "poll = \"adaptive\"\npoll_spin_us = 500\npoll_sleep_us = 2000\n");
-  EXPECT_EQ(o.poll.mode, PollMode::kAdaptive) << "the file";
+  parse(&o, {"--poll-spin-us", "30"}, "poll = \"spin\"\npoll_spin_us = 500\npoll_sleep_us = 2000\n");
+  EXPECT_EQ(o.poll.mode, PollMode::kSpin) << "the file";
   EXPECT_EQ(o.poll.spin_us, 30u) << "the flag wins";
   EXPECT_EQ(o.poll.sleep_us, 2000u);
   o = ServerOptions();
