@@ -509,17 +509,20 @@ void Worker::block_st(const std::atomic<bool>& stop) {
                                      "completion on {}",
                                      scanning_clients_, provider()));
   }
-  const auto t0 = Clock::now();
-  fabric::Waiter::Woke woke = fabric::Waiter::Woke::kWake;
   sleeping_.store(true, std::memory_order_seq_cst);
-  if (!events_pending_.load(std::memory_order_seq_cst) && !stop.load(std::memory_order_relaxed)) {
-    if (block) {
-      woke = waiter_->wait(admitted_.empty() ? std::span<fabric::Endpoint* const>() : wait_eps_,
-                           {}, kMaxBlock);
-    } else {
-      woke = waiter_->wait({}, {}, std::chrono::microseconds(sleep_us_));
-      sleep_us_ = std::min(sleep_us_ * 2, o_.poll.sleep_us);
-    }
+  if (events_pending_.load(std::memory_order_seq_cst) || stop.load(std::memory_order_relaxed)) {
+    sleeping_.store(false, std::memory_order_relaxed);  // an event came in: not now
+    idle_rounds_ = 0;
+    return;
+  }
+  const auto t0 = Clock::now();
+  fabric::Waiter::Woke woke;
+  if (block) {
+    woke = waiter_->wait(admitted_.empty() ? std::span<fabric::Endpoint* const>() : wait_eps_, {},
+                         kMaxBlock);
+  } else {
+    woke = waiter_->wait({}, {}, std::chrono::microseconds(sleep_us_));
+    sleep_us_ = std::min(sleep_us_ * 2, o_.poll.sleep_us);
   }
   sleeping_.store(false, std::memory_order_relaxed);
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
