@@ -184,7 +184,10 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
   std::vector<std::string> argv = {bin, "--provider", s.provider, "--listen", "127.0.0.1:0",
                                    "--cores", std::to_string(s.core), "--protocols", s.protocols,
                                    "--memory", memory, "--window", std::to_string(s.window),
-                                   "--max-clients", std::to_string(s.max_clients), "--log", "warn"};
+                                   "--max-clients", std::to_string(s.max_clients), "--log", "warn",
+                                   // The papers' servers busy-poll, and server_busy counts spin
+                                   // rounds (fabkv-server's own default is adaptive).
+                                   "--poll", "spin"};
   if (any_engine(s.protocols)) argv.insert(argv.end(), {"--engine", "cache"});
   if (s.pilaf_entries) argv.insert(argv.end(), {"--pilaf-entries", std::to_string(s.pilaf_entries)});
   if (s.pilaf_extents) argv.insert(argv.end(), {"--pilaf-extents", std::to_string(s.pilaf_extents)});

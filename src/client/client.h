@@ -16,8 +16,8 @@
 // queue (FI_THREAD_DOMAIN); use it from one thread at a time, one Client per thread for
 // parallelism. Only counters() may be called from another thread.
 //
-// Waiting is busy polling: a sleep and wake-up costs 15-20 us on these hosts, more than a
-// whole request.
+// Waiting is busy polling by default (ClientOptions::poll): a sleep and wake-up costs 15-20 us
+// on these hosts, more than a whole request.
 #pragma once
 
 #include <cstddef>
@@ -57,6 +57,14 @@ struct ClientOptions {
   // pilaf: READ a key's three table entries at once instead of one after another (one round
   // trip instead of up to three; ~3 entry READs per GET instead of ~1.6 at 75% fill).
   bool pilaf_parallel_probes = false;
+  // How the blocking calls (get, put, del, flush) wait for their answer: "spin" polls without
+  // pause (lowest latency, a core while waiting); "adaptive" polls for poll_spin_us, then blocks
+  // on the endpoint's wait object and the control connection (tcp: any bytes from the server
+  // wake it), or where the provider has none (shm) sleeps, doubling from 50 us up to
+  // poll_sleep_us, until the answer or the deadline. docs/client.md, "Waiting".
+  std::string poll = "spin";
+  int poll_spin_us = 100;
+  int poll_sleep_us = 1000;
   // TEST ONLY: pretend this client's wall clock is off by this many seconds (a host whose
   // clock is skewed). Expiry is judged by the server's clock on every protocol, so this
   // changes nothing against a server that publishes its clock (pilaf: TableHeader.clock,

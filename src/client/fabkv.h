@@ -47,6 +47,10 @@ typedef struct fabkv_options {
   const char* secret;     /* control-channel shared secret; NULL: none */
   int timeout_ms;         /* bound on every request; <= 0: 2000 */
   int connect_timeout_ms; /* bound on connecting; <= 0: timeout_ms if set, else 5000 */
+  /* Added after 0.1 (new fields only ever go at the end, zero = default): */
+  const char* poll;       /* how blocking calls wait: "spin" or "adaptive"; NULL: "spin" */
+  int poll_spin_us;       /* adaptive: polling time before blocking; <= 0: 100 */
+  int poll_sleep_us;      /* adaptive without a wait object (shm): longest sleep; <= 0: 1000 */
 } fabkv_options;
 
 /* Sets every field to its default (all zero/NULL). */

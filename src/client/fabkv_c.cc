@@ -65,6 +65,9 @@ fabkv_client* fabkv_connect(const fabkv_options* opts, char* err, size_t errlen)
       co.connect_timeout_ms = o.timeout_ms;
     }
     if (o.connect_timeout_ms > 0) co.connect_timeout_ms = o.connect_timeout_ms;
+    if (o.poll != nullptr && *o.poll != '\0') co.poll = o.poll;
+    if (o.poll_spin_us > 0) co.poll_spin_us = o.poll_spin_us;
+    if (o.poll_sleep_us > 0) co.poll_sleep_us = o.poll_sleep_us;
     auto c = std::make_unique<fabkv_client>();
     c->client = fabkv::Client::connect(co);
     return c.release();

@@ -16,6 +16,18 @@ std::unique_ptr<Session> Session::connect(const ClientOptions& options) {
   s->proto_ = make_client_protocol(options.protocol, *s, s->o_);
   if (options.timeout_ms <= 0 || options.connect_timeout_ms <= 0)
     throw ClientError(Status::kError, "fabkv: timeouts must be positive");
+  std::optional<PollMode> mode = poll_mode_from_string(options.poll);
+  if (!mode)
+    throw ClientError(Status::kError,
+                      "fabkv: poll must be spin or adaptive, not '" + options.poll + "'");
+  if (options.poll_spin_us < 0 || options.poll_sleep_us < 1)
+    throw ClientError(Status::kError,
+                      "fabkv: poll_spin_us must be >= 0 and poll_sleep_us >= 1");
+  s->poll_.mode = *mode;
+  s->poll_.spin_us = static_cast<uint32_t>(options.poll_spin_us);
+  s->poll_.sleep_us = static_cast<uint32_t>(
+      std::max<int>(options.poll_sleep_us, PollOptions::kFirstSleepUs));
+  if (s->poll_.mode == PollMode::kAdaptive) s->waiter_ = std::make_unique<fabric::Waiter>();
   std::string host;
   uint16_t port = 0;
   if (!control::split_host_port(options.server, &host, &port))
@@ -67,6 +79,7 @@ void Session::handshake() {
   eo.rx_depth = 512;
   eo.cq_depth = 4096;
   eo.av_size = 256;
+  eo.waitable = poll_.mode == PollMode::kAdaptive;
   ep_ = std::make_unique<fabric::Endpoint>(*fabric_, eo);
   nlohmann::json payload = nlohmann::json::object();
   proto_->hello(&payload);
@@ -130,9 +143,11 @@ size_t Session::poll() {
 }
 
 Status Session::wait_for(const bool& done, Deadline d) {
+  idle_rounds_ = 0;
   while (!done) {
-    poll();
+    size_t ran = poll();
     if (done) break;
+    if (waiter_) idle(ran, d);
     // Our own deadline is a backstop; the request's own expiry normally answers first.
     if (d.expired()) {
       proto_->expire(false);
@@ -140,6 +155,43 @@ Status Session::wait_for(const bool& done, Deadline d) {
     }
   }
   return Status::kOk;
+}
+
+void Session::idle(size_t ran, Deadline d) {
+  constexpr uint32_t kIdleCheck = 16;  // the clock is read every 16 idle rounds
+  if (ran > 0) {
+    idle_rounds_ = 0;
+    sleep_us_ = PollOptions::kFirstSleepUs;
+    return;
+  }
+  if (++idle_rounds_ % kIdleCheck != 0) return;
+  const auto now = Clock::now();
+  if (idle_rounds_ == kIdleCheck) {
+    idle_since_ = now;
+    return;
+  }
+  if (now - idle_since_ < std::chrono::microseconds(poll_.spin_us) || now >= d.at()) return;
+  // Never past the deadline, and at most 10 ms at a time: each request's own expiry runs in
+  // poll() between two waits.
+  auto left = std::chrono::duration_cast<std::chrono::microseconds>(d.at() - now);
+  left = std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(10));
+  const int ctl[] = {ctl_ ? ctl_->fd() : -1};
+  std::span<const int> extra(ctl, ctl[0] >= 0 ? 1 : 0);
+  fabric::Endpoint* eps[] = {ep_.get()};
+  fabric::Waiter::Woke woke;
+  if (ep_->wait_fd() >= 0) {
+    // tcp: any bytes from the server wake us (an answer by SEND, a WRITE into our ring, a
+    // READ's data); the control connection wakes us when the server dies.
+    woke = waiter_->wait(eps, extra, left);
+  } else {
+    // shm has no wait object: the server's SEND waits in our queue and its WRITE lands in our
+    // memory while we sleep; we look again after a bounded sleep.
+    woke = waiter_->wait({}, extra,
+                         std::min<std::chrono::microseconds>(left, std::chrono::microseconds(sleep_us_)));
+    sleep_us_ = std::min(sleep_us_ * 2, poll_.sleep_us);
+  }
+  if (woke != fabric::Waiter::Woke::kTimeout) idle_rounds_ = 0;
+  check_control(false);
 }
 
 Status Session::blocking(const proto::ClientRequest& r, std::string* out_value,
@@ -165,9 +217,11 @@ Status Session::blocking(const proto::ClientRequest& r, std::string* out_value,
 Status Session::flush() {
   // Each request expires at its own deadline, so this ends within timeout_ms of the last post.
   Deadline backstop = Deadline::after_ms(o_.timeout_ms + 100);
+  idle_rounds_ = 0;
   while (proto_->in_flight() > 0) {
-    poll();
+    size_t ran = poll();
     if (backstop.expired()) proto_->expire(false);
+    else if (waiter_ && proto_->in_flight() > 0) idle(ran, backstop);
   }
   check_control(true);
   return gone_ ? Status::kServerGone : Status::kOk;

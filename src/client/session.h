@@ -18,9 +18,11 @@
 
 #include "client/client.h"
 #include "common/deadline.h"
+#include "common/poll.h"
 #include "control/client.h"
 #include "fabric/endpoint.h"
 #include "fabric/fabric.h"
+#include "fabric/waiter.h"
 #include "proto/client_protocol.h"
 
 namespace fabkv {
@@ -75,6 +77,9 @@ class Session final : public proto::ClientHost {
   // most once per millisecond unless `now`.
   void check_control(bool now);
   Status wait_for(const bool& done, Deadline d);
+  // Adaptive waiting (ClientOptions::poll): after a round that ran callbacks, `idle` restarts;
+  // after poll.spin_us of rounds that ran none, blocks (or sleeps) once, never past `d`.
+  void idle(size_t ran, Deadline d);
 
   ClientOptions o_;
   std::unique_ptr<fabric::Fabric> fabric_;
@@ -84,6 +89,11 @@ class Session final : public proto::ClientHost {
   std::unique_ptr<proto::ClientProtocol> proto_;
   bool polls_memory_ = false;  // proto_->polls_memory(), asked once
   uint32_t spins_ = 0;
+  PollOptions poll_;
+  std::unique_ptr<fabric::Waiter> waiter_;  // adaptive only
+  uint32_t idle_rounds_ = 0;
+  Clock::time_point idle_since_{};
+  uint32_t sleep_us_ = PollOptions::kFirstSleepUs;
   Clock::time_point last_alive_check_{};
 };
 

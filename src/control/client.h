@@ -54,6 +54,9 @@ class ControlClient {
   std::vector<uint8_t> request(std::span<const uint8_t> body, int timeout_ms = 5000);
   // False once the server has closed (or reset) the connection, or after close().
   bool alive() const;
+  // The connection's socket, for a caller that waits with poll(2): it becomes readable (or
+  // hung up) when the server closes it. -1 after close().
+  int fd() const { return fd_.get(); }
   void close();
 
  private:

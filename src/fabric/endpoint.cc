@@ -67,8 +67,34 @@ void Endpoint::open_common(fi_info* base) {
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_DATA;
   cq_attr.size = options_.cq_depth;
-  cq_attr.wait_obj = FI_WAIT_NONE;  // fabkv busy-polls: a sleep->wake costs ~15-20 us here
-  check(fi_cq_open(fabric_.domain(), &cq_attr, &cq_, nullptr), "fi_cq_open");
+  // fabkv busy-polls by default (a sleep->wake costs ~15-20 us here); a waitable endpoint
+  // asks for a file descriptor to block on. libfabric 2.1's shm refuses FI_WAIT_FD
+  // (-FI_ENOSYS; its FI_WAIT_UNSPEC is FI_WAIT_YIELD, a sched_yield loop that makes no
+  // progress, docs/fabric.md "Blocking"): such an endpoint is opened without one.
+  cq_attr.wait_obj = options_.waitable ? FI_WAIT_FD : FI_WAIT_NONE;
+  if (fi_cq_open(fabric_.domain(), &cq_attr, &cq_, nullptr) != 0 && options_.waitable) {
+    cq_ = nullptr;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+  }
+  if (cq_ == nullptr) check(fi_cq_open(fabric_.domain(), &cq_attr, &cq_, nullptr), "fi_cq_open");
+  if (cq_attr.wait_obj == FI_WAIT_FD) {
+    int fd = -1;
+    if (fi_control(&cq_->fid, FI_GETWAIT, &fd) == 0) wait_fd_ = fd;
+  }
+  if (options_.waitable) {
+    // Inbound READs and WRITEs raise no completion at the target; where the provider counts
+    // them (FI_RMA_EVENT counters, shm), a blocking thread can still tell that peers are busy
+    // with its memory. A provider that refuses the binding simply does not count.
+    fi_cntr_attr cntr_attr{};
+    cntr_attr.events = FI_CNTR_EVENTS_COMP;
+    cntr_attr.wait_obj = FI_WAIT_NONE;
+    if (fi_cntr_open(fabric_.domain(), &cntr_attr, &remote_cntr_, nullptr) != 0) {
+      remote_cntr_ = nullptr;
+    } else if (fi_ep_bind(ep_, &remote_cntr_->fid, FI_REMOTE_READ | FI_REMOTE_WRITE) != 0) {
+      fi_close(&remote_cntr_->fid);
+      remote_cntr_ = nullptr;
+    }
+  }
   // Selective completion applies to transmits only: every receive must complete. (Binding
   // FI_RECV in the same call would make un-flagged receives complete silently.)
   uint64_t tx_flags = FI_TRANSMIT | (options_.selective_completion ? FI_SELECTIVE_COMPLETION : 0);
@@ -81,7 +107,12 @@ Endpoint::~Endpoint() {
   if (ep_ != nullptr) fi_close(&ep_->fid);
   if (av_ != nullptr) fi_close(&av_->fid);
   if (cq_ != nullptr) fi_close(&cq_->fid);
+  if (remote_cntr_ != nullptr) fi_close(&remote_cntr_->fid);
   if (eq_ != nullptr) fi_close(&eq_->fid);
+}
+
+uint64_t Endpoint::remote_ops() {
+  return remote_cntr_ != nullptr ? fi_cntr_read(remote_cntr_) : 0;
 }
 
 std::vector<uint8_t> Endpoint::name() const {

@@ -21,6 +21,7 @@
 
 struct fid_ep;
 struct fid_cq;
+struct fid_cntr;
 struct fid_av;
 struct fid_eq;
 struct fid_pep;
@@ -82,6 +83,12 @@ struct EndpointOptions {
   bool selective_completion = false;
   // Bytes that must remain free in a multi-recv buffer before the provider releases it.
   size_t min_multi_recv = 0;
+  // For a thread that blocks when idle (fabric/waiter.h): the completion queue gets a wait
+  // object (FI_WAIT_FD) where the provider has one, and a counter of inbound one-sided
+  // operations (FI_REMOTE_READ | FI_REMOTE_WRITE) where it counts them. libfabric 2.1's shm
+  // has no wait object (its CQs take FI_WAIT_NONE or FI_WAIT_YIELD only) but counts; tcp has
+  // both (docs/fabric.md, "Blocking"). Off: FI_WAIT_NONE and no counter, as before.
+  bool waitable = false;
 };
 
 class Endpoint {
@@ -141,8 +148,19 @@ class Endpoint {
   // msg endpoints: true once the peer has shut the connection down.
   bool peer_shutdown();
 
+  // ---- blocking (EndpointOptions::waitable; fabric/waiter.h)
+  // The completion queue's wait object (FI_GETWAIT): a file descriptor that becomes readable
+  // when the provider has something for this endpoint. -1 when not waitable or the provider
+  // has none (shm).
+  int wait_fd() const { return wait_fd_; }
+  // Inbound one-sided operations (READs and WRITEs by peers) the provider has counted, or 0
+  // when it does not count them (counts_remote_ops() false). Drives progress, like poll().
+  uint64_t remote_ops();
+  bool counts_remote_ops() const { return remote_cntr_ != nullptr; }
+
  private:
   friend class Listener;
+  friend class Waiter;
   Endpoint(Fabric& fabric, const EndpointOptions& options, fi_info* conn_info);  // msg
   void open_common(fi_info* info);
   OpContext* scratch(OpContext* ctx, Verb verb);
@@ -166,6 +184,8 @@ class Endpoint {
   fid_cq* cq_ = nullptr;
   fid_av* av_ = nullptr;
   fid_eq* eq_ = nullptr;  // msg only: connection events
+  fid_cntr* remote_cntr_ = nullptr;  // waitable: inbound READs/WRITEs, where counted
+  int wait_fd_ = -1;                 // waitable: the CQ's FI_GETWAIT descriptor
   size_t inject_size_ = 0;
   bool more_ignored_ = false;  // the provider does nothing with FI_MORE
   bool shutdown_ = false;

@@ -80,8 +80,18 @@ class ServerProtocol {
   // End of a round: run what was collected, build the answers (Worker::reply_st).
   virtual bool has_work_st() const { return false; }
   virtual void flush_st() {}
-  // Every ~1000 rounds (housekeeping: retired generations, ...).
+  // Every ~1000 rounds, and after every time an adaptive worker blocked (housekeeping:
+  // retired generations, ...).
   virtual void tick_st() {}
+
+  // ---- for a worker that blocks when idle (--poll adaptive, docs/server.md "Polling")
+  // Do its clients put requests into memory that poll_st() scans, raising no completion at the
+  // server (HERD's write transport, server-reply)? Then the worker must not sleep on a wait
+  // object that fires on completions only. Constant for the server side's life.
+  virtual bool scans_memory() const { return false; }
+  // Something in hand that only more rounds finish (a request still landing in a slot, or
+  // garbage being counted towards kMalformed): the worker keeps polling while it says so.
+  virtual bool busy_st() const { return false; }
 };
 
 }  // namespace fabkv::proto

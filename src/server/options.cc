@@ -37,6 +37,22 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "log every PUT/DELETE asynchronously to FILE.<worker> and replay it at start (Pilaf "
          "sec. 4); off by default");
   s.flag("oplog_fsync", "--oplog-fsync", &o->oplog_fsync, "fdatasync every written batch of the log");
+  s.choice("poll", "--poll", &o->poll.mode,
+           {{to_string(PollMode::kSpin), PollMode::kSpin},
+            {to_string(PollMode::kAdaptive), PollMode::kAdaptive}},
+           "how an idle worker waits: spin (polls without pause: lowest latency, a core per "
+           "worker even when idle) | adaptive (polls --poll-spin-us after its last work, then "
+           "blocks on the fabric's wait object, or sleeps up to --poll-sleep-us where nothing "
+           "can wake it, e.g. on shm)");
+  s.number("poll_spin_us", "--poll-spin-us", &o->poll.spin_us,
+           "adaptive: microseconds a worker keeps polling after its last work before it blocks "
+           "(longer: fewer wake-ups under sparse load, more CPU when idle)")
+      .range(0, 10000000);
+  s.number("poll_sleep_us", "--poll-sleep-us", &o->poll.sleep_us,
+           "adaptive, where nothing wakes a blocked worker (shm; requests WRITten into memory on "
+           "a provider that signals completions only): longest sleep between polls (the worst "
+           "added latency after an idle stretch; longer: less idle CPU)")
+      .range(PollOptions::kFirstSleepUs, 1000000);
   s.text("log", "--log", &o->log_level, "trace|debug|info|warn|error|off");
   proto::declare_knobs(k, o);
 }

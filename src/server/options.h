@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/knobs.h"
+#include "common/poll.h"
 #include "proto/options.h"
 #include "proto/registry.h"
 
@@ -35,6 +36,12 @@ struct ServerOptions : proto::ProtocolOptions {
   // Any mix of proto/registry.h's protocols: all of them reach the same engine (the same data).
   std::vector<std::string> protocols = {proto::info(proto::kDefault).name};
   uint32_t max_clients = 64;  // Nc: clients at once (request region = workers*Nc*W*slot_size)
+  // How idle workers wait (docs/server.md, "Polling"): spin, or adaptive (poll for
+  // poll.spin_us after the last work, then block on the fabric's wait object, or sleep up to
+  // poll.sleep_us where nothing can wake the worker). Every wait is bounded. Adaptive by
+  // default: as fast as spin under a closed loop, ~0.5% of a core instead of a whole one when
+  // idle; a request after an idle stretch pays a wake-up (measured, docs/server.md).
+  PollOptions poll{.mode = PollMode::kAdaptive};
   std::string log_level = "info";
   // Asynchronous log of every PUT/DELETE (Pilaf sec. 4), one file per worker:
   // "<oplog>.<worker>"; replayed at start. "" = off (the default).

@@ -82,6 +82,7 @@ void Server::start() {
 void Server::stop() {
   if (control_) control_->stop();  // no new clients, no more requests on the control channel
   stop_.store(true);
+  for (auto& w : workers_) w->wake();  // an adaptive worker may be blocked (at most 10 ms)
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();

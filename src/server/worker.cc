@@ -1,5 +1,7 @@
 #include "server/worker.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <thread>
 
@@ -32,6 +34,16 @@ constexpr int64_t kPeerStallMs = 250;
 // queues do; the command queue (rx) also takes one notice per READ/WRITE the client posts, and
 // the worker drains it every round.
 constexpr size_t kClientTxDepth = 256, kClientRxDepth = 256;
+// --poll adaptive: the clock is read every kIdleCheck idle rounds only (an idle round takes
+// tens of nanoseconds), and one block lasts at most kMaxBlock, so that periodic work (the
+// pilaf engine publishes its clock, departed peers leave the AV after 1 s) still runs on time.
+constexpr uint32_t kIdleCheck = 16;
+constexpr auto kMaxBlock = std::chrono::milliseconds(10);
+// An adaptive worker's polling time doubles after each wake-up by the fabric that brought no
+// sign of work, up to 2^kMaxStretch times --poll-spin-us (see idle_st).
+constexpr uint32_t kMaxStretch = 10;
+// What an adaptive worker did the last time it was idle (stats "poll.idle_wait").
+constexpr std::array<const char*, 3> kIdleWaitNames = {"none yet", "block", "sleep"};
 
 }  // namespace
 
@@ -39,7 +51,8 @@ constexpr size_t kClientTxDepth = 256, kClientRxDepth = 256;
 Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptions& fo)
     : index_(index),
       o_(o),
-      core_(o.cores.empty() ? static_cast<int>(index) : o.cores[index % o.cores.size()]) {
+      core_(o.cores.empty() ? static_cast<int>(index) : o.cores[index % o.cores.size()]),
+      adaptive_(o.poll.mode == PollMode::kAdaptive) {
   fabric::FabricOptions f = fo;
   f.quiet = index > 0;  // one provider log line per server is enough
   fabric_ = fabric::Fabric::open(f);
@@ -53,6 +66,7 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
   eo.cq_depth = 8192;
   eo.selective_completion = true;
   eo.av_size = o.max_clients;
+  eo.waitable = adaptive_;
   eo.min_multi_recv = fabric::lock_free_capacity(
       *fabric_, sizeof(rpc::RequestHeader) + store::kMaxKeySize + o.max_value + 8);
   if (!isolated_) {
@@ -140,6 +154,7 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
     client_eps_.resize(o.max_clients);
     client_names_.resize(o.max_clients);
   }
+  if (adaptive_) waiter_ = std::make_unique<fabric::Waiter>();
 }
 
 Worker::~Worker() {
@@ -256,9 +271,18 @@ std::vector<std::vector<uint8_t>> Worker::endpoint_names(uint32_t client) const 
 }
 
 void Worker::post_event(Event e) {
-  std::lock_guard lock(mu_);
-  events_.push_back(std::move(e));
-  events_pending_.store(true, std::memory_order_release);
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+    // seq_cst with block_st's store of sleeping_ and load of events_pending_: either it sees
+    // this event before it blocks, or we see it asleep and wake it.
+    events_pending_.store(true, std::memory_order_seq_cst);
+  }
+  if (sleeping_.load(std::memory_order_seq_cst)) wake();
+}
+
+void Worker::wake() {
+  if (waiter_) waiter_->wake();
 }
 
 void Worker::add_client(ClientInfo c) {
@@ -272,8 +296,8 @@ void Worker::remove_client(uint32_t index) {
   post_event({Event::Kind::kRemove, std::move(info)});
 }
 
-void Worker::drain_events_st() {
-  if (!events_pending_.load(std::memory_order_acquire)) return;
+bool Worker::drain_events_st() {
+  if (!events_pending_.load(std::memory_order_acquire)) return false;
   std::deque<Event> events;
   {
     std::lock_guard lock(mu_);
@@ -300,6 +324,7 @@ void Worker::drain_events_st() {
       // clears what it left (slots), so nothing of it is taken for the index's next client.
       const bool was_active = s.active;
       std::erase(admitted_, c);
+      if (was_active && s.side != nullptr && s.side->scans_memory()) scanning_clients_--;
       if (s.side != nullptr) s.side->remove_client_st(c);
       s.side = nullptr;
       s.active = false;
@@ -338,6 +363,8 @@ void Worker::drain_events_st() {
     if (!s.active) {
       active_clients_.fetch_add(1, std::memory_order_relaxed);
       admitted_.push_back(c);
+    } else if (s.side != nullptr && s.side->scans_memory()) {
+      scanning_clients_--;  // re-admitted: counted again below
     }
     s.active = true;
     s.dropped = false;
@@ -347,8 +374,10 @@ void Worker::drain_events_st() {
     s.backlog.clear();
     s.stuck_since = {};
     s.side = side_of_[static_cast<size_t>(e.info.protocol->id)];
+    if (s.side->scans_memory()) scanning_clients_++;
     s.side->add_client_st(c, s.epoch, *e.info.protocol, e.info.hello);
   }
+  return true;
 }
 
 // A departed client's address leaves the AV only a while later: the provider may still hold
@@ -371,14 +400,10 @@ void Worker::run_st(const std::atomic<bool>& stop) {
   uint32_t rounds = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     store::add_st(counters_.rounds);  // poll rounds: fewer per second = busier (fabkv-bench)
-    if ((++rounds & 1023) == 0) {
-      bury_retired_st();
-      engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even when no
-                                // pilaf protocol is served
-      for (auto& side : sides_) side->tick_st();
-    }
-    drain_events_st();
-    round_st();
+    if ((++rounds & 1023) == 0) periodic_st();
+    const bool events = drain_events_st();
+    const bool active = round_st();
+    if (adaptive_) idle_st(active || events, stop);
   }
   // Finish what is in hand: answer collected requests and let the last answers go out.
   round_st();
@@ -386,15 +411,149 @@ void Worker::run_st(const std::atomic<bool>& stop) {
   while (!d.expired()) poll_cqs_st();
 }
 
+void Worker::periodic_st() {
+  bury_retired_st();
+  engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even when no
+                            // pilaf protocol is served
+  for (auto& side : sides_) side->tick_st();
+}
+
 // One round: completions and messages, the protocols' memory polls, then every protocol runs
-// what it collected and the round's answers leave together (Guidelines sec. 4.1).
-void Worker::round_st() {
-  poll_cqs_st();
+// what it collected and the round's answers leave together (Guidelines sec. 4.1). True when it
+// saw a sign of work: a completion, an answer built, a backlog.
+bool Worker::round_st() {
+  const uint64_t answers = answers_;
+  const bool completions = poll_cqs_st() > 0;
   for (auto& side : sides_) side->poll_st();
   for (auto& side : sides_)
     if (side->has_work_st()) side->flush_st();
   if (!out_.empty() || any_backlog_) send_replies_st();
   repost_rx_st();
+  return completions || answers_ != answers || any_backlog_;
+}
+
+// --poll adaptive: after poll.spin_us without a sign of work, block (or sleep) once. The
+// spinning path never comes here.
+void Worker::idle_st(bool active, const std::atomic<bool>& stop) {
+  if (!active)
+    for (auto& side : sides_) active |= side->busy_st();
+  if (active) {
+    idle_rounds_ = 0;
+    sleep_us_ = PollOptions::kFirstSleepUs;
+    fabric_woke_ = false;  // the wake-up, if any, was for work we can see
+    return;
+  }
+  if (++idle_rounds_ % kIdleCheck != 0) return;
+  const auto now = Clock::now();
+  if (idle_rounds_ == kIdleCheck) {
+    idle_since_ = now;
+    return;
+  }
+  if (now - idle_since_ < std::chrono::microseconds(uint64_t{o_.poll.spin_us} << stretch_)) return;
+  // Woken by the fabric, then a whole polling time without a sign of work: what woke us was a
+  // one-sided operation our progress served (a pilaf READ on tcp raises no completion, and
+  // tcp;ofi_rxm counts none). Under a READ load that would put the worker to sleep after every
+  // polling time and make the next READ pay a wake-up (measured: p99 2.4 ms instead of 60 us on
+  // a shared host), so each such wake-up doubles the polling time, and only a wait that times
+  // out (10 ms of nothing at all) brings it back to --poll-spin-us. Not a visible request: a
+  // pilaf load's PUTs do not say its GETs stopped (tried: resetting, or halving, on a wake-up
+  // for visible work cost pilaf on tcp 10-15% of its throughput and doubled its p99). The
+  // price: a new client's connection set-up also wakes the worker a few times for nothing, so
+  // a client that then keeps talking at intervals under the stretched polling time keeps the
+  // worker polling, as spin would, until it falls silent for that time plus 10 ms.
+  if (fabric_woke_) {
+    fabric_woke_ = false;
+    stretch_ = std::min(stretch_ + 1, kMaxStretch);
+    store::add_st(counters_.unexplained_wakes);
+  }
+  // Peers READing or WRITing our memory raise no completion (pilaf's GETs); where the
+  // provider counts them (shm), a count that moved since the last look is work too, so a
+  // worker under a READ-only load keeps polling (and draining the notices those leave in its
+  // command queue, which fills after rx_depth of them, docs/fabric.md).
+  const uint64_t remote = remote_ops_st();
+  if (remote != remote_seen_) {
+    remote_seen_ = remote;
+    idle_since_ = now;
+    return;
+  }
+  block_st(stop);
+}
+
+uint64_t Worker::remote_ops_st() {
+  uint64_t n = 0;
+  for (auto& ep : eps_)
+    if (ep->counts_remote_ops()) n += ep->remote_ops();
+  for (uint32_t c : admitted_)
+    if (c < client_eps_.size() && client_eps_[c] && client_eps_[c]->counts_remote_ops())
+      n += client_eps_[c]->remote_ops();
+  return n;
+}
+
+// Blocks on the endpoints' wait objects when everything an admitted client sends fires them
+// (fabric/waiter.h: tcp wakes on any inbound bytes; a completions-only provider only while no
+// client puts requests into memory); otherwise sleeps, doubling from 50 us up to
+// poll.sleep_us. With no client admitted, nothing can arrive but a control event, which rings
+// the waiter. Always bounded (kMaxBlock); periodic work runs after every wait.
+void Worker::block_st(const std::atomic<bool>& stop) {
+  wait_eps_.clear();
+  for (auto& ep : eps_) wait_eps_.push_back(ep.get());
+  for (uint32_t c : admitted_)
+    if (c < client_eps_.size() && client_eps_[c]) wait_eps_.push_back(client_eps_[c].get());
+  fabric::Wakeup wakes = fabric::Wakeup::kAnyArrival;
+  for (fabric::Endpoint* ep : wait_eps_) wakes = std::min(wakes, fabric::wakeup_of(*ep));
+  const bool block = admitted_.empty() || wakes == fabric::Wakeup::kAnyArrival ||
+                     (wakes == fabric::Wakeup::kCompletions && scanning_clients_ == 0);
+  const int kind = block ? 1 : 2;
+  wait_kind_.store(kind, std::memory_order_relaxed);
+  if (logged_kind_ != kind && !admitted_.empty()) {  // say why, once per change
+    logged_kind_ = kind;
+    if (block)
+      spdlog::info("worker {}: idle: blocks on its completion queues ({} wakes it: {})", index_,
+                   provider(), fabric::to_string(wakes));
+    else
+      spdlog::info("worker {}: idle: sleeps up to {} us between polls: {}", index_,
+                   o_.poll.sleep_us,
+                   wakes == fabric::Wakeup::kNone
+                       ? provider() + " has no wait object"
+                       : fmt::format("{} client(s) put requests into memory, which raises no "
+                                     "completion on {}",
+                                     scanning_clients_, provider()));
+  }
+  sleeping_.store(true, std::memory_order_seq_cst);
+  if (events_pending_.load(std::memory_order_seq_cst) || stop.load(std::memory_order_relaxed)) {
+    sleeping_.store(false, std::memory_order_relaxed);  // an event came in: not now
+    idle_rounds_ = 0;
+    return;
+  }
+  const auto t0 = Clock::now();
+  fabric::Waiter::Woke woke;
+  if (block) {
+    woke = waiter_->wait(admitted_.empty() ? std::span<fabric::Endpoint* const>() : wait_eps_, {},
+                         kMaxBlock);
+  } else {
+    woke = waiter_->wait({}, {}, std::chrono::microseconds(sleep_us_));
+    sleep_us_ = std::min(sleep_us_ * 2, o_.poll.sleep_us);
+  }
+  sleeping_.store(false, std::memory_order_relaxed);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
+  switch (woke) {
+    case fabric::Waiter::Woke::kPending: store::add_st(counters_.not_now); break;
+    case fabric::Waiter::Woke::kFabric: store::add_st(counters_.woken_by_fabric); break;
+    case fabric::Waiter::Woke::kWake: store::add_st(counters_.woken_by_control); break;
+    case fabric::Waiter::Woke::kTimeout: store::add_st(counters_.timeouts); break;
+  }
+  if (woke != fabric::Waiter::Woke::kPending) {
+    store::add_st(counters_.blocks);
+    counters_.idle_us.store(counters_.idle_us.load(std::memory_order_relaxed) +
+                                static_cast<uint64_t>(us.count()),
+                            std::memory_order_relaxed);
+  }
+  // A timeout leaves the worker idle: the next check blocks again. Anything else (bytes that
+  // may be a READ no completion will show, an admission, "not now") earns a full spin.
+  if (woke != fabric::Waiter::Woke::kTimeout) idle_rounds_ = 0;
+  if (woke == fabric::Waiter::Woke::kFabric) fabric_woke_ = true;
+  if (woke == fabric::Waiter::Woke::kTimeout) stretch_ = 0;
+  periodic_st();
 }
 
 void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionFn done) {
@@ -420,11 +579,13 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
 // (isolated) every admitted client's own, whose READ/WRITE notices and first contact need our
 // progress.
 template <class Handle>
-void Worker::poll_endpoints_st(Handle&& handle) {
+size_t Worker::poll_endpoints_st(Handle&& handle) {
   fabric::Completion comps[32];
+  size_t total = 0;
   auto poll = [&](fabric::Endpoint& ep) {
     size_t n = ep.poll(comps);
     for (size_t i = 0; i < n; ++i) handle(comps[i]);
+    total += n;
   };
   for (auto& ep : eps_) poll(*ep);
   // Only the admitted clients' (a handler may admit or remove one: indices, not iterators).
@@ -432,13 +593,15 @@ void Worker::poll_endpoints_st(Handle&& handle) {
     const uint32_t c = admitted_[i];
     if (c < client_eps_.size() && client_eps_[c]) poll(*client_eps_[c]);
   }
+  return total;
 }
 
-void Worker::poll_cqs_st() {
+size_t Worker::poll_cqs_st() {
   // First what was reaped while posting (see reap_st), then whatever is new.
+  size_t n = deferred_.size();
   for (size_t i = 0; i < deferred_.size(); ++i) on_completion_st(deferred_[i]);
   deferred_.clear();
-  poll_endpoints_st([this](fabric::Completion& c) { on_completion_st(c); });
+  return n + poll_endpoints_st([this](fabric::Completion& c) { on_completion_st(c); });
 }
 
 // Drives progress while in the middle of posting (a full queue): completions are kept for the
@@ -517,11 +680,13 @@ long Worker::read_st(uint32_t c, fabric::LocalBuffer dst, uint64_t raddr, uint64
 
 void Worker::reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src) {
   out_.push_back({c, epoch, src, false, 0, 0});
+  answers_++;
 }
 
 void Worker::reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t raddr,
                             uint64_t rkey) {
   out_.push_back({c, epoch, src, true, raddr, rkey});
+  answers_++;
 }
 
 // kAgain (after post_twice_st) leaves the answer to the client's backlog (send_replies_st).
@@ -643,6 +808,17 @@ nlohmann::json Worker::stats() const {
                       {"endpoints_closed", r(counters_.endpoints_closed)},
                       {"regions_reclaimed", r(counters_.regions_reclaimed)},
                       {"rounds", r(counters_.rounds)},
+                      {"poll",
+                       {{"mode", to_string(o_.poll.mode)},
+                        {"idle_wait", kIdleWaitNames[static_cast<size_t>(
+                                          wait_kind_.load(std::memory_order_relaxed))]},
+                        {"blocks", r(counters_.blocks)},
+                        {"woken_by_fabric", r(counters_.woken_by_fabric)},
+                        {"woken_by_control", r(counters_.woken_by_control)},
+                        {"timeouts", r(counters_.timeouts)},
+                        {"not_now", r(counters_.not_now)},
+                        {"unexplained_wakes", r(counters_.unexplained_wakes)},
+                        {"idle_ms", r(counters_.idle_us) / 1000}}},
                       {"verbs", verbs.to_json()},
                       {"engine",
                        {{"items", es.items},

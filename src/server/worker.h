@@ -29,6 +29,7 @@
 #include "common/deadline.h"
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
+#include "fabric/waiter.h"
 #include "proto/registry.h"
 #include "proto/server_protocol.h"
 #include "server/options.h"
@@ -80,6 +81,9 @@ class Worker {
 
   // The worker loop; returns after `stop` is set and the work in hand is answered.
   void run_st(const std::atomic<bool>& stop);
+  // Ends a block or sleep of an adaptive worker now (Server::stop after setting `stop`). Any
+  // thread; nothing to do for a spinning one.
+  void wake();
 
   // ---- services for the protocols (worker thread)
   // Is client c (of incarnation `epoch`) admitted and still served?
@@ -105,7 +109,8 @@ class Worker {
   long read_st(uint32_t c, fabric::LocalBuffer dst, uint64_t raddr, uint64_t rkey,
                fabric::OpContext* ctx);
   // Drains the admission queue now (a message from a client whose admission is still queued).
-  void drain_events_st();
+  // True when there was anything.
+  bool drain_events_st();
 
  private:
   struct Outgoing {
@@ -137,7 +142,7 @@ class Worker {
 
   void post_event(Event e);
   template <class Handle>
-  void poll_endpoints_st(Handle&& handle);
+  size_t poll_endpoints_st(Handle&& handle);
   template <class Post>
   long post_twice_st(Post&& post);
   void open_client_endpoint_st(uint32_t c);
@@ -157,11 +162,15 @@ class Worker {
   long post_reply_st(const Outgoing& o, bool more);
   void retire_peer_st(fabric::PeerAddr peer);
   void bury_retired_st();
-  void poll_cqs_st();
+  size_t poll_cqs_st();
   void reap_st();
   void on_completion_st(fabric::Completion& c);
   void on_message_st(const char* buf, size_t len);
-  void round_st();
+  bool round_st();
+  void periodic_st();
+  void idle_st(bool active, const std::atomic<bool>& stop);
+  void block_st(const std::atomic<bool>& stop);
+  uint64_t remote_ops_st();
 
   const uint32_t index_;
   const ServerOptions o_;
@@ -201,10 +210,29 @@ class Worker {
   std::deque<Event> events_;
   std::atomic<bool> events_pending_{false};
 
+  // --poll adaptive (docs/server.md, "Polling"); unused when spinning.
+  const bool adaptive_;
+  std::unique_ptr<fabric::Waiter> waiter_;
+  std::atomic<bool> sleeping_{false};  // in block_st: post_event must wake us
+  uint32_t scanning_clients_ = 0;  // admitted clients whose requests land in memory (scans_memory)
+  uint32_t idle_rounds_ = 0;       // rounds without a sign of work, in a row
+  Clock::time_point idle_since_{};
+  uint64_t remote_seen_ = 0;       // the endpoints' inbound one-sided count at the last look
+  bool fabric_woke_ = false;       // the last wait ended by the fabric, no sign of work since
+  uint32_t stretch_ = 0;           // polling time = poll.spin_us << stretch_ (idle_st)
+  uint32_t sleep_us_ = PollOptions::kFirstSleepUs;  // next sleep where nothing can wake us
+  uint64_t answers_ = 0;           // answers built so far (a sign of work)
+  std::vector<fabric::Endpoint*> wait_eps_;
+  std::atomic<int> wait_kind_{0};  // what the last block_st did (stats): 0 none, 1 block, 2 sleep
+  int logged_kind_ = 0;            // the last one logged (with clients admitted)
+
   struct Counters {
     std::atomic<uint64_t> send_errors{0}, write_errors{0}, unknown_client{0},
         short_messages{0}, rounds{0}, stale_responses{0}, backlogged{0}, dropped_peers{0},
         endpoints_closed{0}, regions_reclaimed{0};
+    // adaptive: times the worker blocked or slept, how each ended, and for how long in all.
+    std::atomic<uint64_t> blocks{0}, woken_by_fabric{0}, woken_by_control{0}, timeouts{0},
+        not_now{0}, idle_us{0}, unexplained_wakes{0};
   };
   Counters counters_;
   std::atomic<uint32_t> active_clients_{0};

@@ -64,8 +64,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   srv->start();
-  spdlog::info("serving {} on {} over {} with {} worker(s), engine {}",
-               fmt::join(o.protocols, ","), srv->address(), srv->provider(), o.workers, o.engine);
+  spdlog::info("serving {} on {} over {} with {} worker(s), engine {}, poll {}",
+               fmt::join(o.protocols, ","), srv->address(), srv->provider(), o.workers, o.engine,
+               o.poll.mode == PollMode::kSpin
+                   ? std::string("spin")
+                   : fmt::format("adaptive (spin {} us, sleep up to {} us)", o.poll.spin_us,
+                                 o.poll.sleep_us));
   fmt::print("READY {}\n", srv->address());
   std::fflush(stdout);
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

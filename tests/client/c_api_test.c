@@ -61,6 +61,23 @@ int main(void) {
     CHECK(strstr(err, "pilaf-vo") != NULL);
     printf("fabkv_connect: %s\n", err);
   }
+  {
+    /* The poll fields came later, at the end: zero is still the default, and a bad mode is
+     * refused at connect with a reason. */
+    fabkv_options z = {0};
+    CHECK(z.poll == NULL && z.poll_spin_us == 0 && z.poll_sleep_us == 0);
+    z.server = "127.0.0.1:1";
+    z.poll = "sometimes";
+    c = fabkv_connect(&z, err, sizeof err);
+    CHECK(c == NULL);
+    CHECK(strstr(err, "sometimes") != NULL);
+    z.poll = "adaptive";
+    z.poll_spin_us = 20;
+    z.timeout_ms = 500;
+    c = fabkv_connect(&z, err, sizeof err);
+    CHECK(c == NULL); /* nothing listens on port 1 */
+    CHECK(strstr(err, "adaptive") == NULL);
+  }
 
   /* Every call on a NULL client fails cleanly. */
   CHECK(fabkv_get(NULL, "k", 1, buf, sizeof buf, &vlen) == FABKV_INVALID_ARGUMENT);

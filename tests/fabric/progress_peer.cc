@@ -1,10 +1,15 @@
-// fabkv-fabric-progress-peer PROVIDER [RX_DEPTH]: the target of progress_test, a process that makes
-// fabric progress only when told to. Prints "NAME <hex name>" and "REGION <addr> <key>" (1 MiB,
-// remote read-write, zeroed), posts 16 receives of 64 bytes, then serves stdin, blocking
-// (so it never polls on its own):
+// fabkv-fabric-progress-peer PROVIDER [RX_DEPTH] [waitable]: the target of progress_test and
+// wait_test, a process that makes fabric progress only when told to. Prints "NAME <hex name>"
+// and "REGION <addr> <key>" (1 MiB, remote read-write, zeroed), posts 16 receives of 64 bytes,
+// then serves stdin, blocking (so it never polls on its own):
 //   INSERT <hex name>   add a peer to the address vector      -> "OK"
 //   POLL <ms>           poll the completion queue for ms      -> "POLLED <inbound arrivals so far>"
 //   PEEK <offset> <n>   n bytes of the region, not polling    -> "PEEK <hex>"
+//   BLOCK <ms>          (waitable) drain the queue, say "BLOCKING", then block on the endpoint's
+//                       wait object (fabric::Waiter) for up to ms without polling
+//                                                        -> "BLOCKED <woke> <elapsed us>"
+//   REMOTE              the endpoint's inbound one-sided count (Endpoint::remote_ops, which
+//                       drives progress)                 -> "REMOTE <count or 'none'>"
 //   STOP (or EOF)       exit 0
 #include <chrono>
 #include <cstdio>
@@ -15,6 +20,7 @@
 #include "fabric/endpoint.h"
 #include "fabric/fabric.h"
 #include "fabric/memory_region.h"
+#include "fabric/waiter.h"
 #include "support/hex.h"
 
 using namespace fabkv;
@@ -27,8 +33,8 @@ void say(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: fabkv-fabric-progress-peer shm|tcp [rx_depth]\n");
+  if (argc < 2 || argc > 4) {
+    std::fprintf(stderr, "usage: fabkv-fabric-progress-peer shm|tcp [rx_depth] [waitable]\n");
     return 2;
   }
   try {
@@ -37,8 +43,12 @@ int main(int argc, char** argv) {
     fo.quiet = true;
     auto fab = fabric::Fabric::open(fo);
     fabric::EndpointOptions eo;  // fabkv's defaults unless a receive depth is given
-    if (argc == 3) eo.rx_depth = std::stoul(argv[2]);
+    for (int i = 2; i < argc; ++i) {
+      if (std::string(argv[i]) == "waitable") eo.waitable = true;
+      else eo.rx_depth = std::stoul(argv[i]);
+    }
     fabric::Endpoint ep(*fab, eo);
+    fabric::Waiter waiter;
     fabric::RegisteredBuffer mem(*fab, 1 << 20, fabric::Access::kRemoteReadWrite);
     fabric::RegisteredBuffer rx(*fab, 16 * 64, fabric::Access::kLocalOnly);
     fabric::OpContext rctx[16];
@@ -77,6 +87,32 @@ int main(int argc, char** argv) {
           }
         }
         say("POLLED " + std::to_string(inbound));
+      } else if (cmd == "BLOCK") {
+        int ms = 0;
+        in >> ms;
+        fabric::Completion c[16];
+        while (ep.poll(c) > 0) {
+        }
+        say("BLOCKING");
+        auto start = std::chrono::steady_clock::now();
+        auto end = start + std::chrono::milliseconds(ms);
+        fabric::Endpoint* eps[] = {&ep};
+        fabric::Waiter::Woke woke;
+        // fi_trywait may say "not now" for leftovers of earlier traffic: drain and try again.
+        do {
+          auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+              end - std::chrono::steady_clock::now());
+          woke = waiter.wait(eps, {}, left);
+          if (woke == fabric::Waiter::Woke::kPending)
+            while (ep.poll(c) > 0) {
+            }
+        } while (woke == fabric::Waiter::Woke::kPending && std::chrono::steady_clock::now() < end);
+        auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - start).count();
+        const char* names[] = {"pending", "fabric", "wake", "timeout"};
+        say(std::string("BLOCKED ") + names[static_cast<int>(woke)] + " " + std::to_string(us));
+      } else if (cmd == "REMOTE") {
+        say("REMOTE " + (ep.counts_remote_ops() ? std::to_string(ep.remote_ops()) : "none"));
       } else if (cmd == "PEEK") {
         size_t off = 0, n = 0;
         in >> off >> n;

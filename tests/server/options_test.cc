@@ -163,6 +163,29 @@ TEST(ServerOptions, FlagsParseAndOverrideTheFile) {
   EXPECT_THROW(parse(&o, {"--transport", "pigeon"}), std::invalid_argument);
 }
 
+TEST(ServerOptions, PollModeAndBudgets) {
+  ServerOptions o;
+  EXPECT_EQ(o.poll.mode, PollMode::kAdaptive) << "the server's default";
+  EXPECT_EQ(o.poll.spin_us, 100u);
+  EXPECT_EQ(o.poll.sleep_us, 1000u);
+  parse(&o, {"--poll", "spin"});
+  EXPECT_EQ(o.poll.mode, PollMode::kSpin);
+  parse(&o, {"--poll", "adaptive", "--poll-spin-us", "0", "--poll-sleep-us", "200"});
+  EXPECT_EQ(o.poll.mode, PollMode::kAdaptive);
+  EXPECT_EQ(o.poll.spin_us, 0u);
+  EXPECT_EQ(o.poll.sleep_us, 200u);
+  o = ServerOptions();
+  parse(&o, {"--poll-spin-us", "30"}, "poll = \"spin\"\npoll_spin_us = 500\npoll_sleep_us = 2000\n");
+  EXPECT_EQ(o.poll.mode, PollMode::kSpin) << "the file";
+  EXPECT_EQ(o.poll.spin_us, 30u) << "the flag wins";
+  EXPECT_EQ(o.poll.sleep_us, 2000u);
+  o = ServerOptions();
+  EXPECT_THROW(parse(&o, {"--poll", "sometimes"}), std::invalid_argument);
+  EXPECT_THROW(parse(&o, {"--poll-sleep-us", "10"}), std::invalid_argument);  // < 50
+  EXPECT_THROW(parse(&o, {"--poll-spin-us", "20000000"}), std::invalid_argument);
+  EXPECT_NE(toml_error("poll = \"yes\"\n"), "");
+}
+
 TEST(ServerOptions, ValidatesRanges) {
   ServerOptions o;
   EXPECT_THROW(validate(o), std::invalid_argument) << "engine not resolved yet";

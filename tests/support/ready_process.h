@@ -30,6 +30,7 @@ class ReadyProcess {
   ReadyProcess& operator=(const ReadyProcess&) = delete;
 
   const std::string& address() const { return address_; }
+  pid_t pid() const { return proc_ ? proc_->pid() : -1; }
 
   // Asks the process to stop and returns its exit status (SIGKILL after 10 s; -1 if gone).
   int stop() {

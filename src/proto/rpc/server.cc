@@ -158,6 +158,7 @@ fabric::LocalBuffer RpcServer::answer_buffer(uint32_t c, uint32_t seq, size_t le
 // HERD sec. 4.2: poll the request region round-robin, one request per client per round
 // (Guidelines sec. 4.1: a round's answers then leave as one batch).
 void RpcServer::poll_st() {
+  stalled_ = false;
   for (size_t i = 0; i < slot_clients_.size(); ++i) {
     const uint32_t c = slot_clients_[i];
     if (worker_.dropped_st(c)) continue;
@@ -210,6 +211,7 @@ void RpcServer::scan_st(uint32_t c) {
   }
   // Torn (still landing) or garbage: give a landing WRITE time, then declare it malformed and
   // tell the owner its request `exp` failed, so that it is never stuck behind garbage.
+  stalled_ = true;
   if (++s.stall < kStallPolls) return;
   s.stall = 0;
   add_st(counters_.garbage);

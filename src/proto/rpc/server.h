@@ -44,6 +44,8 @@ class RpcServer : public proto::ServerProtocol {
   void on_completion_st(fabric::Completion& c) override;
   bool has_work_st() const override { return !batch_.empty(); }
   void flush_st() override;
+  bool scans_memory() const override { return cfg_.slots; }
+  bool busy_st() const override { return stalled_; }
 
  protected:
   // The layout keys and regions every RPC client needs; `transport` is what it was given.
@@ -78,6 +80,7 @@ class RpcServer : public proto::ServerProtocol {
   std::vector<uint32_t> slot_clients_;  // clients whose slots poll_st scans, in admission order
   std::vector<Pending> batch_;        // requests collected this round
   std::vector<store::Request> reqs_;  // batch_'s engine requests (kept to avoid reallocation)
+  bool stalled_ = false;  // the last poll_st saw a slot torn or garbage (busy_st)
 
   struct Counters {
     std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},
