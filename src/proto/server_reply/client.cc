@@ -1,6 +1,5 @@
 #include "proto/server_reply/client.h"
 
-#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -46,7 +45,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
     workers_ = rpc_.workers();
     window_ = rpc_.window();
     max_value_ = rpc_.max_value();
-    value_.reserve(max_value_);  // the copy out of the ring never allocates
+    copy_.reserve(sizeof(rpc::ResponseHeader) + max_value_);  // the copy never allocates
     return r;
   }
   bool polls_memory() const override { return true; }
@@ -67,29 +66,18 @@ class ServerReplyClient final : public proto::ClientProtocol {
   size_t in_flight() const override { return rpc_.in_flight(); }
 
  private:
-  // The answer to (w, seq) if it has landed whole: callbacks run (0 or 1).
+  // The answer to (w, seq) if it has landed whole (read_answer in wire.h): callbacks run (0
+  // or 1).
   size_t take(uint32_t w, uint32_t seq) {
     char* slot = ring_->data() + ring_offset(w, window_, max_value_, seq);
-    // The worker's WRITE may be landing right now: the seqs are read atomically, the rest is
-    // trusted only once the checksum over it matches.
-    const uint32_t head_seq =
-        std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot)).load(std::memory_order_acquire);
-    if (head_seq != seq) return 0;
-    const rpc::ResponseHeader h = rpc::load<rpc::ResponseHeader>(slot);
-    if (h.value_len > max_value_) return 0;  // not whole yet
-    char* trailer = slot + trailer_offset(h.value_len);
-    const uint64_t raw = std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(trailer))
-                             .load(std::memory_order_acquire);
-    ResponseTrailer t;
-    std::memcpy(&t, &raw, sizeof(t));
-    if (t.seq != seq || t.check != response_check(slot, h.value_len, seq)) return 0;
     // A callback that posts may poll and take another answer meanwhile: nested takes copy
     // into their own string (allocating only then).
     std::string nested;
-    std::string& value = depth_ == 0 ? value_ : nested;
-    value.assign(slot + sizeof(rpc::ResponseHeader), h.value_len);
+    std::string& copy = depth_ == 0 ? copy_ : nested;
+    if (!read_answer(slot, seq, max_value_, &copy)) return 0;
+    const rpc::ResponseHeader h = rpc::load<rpc::ResponseHeader>(copy.data());
     // Zeroed before the slot can be reused: a stale answer never matches a later request.
-    std::memset(trailer, 0, sizeof(ResponseTrailer));
+    std::memset(slot + trailer_offset(h.value_len), 0, sizeof(ResponseTrailer));
     std::memset(slot, 0, sizeof(rpc::ResponseHeader));
     if (h.worker != w) return 0;  // not from the worker we asked (a bug on one side)
     // answer() checks client and epoch (an answer meant for a predecessor of our index).
@@ -98,7 +86,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
       uint32_t& d;
       ~Leave() { d--; }
     } leave{depth_};
-    return rpc_.answer(h, value);
+    return rpc_.answer(h, std::string_view(copy).substr(sizeof(rpc::ResponseHeader)));
   }
 
   proto::ClientHost& host_;
@@ -107,7 +95,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
   std::unique_ptr<fabric::RegisteredBuffer> ring_;
   uint32_t workers_ = 0, window_ = 0;
   size_t max_value_ = 0;
-  std::string value_;  // the answer's value, copied out of the ring for the callback
+  std::string copy_;  // the answer (header and value) copied out of the ring
   uint32_t depth_ = 0;  // take()s running a callback
 };
 

@@ -14,8 +14,11 @@
 // the server's largest value (W slots per worker, W x (48 + max_value) bytes).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 #include <xxhash.h>
 
@@ -48,6 +51,46 @@ inline size_t ring_bytes(uint32_t workers, uint32_t window, size_t max_value) {
 inline uint32_t response_check(const void* header_and_value, size_t value_len, uint32_t seq) {
   return static_cast<uint32_t>(
       XXH3_64bits_withSeed(header_and_value, sizeof(rpc::ResponseHeader) + value_len, seq));
+}
+
+// The answer to `seq` in its ring slot, if it has landed whole: copies header and value into
+// *copy (header first) and returns true; false leaves the slot as it is, to be looked at again.
+//
+// The worker's WRITE may be landing while we read, its bytes in any order. Everything the
+// answer is built from is read once, into *copy, after the trailer carried our seq, and is
+// trusted only if the checksum over that copy matches: a header read before the rest had
+// landed can hold the previous answer's op, client and epoch next to our seq, and an answer
+// judged by such a header is dropped after its slot was cleared, lost for good (it was, on
+// shm under load). `landing` runs between the reads; tests land bytes there
+// (tests/client/server_reply_wire_test.cc).
+struct NothingLands {
+  void operator()() const {}
+};
+template <class Landing = NothingLands>
+inline bool read_answer(char* slot, uint32_t seq, size_t max_value, std::string* copy,
+                        Landing&& landing = {}) {
+  if (std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot)).load(std::memory_order_acquire) !=
+      seq)
+    return false;
+  landing();
+  // Only to find the trailer: a torn length finds no trailer with our seq, or fails the
+  // checksum below.
+  uint32_t value_len;
+  std::memcpy(&value_len, slot + offsetof(rpc::ResponseHeader, value_len), sizeof(value_len));
+  if (value_len > max_value) return false;
+  landing();
+  const uint64_t raw =
+      std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(slot + trailer_offset(value_len)))
+          .load(std::memory_order_acquire);
+  ResponseTrailer t;
+  std::memcpy(&t, &raw, sizeof(t));
+  if (t.seq != seq) return false;
+  landing();
+  copy->assign(slot, sizeof(rpc::ResponseHeader) + value_len);
+  rpc::ResponseHeader h;
+  std::memcpy(&h, copy->data(), sizeof(h));
+  return h.seq == seq && h.value_len == value_len &&
+         t.check == response_check(copy->data(), value_len, seq);
 }
 
 }  // namespace fabkv::server_reply
