@@ -40,7 +40,7 @@ TEST(Encoding, InlineRequestHasHeaderBodyTrailerAndCheck) {
   EXPECT_EQ(h.expire_at, 1234u);
   EXPECT_EQ(h.expected_version, 99u);
   EXPECT_EQ(std::string(buf + 32, 12), "helloworld!!");
-  EXPECT_EQ(h.check, rpc::request_check(42, buf + 32, 12));
+  EXPECT_EQ(h.check, rpc::request_check(h, buf + 32, 12));
   EXPECT_EQ(rpc::load<rpc::RequestTrailer>(buf + rpc::trailer_offset(12)).seq, 42u);
   // Nothing written past the request.
   EXPECT_EQ(static_cast<unsigned char>(buf[n]), 0xABu);
@@ -63,6 +63,31 @@ TEST(Encoding, CheckIsSeededWithSeq) {
   EXPECT_NE(rpc::load<rpc::RequestHeader>(a).check, rpc::load<rpc::RequestHeader>(b).check);
 }
 
+// Wire v3: every header field a worker acts on is under the check, so a header that is half
+// the previous request's can never pass (rpc::read_request).
+TEST(Encoding, CheckCoversEveryHeaderField) {
+  char buf[128];
+  encode_inline(buf, fields(9, rpc::OpCode::kPut), "key", "v");
+  const auto h = rpc::load<rpc::RequestHeader>(buf);
+  ASSERT_EQ(h.check, rpc::request_check(h, buf + 32, 4));
+  auto differs = [&](auto mutate) {
+    rpc::RequestHeader m = h;
+    mutate(m);
+    return rpc::request_check(m, buf + 32, 4) != h.check;
+  };
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.op = static_cast<uint8_t>(rpc::OpCode::kDel); }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.flags ^= 1; }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.client ^= 1; }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.epoch ^= 1; }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.key_len ^= 1; }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.value_len ^= 1; }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.expected_version ^= 1; }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.expire_at ^= 1; }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.seq ^= 1; }));
+  // The check itself is not under the check.
+  EXPECT_FALSE(differs([](rpc::RequestHeader& m) { m.check ^= 1; }));
+}
+
 TEST(Encoding, IndirectRequestCarriesTheBodyDescriptor) {
   char buf[128];
   rpc::IndirectBody ib{0x1000, 77, 250 + 60000};
@@ -78,7 +103,7 @@ TEST(Encoding, IndirectRequestCarriesTheBodyDescriptor) {
   EXPECT_EQ(got.addr, 0x1000u);
   EXPECT_EQ(got.rkey, 77u);
   EXPECT_EQ(got.length, 60250u);
-  EXPECT_EQ(h.check, rpc::request_check(5, buf + 32, sizeof(rpc::IndirectBody)));
+  EXPECT_EQ(h.check, rpc::request_check(h, buf + 32, sizeof(rpc::IndirectBody)));
   EXPECT_EQ(rpc::load<rpc::RequestTrailer>(buf + 56).seq, 5u);
 }
 

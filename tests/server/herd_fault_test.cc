@@ -122,7 +122,7 @@ TEST_P(HerdFaults, OversizedKeyOrValueIsTooLargeAndNothingIsWritten) {
   rpc::IndirectBody ib{0, 0, uint64_t{h.key_len} + h.value_len};
   char* body = req + sizeof(h);
   rpc::store(body, ib);
-  h.check = rpc::request_check(1, body, sizeof(ib));
+  h.check = rpc::request_check(h, body, sizeof(ib));
   rpc::store(req, h);
   rpc::store(req + rpc::trailer_offset(sizeof(ib)), rpc::RequestTrailer{1});
   c.write_slot(c.worker_of("big"), 0, req, rpc::request_bytes(sizeof(ib)));

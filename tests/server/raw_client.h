@@ -104,7 +104,7 @@ class RawClient {
     std::memcpy(body, key.data(), key.size());
     std::memcpy(body + key.size(), value.data(), value.size());
     size_t n = key.size() + value.size();
-    h.check = rpc::request_check(seq, body, n);
+    h.check = rpc::request_check(h, body, n);
     rpc::store(out, h);
     rpc::store(out + rpc::trailer_offset(n), rpc::RequestTrailer{seq});
     return rpc::request_bytes(n);
@@ -126,7 +126,7 @@ class RawClient {
     h.flags = rpc::kFlagIndirect;
     h.key_len = static_cast<uint16_t>(key.size());
     h.value_len = static_cast<uint32_t>(value.size());
-    h.check = rpc::request_check(seq, &ib, sizeof(ib));
+    h.check = rpc::request_check(h, &ib, sizeof(ib));
     rpc::store(out, h);
     rpc::store(out + sizeof(h), ib);
     rpc::store(out + rpc::trailer_offset(sizeof(ib)), rpc::RequestTrailer{seq});

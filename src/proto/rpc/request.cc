@@ -24,7 +24,7 @@ void put_header(char* out, const RequestFields& f, uint8_t flags, uint16_t key_l
   h.value_len = value_len;
   h.expire_at = f.expire_at;
   h.expected_version = f.expected_version;
-  h.check = rpc::request_check(f.seq, body, body_bytes);
+  h.check = rpc::request_check(h, body, body_bytes);
   rpc::store(out, h);
 }
 

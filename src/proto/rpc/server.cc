@@ -177,47 +177,35 @@ void RpcServer::scan_st(uint32_t c) {
   // A READ of an earlier client of this index may still hold this slot's context.
   if (read_ctx_[size_t{c} * window_ + (exp - 1) % window_].user != nullptr) return;
   char* slot = region_->data() + slot_offset(c, window_, slot_size_, exp - 1);
-  const uint32_t seq = load<uint32_t>(slot);
-  if (seq == 0 || (exp > window_ && seq == exp - window_)) {
-    s.stall = 0;  // empty, or still the previous request of this slot
+  RequestHeader h;
+  const SlotRead r = read_request(slot, exp, window_, slot_size_, &h);
+  if (r == SlotRead::kEmpty) {
+    s.stall = 0;
     return;
   }
-  if (seq == exp) {
-    // Header landed; the request is whole when the trailer agrees and the checksum matches.
-    RequestHeader h = load<RequestHeader>(slot);
-    size_t body = request_body_bytes(h.flags, h.key_len, h.value_len);
-    size_t toff = trailer_offset(body);
-    bool fits = body <= slot_size_ && toff + sizeof(RequestTrailer) <= slot_size_;
-    if (fits && load<uint32_t>(slot + toff) == seq &&
-        request_check(seq, slot + sizeof(RequestHeader), body) == h.check) {
-      s.stall = 0;
-      if (h.epoch != s.epoch) {
-        // A whole request of an earlier client of this index that landed after its slots were
-        // cleared (tcp places data at our progress): not ours to answer or to call garbage.
-        return;
-      }
-      // Not taken (the provider refused the indirect READ): it stays in its slot for the
-      // next round.
-      if (!accept_st(c, seq, slot)) return;
-      s.exp = next_seq(exp);
+  if (r == SlotRead::kWhole) {
+    s.stall = 0;
+    if (h.epoch != s.epoch) {
+      // A whole request of an earlier client of this index that landed after its slots were
+      // cleared (tcp places data at our progress): not ours to answer or to call garbage.
       return;
     }
-    if (!fits) {  // impossible lengths: it will never become whole
-      add_st(counters_.malformed);
-      s.exp = next_seq(exp);
-      reply_error_st(c, s.epoch, exp, h.op, WireStatus::kMalformed);
-      return;
-    }
+    // Not taken (the provider refused the indirect READ): it stays in its slot for the next
+    // round.
+    if (!accept_st(c, h, slot)) return;
+    s.exp = next_seq(exp);
+    return;
   }
-  // Torn (still landing) or garbage: give a landing WRITE time, then declare it malformed and
-  // tell the owner its request `exp` failed, so that it is never stuck behind garbage.
+  // Landing, garbage, or lengths no slot holds (which a landing header can show for a
+  // moment): give a landing WRITE time, then declare it malformed and tell the owner its
+  // request `exp` failed, so that it is never stuck behind garbage.
   stalled_ = true;
   if (++s.stall < kStallPolls) return;
   s.stall = 0;
-  add_st(counters_.garbage);
+  if (r != SlotRead::kTooLong) add_st(counters_.garbage);
   add_st(counters_.malformed);
   s.exp = next_seq(exp);
-  reply_error_st(c, s.epoch, exp, 0, WireStatus::kMalformed);
+  reply_error_st(c, s.epoch, exp, r == SlotRead::kTooLong ? h.op : 0, WireStatus::kMalformed);
 }
 
 // A request that arrived as a message (HERD sec. 5.5); the worker checked its prefix.
@@ -230,22 +218,23 @@ void RpcServer::on_message_st(uint32_t c, const char* buf, size_t len) {
   RequestHeader h = load<RequestHeader>(buf);
   size_t body = request_body_bytes(h.flags, h.key_len, h.value_len);
   if (h.seq == 0 || sizeof(RequestHeader) + body > len ||
-      request_check(h.seq, buf + sizeof(RequestHeader), body) != h.check) {
+      request_check(h, buf + sizeof(RequestHeader), body) != h.check) {
     add_st(counters_.malformed);
     reply_error_st(c, s.epoch, h.seq, h.op, WireStatus::kMalformed);
     return;
   }
-  if (!accept_st(c, h.seq, buf)) {
+  if (!accept_st(c, h, buf)) {
     // Only an indirect body can be refused, and messages carry theirs inline.
     add_st(counters_.malformed);
     reply_error_st(c, s.epoch, h.seq, h.op, WireStatus::kMalformed);
   }
 }
 
-// `msg` holds a whole, verified request (header, body); build the engine request. Returns
-// false only when an indirect body's READ could not be posted now (nothing was counted).
-bool RpcServer::accept_st(uint32_t c, uint32_t seq, const char* msg) {
-  RequestHeader h = load<RequestHeader>(msg);
+// `h` is the checked header of the whole request in `msg` (header, then body); build the
+// engine request. Returns false only when an indirect body's READ could not be posted now
+// (nothing was counted).
+bool RpcServer::accept_st(uint32_t c, const RequestHeader& h, const char* msg) {
+  const uint32_t seq = h.seq;
   ClientState& s = clients_[c];
   if (h.client != c || h.epoch != s.epoch) {
     add_st(counters_.requests);

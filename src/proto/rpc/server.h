@@ -67,7 +67,7 @@ class RpcServer : public proto::ServerProtocol {
   struct ClientState;
   struct Pending;
   void scan_st(uint32_t c);
-  bool accept_st(uint32_t c, uint32_t seq, const char* msg);
+  bool accept_st(uint32_t c, const RequestHeader& h, const char* msg);
   void reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t op, WireStatus st);
   char* answer_slot(uint32_t c, uint32_t seq) const;
 

@@ -15,8 +15,12 @@
 //   v1  first version: inline and indirect (client-memory) requests, SEND responses.
 //   v2  responses name the client index and epoch they answer, so a client that took over a
 //       departed client's index never accepts an answer meant for its predecessor.
+//   v3  a request's check covers its header fields too (op, flags, lengths, version, expiry,
+//       client, epoch), not only its body: a header read while the request was landing can
+//       no longer pass for the request (read_request below).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -29,7 +33,7 @@
 
 namespace fabkv::rpc {
 
-inline constexpr uint32_t kWireVersion = 2;
+inline constexpr uint32_t kWireVersion = 3;
 
 enum class OpCode : uint8_t { kGet = 1, kPut = 2, kDel = 3 };
 
@@ -60,7 +64,7 @@ struct RequestHeader {
   uint32_t value_len;    // kPut: value bytes (inline or indirect); else 0
   uint64_t expected_version;  // kPut: memcached cas; 0 = unconditional
   uint32_t expire_at;    // kPut: absolute Unix seconds, 0 = never
-  uint32_t check;        // checksum(seq, body bytes) — see request_check()
+  uint32_t check;        // request_check(): over the fields above and the body
 };
 static_assert(sizeof(RequestHeader) == 32 && alignof(RequestHeader) == 8);
 
@@ -99,10 +103,60 @@ inline size_t request_bytes(size_t body_bytes) {
   return trailer_offset(body_bytes) + sizeof(RequestTrailer);
 }
 
-// Checksum over the body that lands with the request (inline key+value, or the
-// IndirectBody), seeded with seq so a stale body never matches a new header.
-inline uint32_t request_check(uint32_t seq, const void* body, size_t n) {
-  return static_cast<uint32_t>(XXH3_64bits_withSeed(body, n, seq));
+// Checksum over the header's fields between seq and check and over the body that lands with
+// the request (inline key+value, or the IndirectBody), seeded with seq so that a stale body
+// never matches a new header.
+inline uint32_t request_check(const RequestHeader& h, const void* body, size_t n) {
+  constexpr size_t kFrom = offsetof(RequestHeader, client), kTo = offsetof(RequestHeader, check);
+  const uint64_t fields =
+      XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom, kTo - kFrom, h.seq);
+  return static_cast<uint32_t>(XXH3_64bits_withSeed(body, n, fields));
+}
+
+// What read_request found in a slot.
+enum class SlotRead {
+  kEmpty,    // no request, or still the previous one of this slot
+  kLanding,  // our seq is there but the request is not whole (yet): look again
+  kTooLong,  // our seq, with lengths no slot holds
+  kWhole,    // *h is the request's header, checked; its body follows it in the slot
+};
+
+struct NothingLands {
+  void operator()() const {}
+};
+
+// Request `seq` in a slot of `slot_size` bytes (its previous occupant was `seq - window`).
+// A client's WRITE may be landing while the worker reads, its bytes in any order: the header
+// is copied once, after the trailer carried our seq, and trusted only when the check over
+// that copy and the body matches (the answer side does the same,
+// proto/server_reply/wire.h). `landing` runs between the reads; tests land bytes there
+// (tests/server/request_wire_test.cc).
+template <class Landing = NothingLands>
+inline SlotRead read_request(char* slot, uint32_t seq, uint32_t window, size_t slot_size,
+                             RequestHeader* h, Landing&& landing = {}) {
+  const uint32_t first =
+      std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot)).load(std::memory_order_acquire);
+  if (first == 0 || (seq > window && first == seq - window)) return SlotRead::kEmpty;
+  if (first != seq) return SlotRead::kLanding;  // garbage, or our seq half-landed
+  landing();
+  // The lengths, only to find the trailer: torn ones find no trailer with our seq, or fail
+  // the check.
+  std::memcpy(h, slot, sizeof(*h));
+  const size_t body = request_body_bytes(h->flags, h->key_len, h->value_len);
+  const size_t toff = trailer_offset(body);
+  if (body > slot_size || toff + sizeof(RequestTrailer) > slot_size) return SlotRead::kTooLong;
+  landing();
+  if (std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot + toff))
+          .load(std::memory_order_acquire) != seq)
+    return SlotRead::kLanding;
+  landing();
+  RequestHeader copy;
+  std::memcpy(&copy, slot, sizeof(copy));
+  if (copy.seq != seq || request_body_bytes(copy.flags, copy.key_len, copy.value_len) != body ||
+      request_check(copy, slot + sizeof(RequestHeader), body) != copy.check)
+    return SlotRead::kLanding;
+  *h = copy;
+  return SlotRead::kWhole;
 }
 
 // Response: one SEND from the worker, header then value bytes (kGet hit).
