@@ -3,6 +3,7 @@
 // server stopped. Each gets a clear error or a counted drop, and the server keeps serving.
 #include <chrono>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -197,12 +198,20 @@ TEST_P(HerdSendFaults, GarbageMessagesAreDroppedAndReceiveBuffersRecycled) {
   auto r = c.response(20000);
   ASSERT_TRUE(r.has_value()) << "the worker stopped taking messages: " << c.stats()["workers"][0].dump();
   EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kOk));
-  auto st = c.stats();
+  // The request may have gone to another worker than the junk: worker 0 can still be working
+  // through its messages. Wait (bounded) until every message is counted.
   uint64_t unknown = 0, malformed = 0;
-  for (const auto& w : st.at("workers")) {
-    unknown += w.at("unknown_client").get<uint64_t>();
-    malformed += w.at("malformed").get<uint64_t>();
-  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  do {
+    unknown = malformed = 0;
+    const nlohmann::json st = c.stats();
+    for (const auto& w : st.at("workers")) {
+      unknown += w.at("unknown_client").get<uint64_t>();
+      malformed += w.at("malformed").get<uint64_t>();
+    }
+    if (unknown >= kMessages && malformed >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < give_up);
   EXPECT_EQ(unknown, static_cast<uint64_t>(kMessages));
   EXPECT_EQ(malformed, 1u);
 }
