@@ -19,7 +19,8 @@
 // libxxhash (25 instructions + the call per GET under callgrind, docs/results/
 // store-absl-2026-11-23.md), and folded further where the key length is a constant. Same
 // algorithm, same values. The inline mode prefixes its names (XXH_INLINE_*), so it coexists
-// with a plain #include <xxhash.h> in the same unit (proto/rpc/wire.h), in either order.
+// with a plain #include <xxhash.h> in the same unit, in either order. The RPC wire checks
+// (proto/rpc/wire.h, proto/server_reply/wire.h) include this header for the same reason.
 #ifndef XXH_INLINE_ALL
 #define XXH_INLINE_ALL
 #define FABKV_STORE_HASH_INLINE_ALL

@@ -27,7 +27,7 @@
 #include <string>
 #include <string_view>
 
-#include <xxhash.h>
+#include "store/hash.h"  // xxh3 compiled inline (XXH_INLINE_ALL), not a call into libxxhash
 
 #include "common/bytes.h"
 

@@ -20,7 +20,7 @@
 #include <cstring>
 #include <string>
 
-#include <xxhash.h>
+#include "store/hash.h"  // xxh3 compiled inline (XXH_INLINE_ALL), not a call into libxxhash
 
 #include "proto/rpc/wire.h"
 
