@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "proto/server_reply/wire.h"
+#include "support/landing.h"
 
 namespace fabkv::server_reply {
 namespace {
@@ -52,30 +52,7 @@ void fill_previous(std::mt19937_64& rng, uint32_t seq, bool taken, char* slot) {
   std::memset(slot + trailer_offset(h.value_len), 0, sizeof(ResponseTrailer));
 }
 
-// Lands the bytes of an answer in a random order, a few at a time.
-class Landing {
- public:
-  Landing(std::mt19937_64& rng, const std::vector<char>& a, char* slot)
-      : rng_(rng), a_(a), slot_(slot), order_(a.size()) {
-    std::iota(order_.begin(), order_.end(), size_t{0});
-    std::shuffle(order_.begin(), order_.end(), rng_);
-  }
-  // Between two of read_answer's reads: 0 to 3 bytes land.
-  void operator()() {
-    for (size_t k = rng_() % 4; k > 0; --k) land_one();
-  }
-  void land_one() {
-    if (next_ < order_.size()) slot_[order_[next_]] = a_[order_[next_]], ++next_;
-  }
-  bool done() const { return next_ == order_.size(); }
-
- private:
-  std::mt19937_64& rng_;
-  const std::vector<char>& a_;
-  char* slot_;
-  std::vector<size_t> order_;
-  size_t next_ = 0;
-};
+using fabkv::testing::Landing;
 
 TEST(ServerReplyWire, AnAnswerLandingInAnyByteOrderIsTakenWholeOrNotAtAll) {
   std::mt19937_64 rng(20261123);

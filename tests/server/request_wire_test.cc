@@ -6,13 +6,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "proto/rpc/request.h"
 #include "proto/rpc/wire.h"
+#include "support/landing.h"
 
 namespace fabkv::rpc {
 namespace {
@@ -41,28 +41,7 @@ std::vector<char> build_request(std::mt19937_64& rng, uint32_t seq) {
   return out;
 }
 
-class Landing {
- public:
-  Landing(std::mt19937_64& rng, const std::vector<char>& a, char* slot)
-      : rng_(rng), a_(a), slot_(slot), order_(a.size()) {
-    std::iota(order_.begin(), order_.end(), size_t{0});
-    std::shuffle(order_.begin(), order_.end(), rng_);
-  }
-  void operator()() {
-    for (size_t k = rng_() % 4; k > 0; --k) land_one();
-  }
-  void land_one() {
-    if (next_ < order_.size()) slot_[order_[next_]] = a_[order_[next_]], ++next_;
-  }
-  bool done() const { return next_ == order_.size(); }
-
- private:
-  std::mt19937_64& rng_;
-  const std::vector<char>& a_;
-  char* slot_;
-  std::vector<size_t> order_;
-  size_t next_ = 0;
-};
+using fabkv::testing::Landing;
 
 TEST(RequestWire, ARequestLandingInAnyByteOrderIsWholeOnlyWhenItIs) {
   std::mt19937_64 rng(1123);

@@ -121,6 +121,8 @@ enum class SlotRead {
   kWhole,    // *h is the request's header, checked; its body follows it in the slot
 };
 
+// The default `landing` of read_request and server_reply::read_answer: nothing (tests pass one
+// that lands bytes between the reads).
 struct NothingLands {
   void operator()() const {}
 };

@@ -63,10 +63,7 @@ inline uint32_t response_check(const void* header_and_value, size_t value_len, u
 // judged by such a header is dropped after its slot was cleared, lost for good (it was, on
 // shm under load). `landing` runs between the reads; tests land bytes there
 // (tests/client/server_reply_wire_test.cc).
-struct NothingLands {
-  void operator()() const {}
-};
-template <class Landing = NothingLands>
+template <class Landing = rpc::NothingLands>
 inline bool read_answer(char* slot, uint32_t seq, size_t max_value, std::string* copy,
                         Landing&& landing = {}) {
   if (std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot)).load(std::memory_order_acquire) !=
