@@ -27,7 +27,12 @@ using Ms = std::chrono::milliseconds;
 constexpr int kServeWithinMs = 5000;
 constexpr int kKills = 30, kChurn = 100, kChurnTcp = 30;
 #else
-constexpr int kServeWithinMs = 1000;  // a new client is served within 1 s of a kill
+// A new client is served within 3 s of a kill: a wedged worker never serves it, and a stall
+// on the dead peer ends after 250 ms (kPeerStallMs in src/server/worker.cc). The slowest of a
+// storm took 67-68 ms on shm and 430-468 ms on tcp in a ctest run (the test prints it); tcp's
+// endpoint set-up alone is ~0.6 s of CPU here, so under ctest -j2 next to other builds the
+// old bound of 1 s was once missed by 28 ms.
+constexpr int kServeWithinMs = 3000;
 constexpr int kKills = 100, kChurn = 500, kChurnTcp = 100;
 #endif
 
