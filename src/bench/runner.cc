@@ -141,6 +141,11 @@ class Runner::LoadThread final : public CompletionSink {
   struct Shared {
     explicit Shared(size_t threads) : posting_done(static_cast<std::ptrdiff_t>(threads)) {}
     std::atomic<int64_t> measure_from{kNever}, measure_to{kNever};  // published by the leader
+    // The leader is taking the start-of-interval samples: the others post nothing new, or
+    // their sends would be counted in the client and server verbs while their requests, answered
+    // before the interval opens, are not (a stats round trip under load took long enough for
+    // 16% more SENDs than requests, tests/bench/driver_test.cc).
+    std::atomic<bool> sampling{false};
     std::atomic<bool> failed{false};
     std::latch posting_done;  // every thread has stopped posting
     std::latch sampled{1};    // the leader has taken the end-of-interval samples
@@ -284,6 +289,11 @@ class Runner::LoadThread final : public CompletionSink {
       if (!measuring_) {
         if (leader_ && t >= warm_until) {
           // Sample, then open the interval: the stats round trip is not charged to it.
+          sh_.sampling.store(true, std::memory_order_relaxed);
+          struct Resume {  // also when a sample throws (the run then fails)
+            std::atomic<bool>& f;
+            ~Resume() { f.store(false, std::memory_order_release); }
+          } resume{sh_.sampling};
           if (auto v = driver_.client_verbs()) client_before_ = *v;
           have_poll_now_ = false;
           server_before_ = driver_.sample_server();
@@ -298,8 +308,11 @@ class Runner::LoadThread final : public CompletionSink {
       }
       if (t >= measure_to_) break;
       if (sh_.failed.load(std::memory_order_relaxed) || runner_.stopped()) break;
+      // While the leader samples, only poll: what is in flight then is all that can straddle
+      // the interval's start.
+      const bool hold = !leader_ && !measuring_ && sh_.sampling.load(std::memory_order_acquire);
       for (size_t c = 0; c < n_; ++c) {
-        while (in_flight_[c] < window_) {
+        while (!hold && in_flight_[c] < window_) {
           if (!issue(c)) {
             fail(driver_.error());
             return;
