@@ -32,13 +32,13 @@ struct ResponseTrailer {
 };
 static_assert(sizeof(ResponseTrailer) == 8);
 
-inline size_t trailer_offset(size_t value_len) {
+inline constexpr size_t trailer_offset(size_t value_len) {
   return (sizeof(rpc::ResponseHeader) + value_len + 7) & ~size_t{7};
 }
-inline size_t response_bytes(size_t value_len) {
+inline constexpr size_t response_bytes(size_t value_len) {
   return trailer_offset(value_len) + sizeof(ResponseTrailer);
 }
-inline size_t ring_slot_bytes(size_t max_value) { return response_bytes(max_value); }
+inline constexpr size_t ring_slot_bytes(size_t max_value) { return response_bytes(max_value); }
 inline size_t ring_offset(uint32_t worker, uint32_t window, size_t max_value, uint32_t seq) {
   return (size_t{worker} * window + (seq - 1) % window) * ring_slot_bytes(max_value);
 }
