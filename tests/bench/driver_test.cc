@@ -76,7 +76,6 @@ class Callbacks final : public CompletionSink {
   std::vector<Fn> fns_;
 };
 
-// Posts everything in `ops` spread over the clients, `window` deep, and polls to the end.
 // Verbs counted over the measured interval against requests answered in it: each boundary
 // can split up to clients x window requests (posted before the interval and answered in it, or
 // posted in it and answered after), so a count may be off by that many requests' worth of
@@ -89,6 +88,7 @@ void expect_per_request(double got, double want, uint64_t requests, size_t in_fl
   EXPECT_NEAR(got * n, want * n, slack) << what << ": " << got << " per request over " << requests;
 }
 
+// Posts everything in `ops` spread over the clients, `window` deep, and polls to the end.
 void run_all(Driver& d, size_t n, uint32_t window,
              const std::function<bool(size_t c, size_t i, Callbacks::Fn)>& post) {
   std::vector<uint32_t> in_flight(d.clients(), 0);
