@@ -117,6 +117,33 @@ TEST_P(PilafE2E, GetsAreReadsAndAllProtocolsShareTheData) {
   EXPECT_EQ(herd->get("shared", &v), Status::kNotFound);
 }
 
+// A GET's callback may start other GETs (and wait for them) before it is done with its own
+// value: the value handed to it must stay its own meanwhile, not the READ buffer the next GET
+// reuses.
+TEST_P(PilafE2E, ACallbackThatStartsAnotherGetKeepsItsValue) {
+  start();
+  auto c = Client::connect(options("pilaf"));
+  const std::string a = value_for("first", 1, 200), b = value_for("second", 2, 200);
+  ASSERT_EQ(c->put("first", a), Status::kOk);
+  ASSERT_EQ(c->put("second", b), Status::kOk);
+  for (int i = 0; i < 50; ++i) {
+    bool done = false;
+    std::string seen, other;
+    Status st = c->get_async("first", [&](Status s, std::string_view v, uint64_t) {
+      ASSERT_EQ(s, Status::kOk);
+      // A nested, blocking GET of another key runs to completion inside this callback.
+      EXPECT_EQ(c->get("second", &other), Status::kOk);
+      seen.assign(v.data(), v.size());
+      done = true;
+    });
+    ASSERT_EQ(st, Status::kOk);
+    ASSERT_EQ(c->flush(), Status::kOk);
+    ASSERT_TRUE(done);
+    EXPECT_EQ(other, b);
+    ASSERT_EQ(seen, a) << "the callback's value was overwritten by the nested GET (round " << i << ")";
+  }
+}
+
 TEST_P(PilafE2E, ModelMapUnderRandomOpsWhileTheTableGrows) {
   // A tiny first generation: the table and the extents grow several times under the clients.
   start({"--workers", "2", "--pilaf-entries", "64", "--pilaf-extents", "4K"});
