@@ -99,13 +99,17 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
   store::EngineOptions so;
   so.memory_bytes = o.memory / o.workers;
   so.max_value_size = o.max_value;
+  // A server of protocols without key-value data only (the sequencers) runs without an engine.
+  const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
   for (auto& side : sides_)
-    if (!engine_) engine_ = side->make_engine(so);
-  if (!engine_) {
+    if (!engine_ && !engineless) engine_ = side->make_engine(so);
+  if (!engine_ && !engineless) {
     auto kind = store::engine_kind_from_string(o.engine).value_or(store::EngineKind::kCache);
     engine_ = store::make_engine(kind, so);
   }
-  if (!o.oplog.empty()) {
+  if (!o.oplog.empty() && engineless && index_ == 0)
+    spdlog::info("--oplog ignored: no protocol served keeps key-value data");
+  if (!o.oplog.empty() && !engineless) {
     // Replay first (the engine starts with what the log says), then append to the same file.
     std::string path = fmt::format("{}.{}", o.oplog, index_);
     auto put = [&](std::string_view k, std::string_view v, uint64_t version, uint32_t expire_at) {
@@ -413,8 +417,8 @@ void Worker::run_st(const std::atomic<bool>& stop) {
 
 void Worker::periodic_st() {
   bury_retired_st();
-  engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even when no
-                            // pilaf protocol is served
+  if (engine_) engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even
+                                         // when no pilaf protocol is served
   for (auto& side : sides_) side->tick_st();
 }
 
@@ -794,7 +798,7 @@ nlohmann::json Worker::stats() const {
     for (const auto& ep : client_eps_)
       if (ep) verbs += ep->counters().snapshot();
   }
-  store::StatsSnapshot es = engine_->stats();
+  store::StatsSnapshot es = engine_ ? engine_->stats() : store::StatsSnapshot{};
   nlohmann::json j = {{"worker", index_},
                       {"active_clients", active_clients_.load(std::memory_order_relaxed)},
                       {"unknown_client", r(counters_.unknown_client)},
