@@ -30,6 +30,8 @@
   X(pilaf_vo, "pilaf-vo", pilaf, kPilaf, "Pilaf-VO: Pilaf's server, every request by SEND")  \
   X(seq_rpc, "seq-rpc", seq_rpc, kNone,                                                      \
     "sequencer by HERD-style RPC: a round's requests claim their values with one atomic add") \
+  X(seq_spec, "seq-spec", seq_spec, kNone,                                                   \
+    "sequencer Spec-S0: header-only SENDs both ways, the client guesses the high 32 bits")   \
   X(seq_atomic, "seq-atomic", seq_atomic, kNone,                                             \
     "sequencer by atomics: every client fetch-and-adds one counter in server memory")
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -24,6 +25,7 @@
 
 #include "client/client.h"
 #include "perf/process.h"
+#include "proto/seq/counter.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -177,6 +179,12 @@ TEST_P(SeqE2E, VerbsPerRequest) {
   if (protocol() == "seq-atomic") {
     EXPECT_EQ(d[fabric::Verb::kAtomic].posted, n);
     EXPECT_EQ(d.total_posted(), n);  // nothing else
+  } else if (protocol() == "seq-spec") {
+    // A header-only SEND (0 bytes) and one receive buffer reposted for the answer.
+    EXPECT_EQ(d[fabric::Verb::kSend].posted, n);
+    EXPECT_EQ(d[fabric::Verb::kSend].bytes, 0u);
+    EXPECT_EQ(d[fabric::Verb::kRecv].posted, n);
+    EXPECT_EQ(d.total_posted(), 2 * n);
   } else {
     // One request (WRITE into the slot, or SEND, as the server's transport says) and one
     // receive buffer reposted for its answer.
@@ -187,7 +195,7 @@ TEST_P(SeqE2E, VerbsPerRequest) {
     EXPECT_EQ(d[fabric::Verb::kAtomic].posted, 0u);
     EXPECT_EQ(d.total_posted(), 2 * n);
   }
-  // The server: one SEND per answer for seq-rpc, nothing at all for seq-atomic.
+  // The server: one SEND per answer for seq-rpc and seq-spec, nothing at all for seq-atomic.
   const nlohmann::json s1 = c->stats();
   auto server_posted = [](const nlohmann::json& s, const char* verb) {
     uint64_t sum = 0;
@@ -303,8 +311,46 @@ TEST_P(SeqE2E, WrongCallsAreRefused) {
   EXPECT_EQ(s.at("workers").at(0).at("engine").at("items"), 0);
 }
 
+// Spec-S0's speculation: a data directory whose mark sits just below 2^32 makes the values
+// cross into new high bits. Every value is still the right one (one client, window 8: the
+// values are consecutive), the crossing is answered by full 8-byte SENDs (misspeculated, by
+// the client's and the server's counters), and the rest by header-only answers.
+TEST_P(SeqE2E, SpeculationAcrossTheHigh32Bits) {
+  if (protocol() != "seq-spec") GTEST_SKIP() << "seq-spec only";
+  const uint64_t mark = (uint64_t{1} << 32) - 100;
+  {
+    std::ofstream f(dir_.path() + "/sequence.hwm");
+    f << seq::Counter::format(mark);
+  }
+  start();
+  auto c = Client::connect(options());
+  std::vector<uint64_t> values;
+  const size_t n = 400;
+  for (size_t i = 0; i < n; ++i) {
+    while (c->in_flight() >= 8) c->poll();
+    ASSERT_EQ(c->next_async([&](Status s, std::string_view, uint64_t v) {
+      EXPECT_EQ(s, Status::kOk);
+      values.push_back(v);
+    }),
+              Status::kOk);
+  }
+  ASSERT_EQ(c->flush(), Status::kOk);
+  ASSERT_EQ(values.size(), n);
+  EXPECT_EQ(values.front(), mark);
+  for (size_t i = 1; i < n; ++i) ASSERT_EQ(values[i], values[i - 1] + 1) << i;
+  EXPECT_GT(values.back(), uint64_t{1} << 32);
+  const nlohmann::json pc = c->protocol_counters();
+  const uint64_t miss = pc.at("misspeculated").get<uint64_t>();
+  EXPECT_GE(miss, 1u);      // the crossing
+  EXPECT_LE(miss, 8u);      // at most the window in flight when the high bits changed
+  EXPECT_EQ(pc.at("speculated").get<uint64_t>() + miss, n);
+  const nlohmann::json s = c->stats();
+  EXPECT_EQ(s.at("workers").at(0).at("protocols").at("seq-spec").at("misspeculated"), miss);
+}
+
 INSTANTIATE_TEST_SUITE_P(Sequencers, SeqE2E,
                          ::testing::Values(Param{"shm", "seq-rpc"}, Param{"tcp", "seq-rpc"},
+                                           Param{"shm", "seq-spec"}, Param{"tcp", "seq-spec"},
                                            Param{"shm", "seq-atomic"}, Param{"tcp", "seq-atomic"}),
                          name);
 

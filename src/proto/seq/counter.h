@@ -54,6 +54,8 @@ class Counter {
 
   // The first value this run hands out (the persisted mark, or 1).
   uint64_t start() const { return start_; }
+  // The next value a claim would get (a hint: others may claim meanwhile).
+  uint64_t peek() const { return next_.load(std::memory_order_relaxed); }
   // The persisted mark: no value at or above it has been handed out, in any run.
   uint64_t mark() const { return limit_.load(std::memory_order_acquire); }
 
@@ -69,6 +71,11 @@ class Counter {
   // least half a block above `seen`, the counter's current value. False when it could not be
   // persisted.
   bool ensure_ahead(uint64_t seen) { return ensure(seen + kBlock / 2); }
+
+  // The file's one line for `mark`: "fabkv-seq <mark> <xxh3 of the mark, hex>\n".
+  static std::string format(uint64_t mark) {
+    return fmt::format("fabkv-seq {} {:016x}\n", mark, XXH3_64bits(&mark, sizeof(mark)));
+  }
 
   uint64_t reservations() const { return reservations_.load(std::memory_order_relaxed); }
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
@@ -94,11 +101,6 @@ class Counter {
     reservations_.fetch_add(1, std::memory_order_relaxed);
     limit_.store(next, std::memory_order_release);
     return true;
-  }
-
-  // The file: "fabkv-seq <mark> <xxh3 of the mark, hex>\n".
-  static std::string format(uint64_t mark) {
-    return fmt::format("fabkv-seq {} {:016x}\n", mark, XXH3_64bits(&mark, sizeof(mark)));
   }
 
   uint64_t load() const {
