@@ -224,7 +224,10 @@ int run_bench(const BenchOptions& o) {
       Runner runner(*driver, o.client_core);
       runner.set_stop_flag(o.stop);
       std::vector<WorkloadSpec> workloads = expand(o, value_size);
-      runner.load(workloads.front(), o.window, progress_printer(name.label(), o.quiet));
+      // A sequencer has no keys to load: every operation is a next() (fabkv_driver.cc).
+      const bool sequencer = fabkv_protocol && fabkv_protocol->engine == proto::EngineNeed::kNone;
+      if (!sequencer)
+        runner.load(workloads.front(), o.window, progress_printer(name.label(), o.quiet));
       for (const WorkloadSpec& w : workloads) {
         std::shared_ptr<const ScrambledZipfian> zipf;
         if (w.distribution == Distribution::kZipfian) {
@@ -254,6 +257,15 @@ int run_bench(const BenchOptions& o) {
           bool misses_explained = r.check.unexpected_misses == 0 ||
                                   (name.system == "fabkv" && r.evictions > 0);
           rec["check"]["ok"] = r.check.mismatches == 0 && misses_explained;
+          if (auto sc = driver->sequence_check()) {
+            // Every value handed out since the clients connected (all runs so far, each
+            // drained): unique, increasing per client, and without gaps.
+            rec["sequence_check"] = *sc;
+            rec["check"]["ok"] = (*sc)["unique"].get<bool>() &&
+                                 (*sc)["per_client_increasing"].get<bool>() &&
+                                 (*sc)["gaps"].get<uint64_t>() == 0 &&
+                                 (*sc)["failed"].get<uint64_t>() == 0;
+          }
           out.append(rec);
           const auto& lat = rec["latency_us"];
           fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}: {:>9.0f} ops/s  p50 {:.1f} us  "
