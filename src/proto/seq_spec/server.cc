@@ -52,6 +52,10 @@ class SeqSpecServer final : public proto::ServerProtocol {
   std::string admit(const proto::Info&, const nlohmann::json&, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
     const server::ServerOptions& o = worker_.options();
+    // The client matches answers to requests in order: answers sent in turn over several
+    // queues (Worker::post_reply_st) could overtake each other.
+    if (!worker_.isolated() && o.rpc.queues > 1)
+      return "seq-spec matches answers to requests in order: serve it with --queues 1";
     out->layout["window"] = o.rpc.window;
     out->layout["queues"] = worker_.isolated() ? 1u : o.rpc.queues;
     // The client's first guess: the high 32 bits of the value about to be handed out.
