@@ -363,6 +363,26 @@ TEST(SeqRefusals, NoDataDirNoStart) {
   EXPECT_NE(p.wait(Deadline::after_ms(20000)), 0);
 }
 
+// seq-spec matches answers in order: a tcp server that sends them in turn over two queues
+// refuses its clients, with the reason.
+TEST(SeqRefusals, SpecRefusesQueuesThatReorderAnswers) {
+  TempDir dir;
+  ReadyProcess server({FABKV_SERVER_BIN, "--provider", "tcp", "--listen", "127.0.0.1:0",
+                       "--protocols", "seq-spec", "--data-dir", dir.path(), "--queues", "2",
+                       "--cores", "-1", "--log", "warn"},
+                      ReadyProcess::Stop::kSigterm);
+  ClientOptions o;
+  o.server = server.address();
+  o.provider = "tcp";
+  o.protocol = "seq-spec";
+  try {
+    Client::connect(o);
+    ADD_FAILURE() << "connected";
+  } catch (const ClientError& e) {
+    EXPECT_NE(std::string(e.what()).find("--queues 1"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SeqRefusals, HerdRefusesNext) {
   ReadyProcess server({FABKV_SERVER_BIN, "--provider", "shm", "--listen", "127.0.0.1:0",
                        "--protocols", "herd", "--cores", "-1", "--log", "warn"},
