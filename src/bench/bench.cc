@@ -224,7 +224,10 @@ int run_bench(const BenchOptions& o) {
       Runner runner(*driver, o.client_core);
       runner.set_stop_flag(o.stop);
       std::vector<WorkloadSpec> workloads = expand(o, value_size);
-      runner.load(workloads.front(), o.window, progress_printer(name.label(), o.quiet));
+      // A sequencer has no keys to load: every operation is a next() (fabkv_driver.cc).
+      const bool sequencer = fabkv_protocol && fabkv_protocol->engine == proto::EngineNeed::kNone;
+      if (!sequencer)
+        runner.load(workloads.front(), o.window, progress_printer(name.label(), o.quiet));
       for (const WorkloadSpec& w : workloads) {
         std::shared_ptr<const ScrambledZipfian> zipf;
         if (w.distribution == Distribution::kZipfian) {
@@ -251,9 +254,20 @@ int run_bench(const BenchOptions& o) {
           nlohmann::json rec = make_record(ctx, r);
           if (ctx.provider.empty()) rec["provider"] = nullptr;
           // A miss of a stored key is legitimate only for a lossy cache that evicted.
-          bool misses_explained = r.check.unexpected_misses == 0 ||
+          // A sequencer stores nothing: its GETs "miss" by construction (fabkv_driver.cc); its
+          // check is the sequence check below.
+          bool misses_explained = sequencer || r.check.unexpected_misses == 0 ||
                                   (name.system == "fabkv" && r.evictions > 0);
           rec["check"]["ok"] = r.check.mismatches == 0 && misses_explained;
+          if (auto sc = driver->sequence_check()) {
+            // Every value handed out since the clients connected (all runs so far, each
+            // drained): unique, increasing per client, and without gaps.
+            rec["sequence_check"] = *sc;
+            rec["check"]["ok"] = (*sc)["unique"].get<bool>() &&
+                                 (*sc)["per_client_increasing"].get<bool>() &&
+                                 (*sc)["gaps"].get<uint64_t>() == 0 &&
+                                 (*sc)["failed"].get<uint64_t>() == 0;
+          }
           out.append(rec);
           const auto& lat = rec["latency_us"];
           fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}: {:>9.0f} ops/s  p50 {:.1f} us  "
@@ -272,6 +286,11 @@ int run_bench(const BenchOptions& o) {
           if (r.check.mismatches > 0) {
             fmt::print(stderr, "fabkv-bench: {}: {} of {} GETs returned a value the generator "
                        "never wrote for the key\n", name.label(), r.check.mismatches, r.check.checked);
+            rc = 3;
+          }
+          if (sequencer && !rec["check"]["ok"].get<bool>()) {
+            fmt::print(stderr, "fabkv-bench: {}: sequence check failed: {}\n", name.label(),
+                       rec["sequence_check"].dump());
             rc = 3;
           }
           if (!misses_explained) {

@@ -90,6 +90,11 @@ class Driver {
   virtual ServerSample sample_server() = 0;
   // The first failure seen (connection lost, protocol error), empty when none.
   virtual std::string error() const = 0;
+  // A sequencer (fabkv:seq-*, docs/sequencer.md) checks the values its clients were handed
+  // since the driver connected: {"values", "unique", "duplicates", "per_client_increasing",
+  // "decreases", "gaps", "min", "max", "failed"}. nullopt for key-value systems. Only while
+  // no thread is driving.
+  virtual std::optional<nlohmann::json> sequence_check() const { return std::nullopt; }
 };
 
 // Connection parameters the runner hands to every driver factory.

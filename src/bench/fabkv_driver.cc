@@ -8,8 +8,12 @@
 #include <sstream>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "bench/driver.h"
 #include "client/client.h"
+#include "proto/registry.h"
 
 namespace fabkv::bench {
 
@@ -58,7 +62,10 @@ OpStatus map(Status s) {
 
 class FabkvDriver final : public Driver {
  public:
-  explicit FabkvDriver(const DriverOptions& o) : o_(o) {
+  explicit FabkvDriver(const DriverOptions& o)
+      : o_(o),
+        seq_(proto::find(o.protocol) != nullptr &&
+             proto::find(o.protocol)->engine == proto::EngineNeed::kNone) {
     ClientOptions co;
     co.server = o.address;
     co.protocol = o.protocol;
@@ -74,6 +81,7 @@ class FabkvDriver final : public Driver {
                                              to_string(e.status()), e.what()));
       }
     }
+    values_.resize(clients_.size());
     const auto& layout = clients_.front()->layout();
     max_value_ = layout.value("max_value", uint64_t{0});
     uint64_t w = layout.value("window", uint64_t{0});
@@ -89,6 +97,7 @@ class FabkvDriver final : public Driver {
   // The callbacks hold only the 16-byte Completion, so std::function keeps them inline: no
   // allocation per request here (what the client library does inside is its own).
   bool get(size_t c, std::string_view key, Completion done) override {
+    if (seq_) return next(c, done, true);
     Status s = clients_[c]->get_async(key, [done](Status st, std::string_view v, uint64_t) {
       if (st == Status::kOk || st == Status::kNotFound) done(map(st), v);
       else failed(done, st);
@@ -96,6 +105,7 @@ class FabkvDriver final : public Driver {
     return posted(s);
   }
   bool put(size_t c, std::string_view key, std::string_view value, Completion done) override {
+    if (seq_) return next(c, done, false);
     Status s = clients_[c]->put_async(key, value, [done](Status st, std::string_view, uint64_t) {
       if (st == Status::kOk) done(OpStatus::kOk, {});
       else failed(done, st);
@@ -136,6 +146,33 @@ class FabkvDriver final : public Driver {
     s.rounds = rounds;
     return s;
   }
+  std::optional<nlohmann::json> sequence_check() const override {
+    if (!seq_) return std::nullopt;
+    std::vector<uint64_t> all;
+    uint64_t decreases = 0;
+    for (const auto& vs : values_) {
+      for (size_t i = 1; i < vs.size(); ++i)
+        if (vs[i] <= vs[i - 1]) decreases++;
+      all.insert(all.end(), vs.begin(), vs.end());
+    }
+    std::sort(all.begin(), all.end());
+    uint64_t duplicates = 0;
+    for (size_t i = 1; i < all.size(); ++i)
+      if (all[i] == all[i - 1]) duplicates++;
+    const uint64_t distinct = all.size() - duplicates;
+    const uint64_t gaps = all.empty() ? 0 : all.back() - all.front() + 1 - distinct;
+    return nlohmann::json{{"values", all.size()},
+                          {"unique", duplicates == 0},
+                          {"duplicates", duplicates},
+                          {"per_client_increasing", decreases == 0},
+                          {"decreases", decreases},
+                          {"gaps", gaps},
+                          {"min", all.empty() ? 0 : all.front()},
+                          {"max", all.empty() ? 0 : all.back()},
+                          {"failed", seq_failed_.load()},
+                          {"truncated", recorded_.load() >= kMaxRecorded}};
+  }
+
   std::string error() const override {
     std::lock_guard<std::mutex> l(error_mu_);
     return error_;
@@ -154,7 +191,31 @@ class FabkvDriver final : public Driver {
     return false;
   }
 
+  // A sequencer's operation, whatever the workload asked for: next(). Each value is kept per
+  // client in the order the answers came (sequence_check). The callback holds more than the
+  // 16-byte Completion, so std::function allocates here (sequencers only).
+  bool next(size_t c, Completion done, bool as_get) {
+    Status s = clients_[c]->next_async([this, c, done, as_get](Status st, std::string_view,
+                                                               uint64_t v) {
+      if (st != Status::kOk) {
+        seq_failed_.fetch_add(1, std::memory_order_relaxed);
+        failed(done, st);
+        return;
+      }
+      if (recorded_.fetch_add(1, std::memory_order_relaxed) < kMaxRecorded) values_[c].push_back(v);
+      // No key-value answer to check: a GET's is reported as a miss (the runner stores
+      // nothing for a sequencer: bench.cc skips the load phase), a PUT's as done.
+      done(as_get ? OpStatus::kNotFound : OpStatus::kOk, {});
+    });
+    return posted(s);
+  }
+
+  static constexpr uint64_t kMaxRecorded = uint64_t{1} << 27;  // 1 GiB of values at most
+
   DriverOptions o_;
+  const bool seq_;
+  std::vector<std::vector<uint64_t>> values_;  // sequencer: per client, in answer order
+  std::atomic<uint64_t> recorded_{0}, seq_failed_{0};
   std::vector<std::unique_ptr<Client>> clients_;
   uint64_t max_value_ = 0;
   mutable std::mutex error_mu_;

@@ -143,6 +143,20 @@ bool any_engine(const std::string& protocols) {
   return true;
 }
 
+// True when a --protocols list holds a sequencer (proto/registry.h: no engine), which needs
+// fabkv-server --data-dir.
+bool needs_data_dir(const std::string& protocols) {
+  size_t pos = 0;
+  while (pos <= protocols.size()) {
+    size_t comma = protocols.find(',', pos);
+    if (comma == std::string::npos) comma = protocols.size();
+    const proto::Info* p = proto::find(std::string_view(protocols).substr(pos, comma - pos));
+    if (p && p->engine == proto::EngineNeed::kNone) return true;
+    pos = comma + 1;
+  }
+  return false;
+}
+
 }  // namespace
 
 LocalServer::LocalServer(std::string name, std::unique_ptr<perf::ChildProcess> child,
@@ -164,6 +178,10 @@ void LocalServer::stop() {
   if (st == 0 || name_ != "fabkv-server") {
     std::error_code ec;
     std::filesystem::remove(log_, ec);
+  }
+  if (!data_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(data_dir_, ec);
   }
 }
 
@@ -189,6 +207,14 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
                                    // rounds (fabkv-server's own default is adaptive).
                                    "--poll", "spin"};
   if (any_engine(s.protocols)) argv.insert(argv.end(), {"--engine", "cache"});
+  // A sequencer keeps its high-water mark in a data directory: a fresh one per server.
+  std::string data_dir;
+  if (needs_data_dir(s.protocols)) {
+    char tmpl[] = "/tmp/fabkv-bench-seq-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed for --data-dir");
+    data_dir = tmpl;
+    argv.insert(argv.end(), {"--data-dir", data_dir});
+  }
   if (s.pilaf_entries) argv.insert(argv.end(), {"--pilaf-entries", std::to_string(s.pilaf_entries)});
   if (s.pilaf_extents) argv.insert(argv.end(), {"--pilaf-extents", std::to_string(s.pilaf_extents)});
   // Workers pin themselves with --cores; the control thread may float.
@@ -200,6 +226,7 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
   }
   std::unique_ptr<LocalServer> srv(new LocalServer("fabkv-server", std::move(child), log));
   srv->address_ = line.substr(6);
+  srv->data_dir_ = data_dir;
   return srv;
 }
 

@@ -44,12 +44,14 @@ class LocalServer {
   const std::string& address() const { return address_; }
   pid_t pid() const { return child_->pid(); }
   const std::string& name() const { return name_; }
-  // SIGTERM, then SIGKILL after 5 s; removes its log file when it exited cleanly.
+  // SIGTERM, then SIGKILL after 5 s; removes its log file when it exited cleanly, and the
+  // data directory a sequencer was given.
   void stop();
 
  private:
   LocalServer(std::string name, std::unique_ptr<perf::ChildProcess> child, std::string log);
   std::string name_, address_, log_;
+  std::string data_dir_;  // fabkv-server --data-dir (sequencers), removed by stop()
   std::unique_ptr<perf::ChildProcess> child_;
   bool stopped_ = false;
 };

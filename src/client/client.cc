@@ -59,6 +59,12 @@ Status Client::put(std::string_view key, std::string_view value, uint64_t expect
 Status Client::del(std::string_view key) {
   return session_->blocking(request(proto::ClientOp::kDel, key), nullptr, nullptr);
 }
+Status Client::next(uint64_t* value) {
+  return session_->blocking(request(proto::ClientOp::kNext, {}), nullptr, value);
+}
+Status Client::next_async(Callback cb) {
+  return session_->submit(request(proto::ClientOp::kNext, {}), std::move(cb));
+}
 Status Client::get_async(std::string_view key, Callback cb) {
   return session_->submit(request(proto::ClientOp::kGet, key), std::move(cb));
 }

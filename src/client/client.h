@@ -121,6 +121,11 @@ class Client {
              uint32_t expire_at = 0, uint64_t* new_version = nullptr);
   Status del(std::string_view key);
 
+  // A sequencer's next value (protocol seq-rpc or seq-atomic, docs/sequencer.md): unique
+  // across all clients of the server, increasing for this client. kError from a key-value
+  // protocol (nothing sent).
+  Status next(uint64_t* value);
+
   // ---- asynchronous calls: return kOk once posted; the callback then runs exactly once,
   // from poll()/flush()/a blocking call, with the result (or kTimeout/kServerGone). When the
   // key's worker already has W requests in flight they poll until a slot frees (bounded by
@@ -130,6 +135,8 @@ class Client {
   Status put_async(std::string_view key, std::string_view value, Callback cb,
                    uint64_t expected_version = 0, uint32_t expire_at = 0);
   Status del_async(std::string_view key, Callback cb);
+  // next(): the callback's `version` is the value.
+  Status next_async(Callback cb);
 
   // Drives progress once: reaps completions, runs callbacks, expires requests past their
   // deadline. Returns the number of callbacks run.

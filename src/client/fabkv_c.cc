@@ -125,6 +125,15 @@ int fabkv_del(fabkv_client* c, const void* key, size_t klen) {
   }
 }
 
+int fabkv_next(fabkv_client* c, uint64_t* value) {
+  if (c == nullptr || value == nullptr) return FABKV_INVALID_ARGUMENT;
+  try {
+    return to_c(c->client->next(value));
+  } catch (...) {
+    return FABKV_ERROR;
+  }
+}
+
 size_t fabkv_max_value(const fabkv_client* c) {
   if (c == nullptr) return 0;
   return c->client->layout().value("max_value", size_t{0});

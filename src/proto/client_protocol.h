@@ -41,7 +41,9 @@
 
 namespace fabkv::proto {
 
-enum class ClientOp : uint8_t { kGet, kPut, kDel };
+// kNext: a sequencer's next value (no key, no value; the callback's version is the value,
+// docs/sequencer.md). A key-value protocol refuses it (kError, nothing sent).
+enum class ClientOp : uint8_t { kGet, kPut, kDel, kNext };
 
 // One operation as the user asked for it. The views live until submit() returns.
 struct ClientRequest {

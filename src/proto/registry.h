@@ -8,7 +8,8 @@
 //   name        what users type (--protocol, --protocols, fabkv:<name>, the Hello)
 //   server side the protocol whose server side serves this one: a protocol that only differs
 //               on the client (pilaf-vo uses pilaf's server without its READs) names another
-//   engine      the storage engine it needs: kAny (cache or store) or kPilaf (READ by clients)
+//   engine      the storage engine it needs: kAny (cache or store), kPilaf (READ by clients)
+//               or kNone (no key-value data: the sequencers, docs/sequencer.md)
 //
 // An X-macro, not static self-registration: a static library silently drops an object file
 // that nothing references, and with it the registration.
@@ -26,7 +27,13 @@
     "requests WRITten into server slots, answers WRITten into the client's ring")            \
   X(pilaf, "pilaf", pilaf, kPilaf,                                                           \
     "Pilaf: GETs READ the server's self-verifying cuckoo table, PUT/DEL by SEND")            \
-  X(pilaf_vo, "pilaf-vo", pilaf, kPilaf, "Pilaf-VO: Pilaf's server, every request by SEND")
+  X(pilaf_vo, "pilaf-vo", pilaf, kPilaf, "Pilaf-VO: Pilaf's server, every request by SEND")  \
+  X(seq_rpc, "seq-rpc", seq_rpc, kNone,                                                      \
+    "sequencer by HERD-style RPC: a round's requests claim their values with one atomic add") \
+  X(seq_spec, "seq-spec", seq_spec, kNone,                                                   \
+    "sequencer Spec-S0: header-only SENDs both ways, the client guesses the high 32 bits")   \
+  X(seq_atomic, "seq-atomic", seq_atomic, kNone,                                             \
+    "sequencer by atomics: every client fetch-and-adds one counter in server memory")
 
 namespace fabkv::proto {
 
@@ -42,6 +49,8 @@ enum class Id : uint8_t {
 enum class EngineNeed : uint8_t {
   kAny,    // any engine the worker runs (cache or store); the server picks cache
   kPilaf,  // the pilaf engine: clients READ its table and extents
+  kNone,   // no engine: a service without key-value data (the sequencers); a server that
+           // serves only such protocols runs without one (server/options.h, needed_engine)
 };
 
 struct Info {

@@ -40,6 +40,20 @@ struct WelcomeParts {
   std::vector<control::RegionDescriptor> regions;       // regions the client may reach
 };
 
+// Who sent a zero-length message with immediate data (a header-only SEND, Guidelines sec. 3):
+// the data's low 32 bits name the client (index, epoch), as rpc::MessagePrefix does for a
+// message with a body; the high 32 bits are the protocol's (proto/seq_spec/).
+struct ImmPrefix {
+  uint16_t client;
+  uint16_t epoch;
+  static ImmPrefix from(uint64_t imm) {
+    return {static_cast<uint16_t>(imm & 0xffff), static_cast<uint16_t>((imm >> 16) & 0xffff)};
+  }
+  uint64_t to_imm(uint32_t high) const {
+    return (uint64_t{high} << 32) | (uint64_t{epoch} << 16) | client;
+  }
+};
+
 class ServerProtocol {
  public:
   virtual ~ServerProtocol() = default;
@@ -75,6 +89,9 @@ class ServerProtocol {
   virtual void poll_st() {}
   // A message from client `c` (its prefix checked by the worker).
   virtual void on_message_st(uint32_t /*c*/, const char* /*msg*/, size_t /*len*/) {}
+  // A zero-length message with immediate data from client `c` (ImmPrefix checked by the
+  // worker). False: not one this protocol takes (the worker counts it malformed).
+  virtual bool on_header_only_st(uint32_t /*c*/, uint64_t /*imm*/) { return false; }
   // A completion of an operation this protocol posted with OpContext::owner == this.
   virtual void on_completion_st(fabric::Completion& /*c*/) {}
   // End of a round: run what was collected, build the answers (Worker::reply_st).

@@ -9,6 +9,10 @@
 
 namespace fabkv::server {
 
+namespace {
+constexpr const char* kNoEngine = "none";  // only protocols without key-value data are served
+}  // namespace
+
 void declare_knobs(Knobs& k, ServerOptions* o) {
   auto s = k.section("", "Server");
   s.text("provider", "--provider", &o->provider,
@@ -24,7 +28,7 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | pilaf (lossless "
          "cuckoo table clients READ); default: what the protocols served need, else cache")
       .one_of({store::to_string(store::EngineKind::kCache), store::to_string(store::EngineKind::kStore),
-               store::to_string(store::EngineKind::kPilaf)});
+               store::to_string(store::EngineKind::kPilaf), kNoEngine});
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
@@ -37,6 +41,9 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "log every PUT/DELETE asynchronously to FILE.<worker> and replay it at start (Pilaf "
          "sec. 4); off by default");
   s.flag("oplog_fsync", "--oplog-fsync", &o->oplog_fsync, "fdatasync every written batch of the log");
+  s.text("data_dir", "--data-dir", &o->data_dir,
+         "directory for state that survives a restart (the sequencers' high-water mark, "
+         "docs/sequencer.md); required when a sequencer is served");
   s.choice("poll", "--poll", &o->poll.mode,
            {{to_string(PollMode::kSpin), PollMode::kSpin},
             {to_string(PollMode::kAdaptive), PollMode::kAdaptive}},
@@ -64,15 +71,19 @@ void load_toml(const std::string& path, ServerOptions* o) {
 }
 
 proto::EngineNeed needed_engine(const ServerOptions& o) {
-  for (const auto& name : o.protocols)
-    if (const proto::Info* p = proto::find(name); p && p->engine == proto::EngineNeed::kPilaf)
-      return proto::EngineNeed::kPilaf;
-  return proto::EngineNeed::kAny;
+  bool any = false;
+  for (const auto& name : o.protocols) {
+    const proto::Info* p = proto::find(name);
+    if (p && p->engine == proto::EngineNeed::kPilaf) return proto::EngineNeed::kPilaf;
+    if (!p || p->engine != proto::EngineNeed::kNone) any = true;
+  }
+  return any ? proto::EngineNeed::kAny : proto::EngineNeed::kNone;
 }
 
 const char* engine_for(proto::EngineNeed need) {
   switch (need) {
     case proto::EngineNeed::kPilaf: return store::to_string(store::EngineKind::kPilaf);
+    case proto::EngineNeed::kNone: return kNoEngine;
     case proto::EngineNeed::kAny: break;
   }
   return store::to_string(store::EngineKind::kCache);
@@ -92,13 +103,25 @@ void validate(const ServerOptions& o) {
     k.check();
   }
   if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
+  const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
   for (const auto& name : o.protocols) {
     const proto::Info* p = proto::find(name);
     if (!p)
       throw std::invalid_argument("unknown protocol '" + name +
                                   "' (this build serves: " + proto::names() + ")");
     switch (p->engine) {
-      case proto::EngineNeed::kAny: break;
+      case proto::EngineNeed::kNone:
+        if (o.data_dir.empty())
+          throw std::invalid_argument(fmt::format(
+              "protocol '{}' needs --data-dir: it persists the high-water mark of the values it "
+              "handed out there, so that a restart never hands one out again",
+              name));
+        break;
+      case proto::EngineNeed::kAny:
+        if (o.engine == kNoEngine)
+          throw std::invalid_argument(fmt::format(
+              "protocol '{}' needs an engine (--engine cache or store), not '{}'", name, o.engine));
+        break;
       case proto::EngineNeed::kPilaf:
         if (o.engine != engine_for(p->engine))
           throw std::invalid_argument(fmt::format(
@@ -108,7 +131,14 @@ void validate(const ServerOptions& o) {
         break;
     }
   }
-  if (o.memory / o.workers < 4 * (o.max_value + 512))
+  size_t sequencers = 0;
+  for (const auto& name : o.protocols)
+    if (proto::find(name)->engine == proto::EngineNeed::kNone) ++sequencers;
+  // Each sequencer hands out values of its own counter (seq-atomic's lives in memory clients
+  // add to): two on one server would hand out the same values.
+  if (sequencers > 1)
+    throw std::invalid_argument("serve at most one sequencer per server (--protocols)");
+  if (!engineless && o.memory / o.workers < 4 * (o.max_value + 512))
     throw std::invalid_argument("--memory too small for the workers and --max-value");
 }
 

@@ -47,13 +47,17 @@ struct ServerOptions : proto::ProtocolOptions {
   // "<oplog>.<worker>"; replayed at start. "" = off (the default).
   std::string oplog;
   bool oplog_fsync = false;  // fdatasync each written batch (durable, slower)
+  // Where the server keeps state that must survive a restart: the sequencers' high-water mark
+  // ("<data_dir>/sequence.hwm", docs/sequencer.md). Required when a sequencer is served.
+  std::string data_dir;
 };
 
 // What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf when any
-// of them needs the pilaf engine, else kAny. Unknown protocol names are validate()'s business.
+// of them needs the pilaf engine, kNone when none of them needs an engine (only sequencers),
+// else kAny. Unknown protocol names are validate()'s business.
 proto::EngineNeed needed_engine(const ServerOptions& o);
 // The engine that satisfies a need: the pilaf engine for kPilaf, the cache engine (the default)
-// for kAny.
+// for kAny, "none" for kNone (the worker then makes no engine).
 const char* engine_for(proto::EngineNeed need);
 
 // Fills in what depends on other settings (engine "" -> engine_for(needed_engine(o))).

@@ -99,13 +99,17 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
   store::EngineOptions so;
   so.memory_bytes = o.memory / o.workers;
   so.max_value_size = o.max_value;
+  // A server of protocols without key-value data only (the sequencers) runs without an engine.
+  const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
   for (auto& side : sides_)
-    if (!engine_) engine_ = side->make_engine(so);
-  if (!engine_) {
+    if (!engine_ && !engineless) engine_ = side->make_engine(so);
+  if (!engine_ && !engineless) {
     auto kind = store::engine_kind_from_string(o.engine).value_or(store::EngineKind::kCache);
     engine_ = store::make_engine(kind, so);
   }
-  if (!o.oplog.empty()) {
+  if (!o.oplog.empty() && engineless && index_ == 0)
+    spdlog::info("--oplog ignored: no protocol served keeps key-value data");
+  if (!o.oplog.empty() && !engineless) {
     // Replay first (the engine starts with what the log says), then append to the same file.
     std::string path = fmt::format("{}.{}", o.oplog, index_);
     auto put = [&](std::string_view k, std::string_view v, uint64_t version, uint32_t expire_at) {
@@ -413,8 +417,8 @@ void Worker::run_st(const std::atomic<bool>& stop) {
 
 void Worker::periodic_st() {
   bury_retired_st();
-  engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even when no
-                            // pilaf protocol is served
+  if (engine_) engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even
+                                         // when no pilaf protocol is served
   for (auto& side : sides_) side->tick_st();
 }
 
@@ -628,15 +632,28 @@ void Worker::on_completion_st(fabric::Completion& c) {
     // A message, a buffer-release notice, or both: shm releases a multi-recv buffer with a
     // completion of its own that carries FI_MULTI_RECV and no FI_RECV; tcp;ofi_rxm flags the
     // last message.
-    if (c.inbound && c.len > 0 && c.buf != nullptr)
-      on_message_st(static_cast<const char*>(c.buf), c.len);
+    // A zero-length message counts when it carries immediate data (a header-only SEND,
+    // Guidelines sec. 3; the sequencer Spec-S0, proto/seq_spec/).
+    if (c.inbound && ((c.len > 0 && c.buf != nullptr) || (c.len == 0 && c.has_data)))
+      on_message_st(static_cast<const char*>(c.buf), c.len, c.has_data, c.data);
     if (c.multi_recv_done) mark_repost_st(ctx->tag);
   }
 }
 
 // A message goes to the protocol of the client its prefix names (rpc::MessagePrefix). Every
-// message is at least an rpc::RequestHeader, whatever its protocol: a shorter one is malformed.
-void Worker::on_message_st(const char* buf, size_t len) {
+// message with a body is at least an rpc::RequestHeader, whatever its protocol: a shorter one
+// is malformed. A zero-length message with immediate data (a header-only SEND) names its
+// client in the data's low 32 bits (proto::ImmPrefix) and goes to that client's protocol if it
+// takes such messages (on_header_only_st); otherwise it is malformed as well.
+void Worker::on_message_st(const char* buf, size_t len, bool has_data, uint64_t data) {
+  if (len == 0 && has_data) {
+    const proto::ImmPrefix m = proto::ImmPrefix::from(data);
+    if (!serving_st(m.client, m.epoch)) drain_events_st();  // its admission may be queued
+    if (serving_st(m.client, m.epoch) && clients_[m.client].side->on_header_only_st(m.client, data))
+      return;
+    counters_.short_messages.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   if (len < sizeof(rpc::RequestHeader)) {
     counters_.short_messages.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -682,6 +699,10 @@ void Worker::reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src) {
   out_.push_back({c, epoch, src, false, 0, 0});
   answers_++;
 }
+void Worker::reply_imm_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t imm) {
+  out_.push_back({c, epoch, src, false, 0, 0, true, imm});
+  answers_++;
+}
 
 void Worker::reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t raddr,
                             uint64_t rkey) {
@@ -709,7 +730,10 @@ long Worker::post_reply_st(const Outgoing& o, bool more) {
     // (fabric/isolation.h); answer buffers and the client's receive buffers have room.
     src.len = fabric::lock_free_len(*fabric_, src.len);
     po.inlined = src.len <= ep.inject_size();
-    ret = post_twice_st([&] { return ep.send(src, s.peer, nullptr, po); });
+    if (o.has_imm)
+      ret = post_twice_st([&] { return ep.send_imm(src, o.imm, s.peer, nullptr, po); });
+    else
+      ret = post_twice_st([&] { return ep.send(src, s.peer, nullptr, po); });
   }
   if (ret == 0) n++;
   return ret;
@@ -794,7 +818,7 @@ nlohmann::json Worker::stats() const {
     for (const auto& ep : client_eps_)
       if (ep) verbs += ep->counters().snapshot();
   }
-  store::StatsSnapshot es = engine_->stats();
+  store::StatsSnapshot es = engine_ ? engine_->stats() : store::StatsSnapshot{};
   nlohmann::json j = {{"worker", index_},
                       {"active_clients", active_clients_.load(std::memory_order_relaxed)},
                       {"unknown_client", r(counters_.unknown_client)},

@@ -102,6 +102,9 @@ class Worker {
   void reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src);
   void reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t raddr,
                       uint64_t rkey);
+  // An answer by SEND with immediate data; `src` may be empty (a header-only SEND, Guidelines
+  // sec. 3).
+  void reply_imm_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t imm);
   // Posts the round's answers now (a protocol that does not batch calls it per request).
   void send_replies_st();
   // READs client memory (an indirect request body). kAgain: the provider refused it twice;
@@ -119,6 +122,8 @@ class Worker {
     fabric::LocalBuffer src;
     bool write;
     uint64_t raddr, rkey;
+    bool has_imm = false;  // a SEND with immediate data (reply_imm_st)
+    uint64_t imm = 0;
   };
   struct ClientState {
     bool active = false;
@@ -165,7 +170,7 @@ class Worker {
   size_t poll_cqs_st();
   void reap_st();
   void on_completion_st(fabric::Completion& c);
-  void on_message_st(const char* buf, size_t len);
+  void on_message_st(const char* buf, size_t len, bool has_data, uint64_t data);
   bool round_st();
   void periodic_st();
   void idle_st(bool active, const std::atomic<bool>& stop);

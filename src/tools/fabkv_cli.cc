@@ -1,4 +1,5 @@
-// fabkv-cli: get, put, del and stats against a fabkv-server, for people and scripts.
+// fabkv-cli: get, put, del, next (sequencers) and stats against a fabkv-server, for people and
+// scripts.
 // Exit status: 0 success, 1 not found, 2 any error (with a one-line message on stderr).
 #include <unistd.h>
 
@@ -72,6 +73,8 @@ int main(int argc, char** argv) {
   auto* del = app.add_subcommand("del", "delete KEY");
   del->add_option("KEY", key, "key (1..250 bytes)")->required();
   auto* stats = app.add_subcommand("stats", "print the server's statistics as JSON");
+  auto* next = app.add_subcommand(
+      "next", "print a sequencer's next value (--protocol seq-rpc|seq-atomic; docs/sequencer.md)");
 
   try {
     app.parse(argc, argv);
@@ -104,6 +107,14 @@ int main(int argc, char** argv) {
   }
   if (put->parsed()) return from_status(client->put(key, value), "put", key);
   if (del->parsed()) return from_status(client->del(key), "del", key);
+  if (next->parsed()) {
+    uint64_t v = 0;
+    fabkv::Status s = client->next(&v);
+    if (s != fabkv::Status::kOk) return from_status(s, "next", "");
+    std::printf("%llu\n", static_cast<unsigned long long>(v));
+    if (std::fflush(stdout) != 0) return fail("cannot write to stdout");
+    return kExitOk;
+  }
   if (stats->parsed()) {
     try {
       std::printf("%s\n", client->stats().dump(2).c_str());

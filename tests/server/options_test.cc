@@ -250,8 +250,33 @@ TEST(ServerOptions, EngineFollowsTheRegistry) {
     resolve_defaults(&o);
     EXPECT_EQ(needed_engine(o), p.engine) << p.name;
     EXPECT_EQ(o.engine, engine_for(p.engine)) << p.name;
+    if (p.engine == proto::EngineNeed::kNone) {
+      // A sequencer keeps its high-water mark in --data-dir: refused without one.
+      EXPECT_NE(validate_error(o).find("--data-dir"), std::string::npos) << p.name;
+      o.data_dir = "/tmp";
+    }
     EXPECT_NO_THROW(validate(o)) << p.name;
   }
+}
+
+TEST(ServerOptions, SequencersRunWithoutAnEngineAndOneAtATime) {
+  ServerOptions o;
+  o.protocols = {"seq-rpc"};
+  o.data_dir = "/tmp";
+  resolve_defaults(&o);
+  EXPECT_EQ(needed_engine(o), proto::EngineNeed::kNone);
+  EXPECT_EQ(o.engine, "none");
+  EXPECT_NO_THROW(validate(o));
+  o.protocols = {"seq-rpc", "seq-atomic"};  // two counters would hand out the same values
+  EXPECT_NE(validate_error(o).find("at most one sequencer"), std::string::npos);
+  o = ServerOptions();
+  o.protocols = {"herd", "seq-rpc"};  // with a key-value protocol: its engine
+  o.data_dir = "/tmp";
+  resolve_defaults(&o);
+  EXPECT_EQ(o.engine, "cache");
+  EXPECT_NO_THROW(validate(o));
+  o.engine = "none";
+  EXPECT_NE(validate_error(o).find("needs an engine"), std::string::npos);
 }
 
 }  // namespace

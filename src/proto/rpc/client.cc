@@ -295,9 +295,16 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   const OpCode op = to_opcode(r.op);
   if (host_.gone()) return Status::kServerGone;
   std::string_view key = r.key, value = r.value;
-  Status v = validate(key, value.size(), max_value_);
-  if (v != Status::kOk) return v;
-  uint32_t w = worker_of(key);
+  uint32_t w;
+  if (op == OpCode::kNext) {
+    if (!config_.next) return Status::kError;  // not a sequencer
+    if (!key.empty() || !value.empty()) return Status::kInvalidKey;
+    w = client_ % n_workers_;
+  } else {
+    Status v = validate(key, value.size(), max_value_);
+    if (v != Status::kOk) return v;
+    w = worker_of(key);
+  }
   Worker& wk = workers_[w];
   size_t body = key.size() + value.size();
   size_t inline_bytes = request_bytes(body);

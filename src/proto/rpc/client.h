@@ -36,6 +36,7 @@ inline OpCode to_opcode(proto::ClientOp op) {
     case proto::ClientOp::kGet: return OpCode::kGet;
     case proto::ClientOp::kPut: return OpCode::kPut;
     case proto::ClientOp::kDel: return OpCode::kDel;
+    case proto::ClientOp::kNext: return OpCode::kNext;
   }
   return OpCode::kGet;
 }
@@ -46,6 +47,10 @@ struct ClientConfig {
   const char* requests_region = "";
   // Post receive buffers for answers by SEND. false: the owner finds the answers (answer()).
   bool recv_answers = true;
+  // Sends kNext requests (a sequencer, proto/seq_rpc/): no key; all of this client's go to
+  // one worker (client index mod workers), so that its values increase in request order.
+  // Without it kNext is refused with kError.
+  bool next = false;
 };
 
 class RpcClient {

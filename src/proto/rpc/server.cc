@@ -242,6 +242,23 @@ bool RpcServer::accept_st(uint32_t c, const RequestHeader& h, const char* msg) {
     reply_error_st(c, s.epoch, seq, h.op, WireStatus::kMalformed);
     return true;
   }
+  if (cfg_.next && static_cast<OpCode>(h.op) == OpCode::kNext) {
+    add_st(counters_.requests);
+    add_st(counters_.nexts);
+    if (h.key_len != 0 || h.value_len != 0 || (h.flags & kFlagIndirect) != 0) {
+      add_st(counters_.malformed);
+      reply_error_st(c, s.epoch, seq, h.op, WireStatus::kMalformed);
+    } else {
+      nexts_.push_back({c, h.epoch, seq});
+    }
+    return true;
+  }
+  if (!cfg_.kv) {
+    add_st(counters_.requests);
+    add_st(counters_.malformed);
+    reply_error_st(c, s.epoch, seq, h.op, WireStatus::kMalformed);
+    return true;
+  }
   Pending p;
   p.client = c;
   p.epoch = h.epoch;
@@ -358,6 +375,7 @@ void RpcServer::reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t
 // Runs the round's requests through the engine's prefetch pipeline (HERD sec. 4.1.1: bucket,
 // then item, prefetched while other requests advance) and answers every one.
 void RpcServer::flush_st() {
+  if (!nexts_.empty()) flush_nexts_st();
   if (batch_.empty()) return;
   add_st(counters_.batches);
   reqs_.clear();
@@ -387,13 +405,47 @@ void RpcServer::flush_st() {
   batch_.clear();
 }
 
+// Guidelines sec. 4.2: the round's N "next" requests claim N values with one atomic add on the
+// shared counter and get them in the order they were collected, so a client's values increase
+// with its sequence numbers (a client talks to one worker: proto/rpc/client.cc).
+void RpcServer::flush_nexts_st() {
+  add_st(counters_.batches);
+  // Only for clients still here: a value claimed for a departed one would be a gap.
+  std::erase_if(nexts_, [&](const Next& n) {
+    return !clients_[n.client].active || clients_[n.client].epoch != n.epoch;
+  });
+  if (nexts_.empty()) return;
+  const uint64_t first = claim_st(nexts_.size());
+  if (first == 0) add_st(counters_.next_errors);
+  for (size_t i = 0; i < nexts_.size(); ++i) {
+    const Next& n = nexts_[i];
+    char* out = answer_slot(n.client, n.seq);
+    ResponseHeader h{};
+    h.seq = n.seq;
+    h.status = static_cast<uint8_t>(first == 0 ? WireStatus::kInternal : WireStatus::kOk);
+    h.op = static_cast<uint8_t>(OpCode::kNext);
+    h.worker = static_cast<uint16_t>(worker_.index());
+    h.client = static_cast<uint16_t>(n.client);
+    h.epoch = n.epoch;
+    h.version = first == 0 ? 0 : first + i;
+    store(out, h);
+    answer_st(n.client, n.epoch, n.seq, out, sizeof(ResponseHeader));
+  }
+  nexts_.clear();
+}
+
 nlohmann::json RpcServer::stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return {{"requests", r(counters_.requests)},   {"gets", r(counters_.gets)},
+  nlohmann::json j = {{"requests", r(counters_.requests)},   {"gets", r(counters_.gets)},
           {"puts", r(counters_.puts)},           {"dels", r(counters_.dels)},
           {"malformed", r(counters_.malformed)}, {"garbage_slots", r(counters_.garbage)},
           {"indirect", r(counters_.indirect)},   {"read_errors", r(counters_.read_errors)},
           {"batches", r(counters_.batches)}};
+  if (cfg_.next) {
+    j["nexts"] = r(counters_.nexts);
+    j["next_errors"] = r(counters_.next_errors);
+  }
+  return j;
 }
 
 }  // namespace fabkv::rpc

@@ -29,6 +29,12 @@ class RpcServer : public proto::ServerProtocol {
     bool slots = true;      // clients WRITE requests into slots the worker polls
     bool messages = false;  // clients SEND requests
     size_t answer_bytes = 0;  // room per answer buffer (header + largest value + extras)
+    // Takes OpCode::kNext (a sequencer's request: no key, no engine); the round's kNext
+    // requests get consecutive values from one claim_st() (Guidelines sec. 4.2's batching).
+    bool next = false;
+    // Takes GET/PUT/DEL (through the worker's engine). false for a sequencer, whose server
+    // may run without an engine: they are answered kMalformed.
+    bool kv = true;
   };
   RpcServer(server::Worker& w, const proto::Info& p, Config cfg);
   ~RpcServer() override;
@@ -42,7 +48,7 @@ class RpcServer : public proto::ServerProtocol {
   void poll_st() override;
   void on_message_st(uint32_t c, const char* msg, size_t len) override;
   void on_completion_st(fabric::Completion& c) override;
-  bool has_work_st() const override { return !batch_.empty(); }
+  bool has_work_st() const override { return !batch_.empty() || !nexts_.empty(); }
   void flush_st() override;
   bool scans_memory() const override { return cfg_.slots; }
   bool busy_st() const override { return stalled_; }
@@ -56,6 +62,9 @@ class RpcServer : public proto::ServerProtocol {
   // What a subclass learns of its client from the Hello (set-up path, worker thread).
   virtual void learn_client_st(uint32_t /*c*/, const nlohmann::json& /*hello*/) {}
   fabric::LocalBuffer answer_buffer(uint32_t c, uint32_t seq, size_t len) const;
+  // Config::next: n consecutive values for the round's kNext requests; returns the first, or 0
+  // when none can be handed out (each request is then answered kInternal).
+  virtual uint64_t claim_st(size_t /*n*/) { return 0; }
 
   server::Worker& worker_;
   const proto::Info& protocol_;
@@ -78,13 +87,20 @@ class RpcServer : public proto::ServerProtocol {
   std::vector<fabric::OpContext> read_ctx_;            // one per (client, slot)
   std::vector<ClientState> clients_;
   std::vector<uint32_t> slot_clients_;  // clients whose slots poll_st scans, in admission order
+  struct Next {
+    uint32_t client;
+    uint16_t epoch;
+    uint32_t seq;
+  };
+  void flush_nexts_st();
   std::vector<Pending> batch_;        // requests collected this round
+  std::vector<Next> nexts_;           // kNext requests collected this round, in arrival order
   std::vector<store::Request> reqs_;  // batch_'s engine requests (kept to avoid reallocation)
   bool stalled_ = false;  // the last poll_st saw a slot torn or garbage (busy_st)
 
   struct Counters {
     std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},
-        indirect{0}, read_errors{0}, batches{0};
+        indirect{0}, read_errors{0}, batches{0}, nexts{0}, next_errors{0};
   };
   Counters counters_;
 };

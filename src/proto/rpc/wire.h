@@ -35,7 +35,9 @@ namespace fabkv::rpc {
 
 inline constexpr uint32_t kWireVersion = 3;
 
-enum class OpCode : uint8_t { kGet = 1, kPut = 2, kDel = 3 };
+// kNext: a sequencer's "next value" (no key, no value; the answer's version carries the
+// value: proto/seq_rpc/, docs/sequencer.md). Only a server side that says so takes it.
+enum class OpCode : uint8_t { kGet = 1, kPut = 2, kDel = 3, kNext = 4 };
 
 // Request flags.
 inline constexpr uint8_t kFlagIndirect = 1;  // key+value live in client memory (IndirectBody)
@@ -169,7 +171,7 @@ struct ResponseHeader {
   uint16_t worker;     // which worker answered
   uint32_t value_len;  // kGet hit: value bytes that follow
   uint32_t expire_at;  // kGet hit
-  uint64_t version;    // kGet: item version; kPut: new version
+  uint64_t version;    // kGet: item version; kPut: new version; kNext: the value
   uint16_t client;     // the request's client index and epoch (v2)
   uint16_t epoch;
   uint32_t reserved;   // 0

@@ -1,0 +1,81 @@
+// seq-rpc's server side: a sequencer over HERD's RPC (Guidelines sec. 4.2, "HERD-RPC" of
+// Table 3). Requests arrive as herd's do (WRITten into the client's slots of the worker's
+// request region, or SENT, as herd's --transport says: proto/herd/options.h); each carries
+// OpCode::kNext and no key. A worker that collected N of them in a round claims N values with
+// one atomic add on the counter all workers share (proto/seq/counter.h) and answers each with
+// one SEND whose header carries its value (the paper's batching optimization); the shared RPC
+// piece does the rest (proto/rpc/server.h, Config::next). No engine: the worker runs none when
+// only sequencers are served (server/options.h, needed_engine).
+
+#include "fabric/isolation.h"
+#include "proto/herd/options.h"
+#include "proto/rpc/server.h"
+#include "proto/seq/counter.h"
+#include "server/worker.h"
+
+namespace fabkv::seq_rpc {
+
+namespace {
+
+class SeqRpcServer final : public rpc::RpcServer {
+ public:
+  explicit SeqRpcServer(server::Worker& w)
+      : RpcServer(w, proto::info(proto::Id::seq_rpc), config(w)),
+        transport_(transport_of(w)),
+        counter_(seq::Counter::open(w.options().data_dir)) {}
+
+  std::string admit(const proto::Info&, const nlohmann::json& hello, uint32_t, uint16_t,
+                    proto::WelcomeParts* out) override {
+    if (hello.contains("transport") &&
+        (!hello.at("transport").is_string() ||
+         hello.at("transport").get<std::string>() != rpc::to_string(transport_)))
+      return "this server takes seq-rpc requests by " + std::string(rpc::to_string(transport_)) +
+             " (--transport)";
+    welcome(transport_, out);
+    return "";
+  }
+
+  nlohmann::json stats() const override {
+    nlohmann::json j = RpcServer::stats();
+    j["transport"] = rpc::to_string(transport_);
+    j["sequence"] = {{"start", counter_->start()},
+                     {"mark", counter_->mark()},
+                     {"block", seq::Counter::kBlock},
+                     {"reservations", counter_->reservations()},
+                     {"persist_errors", counter_->errors()}};
+    return j;
+  }
+
+ private:
+  static rpc::Transport transport_of(const server::Worker& w) {
+    return herd::resolve(w.options().herd.transport, w.provider());
+  }
+  static Config config(server::Worker& w) {
+    Config c;
+    c.slots = transport_of(w) == rpc::Transport::kWrite;
+    c.messages = !c.slots;
+    // The value travels in the header; room for the padding a provider may need
+    // (fabric/isolation.h).
+    c.answer_bytes = fabric::lock_free_capacity(w.fabric(), sizeof(rpc::ResponseHeader));
+    c.next = true;
+    c.kv = false;
+    return c;
+  }
+
+  uint64_t claim_st(size_t n) override { return counter_->claim(n); }
+
+  void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char*, size_t len) override {
+    worker_.reply_st(c, epoch, answer_buffer(c, seq, len));
+  }
+
+  const rpc::Transport transport_;
+  const std::shared_ptr<seq::Counter> counter_;
+};
+
+}  // namespace
+
+std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+  return std::make_unique<SeqRpcServer>(w);
+}
+
+}  // namespace fabkv::seq_rpc
