@@ -22,9 +22,10 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "cores for the workers, comma-separated (default: worker i on core i; -1 unpinned)");
   s.text("engine", "--engine", &o->engine,
          "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | pilaf (lossless "
-         "cuckoo table clients READ); default: what the protocols served need, else cache")
+         "cuckoo table clients READ) | farm (lossless hopscotch table clients READ); default: "
+         "what the protocols served need, else cache")
       .one_of({store::to_string(store::EngineKind::kCache), store::to_string(store::EngineKind::kStore),
-               store::to_string(store::EngineKind::kPilaf)});
+               store::to_string(store::EngineKind::kPilaf), store::to_string(store::EngineKind::kFarm)});
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
@@ -64,15 +65,18 @@ void load_toml(const std::string& path, ServerOptions* o) {
 }
 
 proto::EngineNeed needed_engine(const ServerOptions& o) {
+  // The first protocol that needs an engine of its own decides; validate() refuses a second
+  // protocol that needs another one.
   for (const auto& name : o.protocols)
-    if (const proto::Info* p = proto::find(name); p && p->engine == proto::EngineNeed::kPilaf)
-      return proto::EngineNeed::kPilaf;
+    if (const proto::Info* p = proto::find(name); p && p->engine != proto::EngineNeed::kAny)
+      return p->engine;
   return proto::EngineNeed::kAny;
 }
 
 const char* engine_for(proto::EngineNeed need) {
   switch (need) {
     case proto::EngineNeed::kPilaf: return store::to_string(store::EngineKind::kPilaf);
+    case proto::EngineNeed::kFarm: return store::to_string(store::EngineKind::kFarm);
     case proto::EngineNeed::kAny: break;
   }
   return store::to_string(store::EngineKind::kCache);
@@ -92,6 +96,21 @@ void validate(const ServerOptions& o) {
     k.check();
   }
   if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
+  // One engine per worker: protocols whose clients READ different engines' memory cannot share
+  // a server, and farm and farm-var READ different buckets (values inline, or pointers).
+  const proto::Info* reader = nullptr;
+  for (const auto& name : o.protocols) {
+    const proto::Info* p = proto::find(name);
+    if (p == nullptr || p->engine == proto::EngineNeed::kAny) continue;
+    if (reader != nullptr && reader->server != p->server)
+      throw std::invalid_argument(fmt::format(
+          "protocols '{}' and '{}' cannot share a server: their clients READ {} (serve them "
+          "from two servers)",
+          reader->name, name,
+          reader->engine == p->engine ? "differently laid out buckets of the farm engine"
+                                      : "different engines' tables"));
+    if (reader == nullptr) reader = p;
+  }
   for (const auto& name : o.protocols) {
     const proto::Info* p = proto::find(name);
     if (!p)
@@ -100,6 +119,7 @@ void validate(const ServerOptions& o) {
     switch (p->engine) {
       case proto::EngineNeed::kAny: break;
       case proto::EngineNeed::kPilaf:
+      case proto::EngineNeed::kFarm:
         if (o.engine != engine_for(p->engine))
           throw std::invalid_argument(fmt::format(
               "protocol '{}' needs --engine {}: its clients READ that engine's table and extents "
