@@ -291,7 +291,7 @@ TEST_P(FarmE2E, ReadersRacingAWriterNeverSeeATornValue) {
   auto r = Client::connect(options("farm"));
   std::mt19937_64 rng(4);
   const uint64_t kMinGets = 300;
-  uint64_t gets = 0, bad = 0;
+  uint64_t gets = 0, bad = 0, contended = 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto more = [&] {
     auto t = std::chrono::steady_clock::now();
@@ -301,6 +301,12 @@ TEST_P(FarmE2E, ReadersRacingAWriterNeverSeeATornValue) {
     std::string key = "hot" + std::to_string(rng() % kKeys), v;
     Status s = r->get(key, &v);
     gets++;
+    // The retry bound (64, as Pilaf's) may end a GET with kContended when the writer rewrites
+    // the key all the time: no value, which is allowed; a wrong or torn value never is.
+    if (s == Status::kContended) {
+      contended++;
+      continue;
+    }
     if (s != Status::kOk || !value_ok(key, v)) {
       bad++;
       ADD_FAILURE() << "GET " << key << ": " << to_string(s) << " '" << v.substr(0, 40) << "'";
@@ -315,10 +321,13 @@ TEST_P(FarmE2E, ReadersRacingAWriterNeverSeeATornValue) {
   EXPECT_GT(writes.load(), 100u);
   auto pc = r->protocol_counters();
   EXPECT_EQ(pc.at("gets").get<uint64_t>(), gets);
-  EXPECT_EQ(pc.at("gave_up").get<uint64_t>(), 0u);
-  std::printf("race: %llu GETs against %llu PUTs: %llu torn neighbourhoods, %llu torn records, "
-              "%.3f READs per GET\n",
+  EXPECT_EQ(pc.at("gave_up").get<uint64_t>(), contended);
+  // Seen: 3 of 208 673 GETs against 35 K PUTs/s on 4 keys, on a loaded 2-core host.
+  EXPECT_LE(contended * 1000, gets) << "more than 1 GET in 1000 gave up";
+  std::printf("race: %llu GETs against %llu PUTs: %llu gave up (kContended), %llu torn "
+              "neighbourhoods, %llu torn records, %.3f READs per GET\n",
               static_cast<unsigned long long>(gets), static_cast<unsigned long long>(writes.load()),
+              static_cast<unsigned long long>(contended),
               static_cast<unsigned long long>(pc.at("torn_buckets").get<uint64_t>()),
               static_cast<unsigned long long>(pc.at("torn_records").get<uint64_t>()),
               pc.at("reads_per_get").get<double>());
