@@ -41,8 +41,10 @@ struct ClientOptions {
   std::string server = "127.0.0.1:7000";  // control channel HOST:PORT of fabkv-server
   // Access protocol, a name from proto/registry.h: "herd" (HERD sec. 4), "server-reply"
   // (answers WRITten into a ring of client memory, RF-RPC sec. 5.3), "pilaf" (GETs by READs
-  // of the server's cuckoo table, PUT/DEL by message; Pilaf sec. 3) or "pilaf-vo" (the same
-  // server, everything by message). An unknown name fails at connect with the list.
+  // of the server's cuckoo table, PUT/DEL by message; Pilaf sec. 3), "pilaf-vo" (the same
+  // server, everything by message), "farm" / "farm-var" (GETs by one READ of a hopscotch
+  // neighbourhood, farm-var one more of the value; PUT/DEL WRITten, answers WRITten back;
+  // HERD sec. 5.1.2, docs/farm.md). An unknown name fails at connect with the list.
   std::string protocol = proto::info(proto::kDefault).name;
   std::string provider = "auto";          // auto|shm|tcp|verbs: must match the server's
   std::string transport;                  // request transport "write"|"send"; "" = the protocol's

@@ -5,6 +5,7 @@
 // its declare call below.
 #pragma once
 
+#include "proto/farm/options.h"
 #include "proto/herd/options.h"
 #include "proto/pilaf/options.h"
 #include "proto/rpc/options.h"
@@ -15,6 +16,7 @@ struct ProtocolOptions {
   rpc::Options rpc;
   herd::Options herd;
   pilaf::Options pilaf;
+  farm::Options farm;
 };
 
 // Declares every block's knobs (common/knobs.h), each in its own TOML table and --help group.
@@ -22,6 +24,7 @@ inline void declare_knobs(Knobs& k, ProtocolOptions* o) {
   rpc::declare(k, &o->rpc);
   herd::declare(k, &o->herd);
   pilaf::declare(k, &o->pilaf);
+  farm::declare(k, &o->farm);
 }
 
 }  // namespace fabkv::proto

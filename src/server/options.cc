@@ -26,9 +26,11 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "cores for the workers, comma-separated (default: worker i on core i; -1 unpinned)");
   s.text("engine", "--engine", &o->engine,
          "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | pilaf (lossless "
-         "cuckoo table clients READ); default: what the protocols served need, else cache")
+         "cuckoo table clients READ) | farm (lossless hopscotch table clients READ); default: "
+         "what the protocols served need, else cache")
       .one_of({store::to_string(store::EngineKind::kCache), store::to_string(store::EngineKind::kStore),
-               store::to_string(store::EngineKind::kPilaf), kNoEngine});
+               store::to_string(store::EngineKind::kPilaf), store::to_string(store::EngineKind::kFarm),
+               kNoEngine});
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
@@ -71,10 +73,13 @@ void load_toml(const std::string& path, ServerOptions* o) {
 }
 
 proto::EngineNeed needed_engine(const ServerOptions& o) {
+  // The first protocol that needs an engine of its own (pilaf, farm) decides; validate()
+  // refuses a second protocol that needs another one.
   bool any = false;
   for (const auto& name : o.protocols) {
     const proto::Info* p = proto::find(name);
-    if (p && p->engine == proto::EngineNeed::kPilaf) return proto::EngineNeed::kPilaf;
+    if (p && (p->engine == proto::EngineNeed::kPilaf || p->engine == proto::EngineNeed::kFarm))
+      return p->engine;
     if (!p || p->engine != proto::EngineNeed::kNone) any = true;
   }
   return any ? proto::EngineNeed::kAny : proto::EngineNeed::kNone;
@@ -84,11 +89,11 @@ const char* engine_for(proto::EngineNeed need) {
   switch (need) {
     case proto::EngineNeed::kPilaf: return store::to_string(store::EngineKind::kPilaf);
     case proto::EngineNeed::kNone: return kNoEngine;
+    case proto::EngineNeed::kFarm: return store::to_string(store::EngineKind::kFarm);
     case proto::EngineNeed::kAny: break;
   }
   return store::to_string(store::EngineKind::kCache);
 }
-
 
 void resolve_defaults(ServerOptions* o) {
   if (o->engine.empty()) o->engine = engine_for(needed_engine(*o));
@@ -104,6 +109,23 @@ void validate(const ServerOptions& o) {
   }
   if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
   const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
+  // One engine per worker: protocols whose clients READ different engines' memory cannot share
+  // a server, and farm and farm-var READ different buckets (values inline, or pointers).
+  const proto::Info* reader = nullptr;
+  for (const auto& name : o.protocols) {
+    const proto::Info* p = proto::find(name);
+    if (p == nullptr || p->engine == proto::EngineNeed::kAny ||
+        p->engine == proto::EngineNeed::kNone)
+      continue;
+    if (reader != nullptr && reader->server != p->server)
+      throw std::invalid_argument(fmt::format(
+          "protocols '{}' and '{}' cannot share a server: their clients READ {} (serve them "
+          "from two servers)",
+          reader->name, name,
+          reader->engine == p->engine ? "differently laid out buckets of the farm engine"
+                                      : "different engines' tables"));
+    if (reader == nullptr) reader = p;
+  }
   for (const auto& name : o.protocols) {
     const proto::Info* p = proto::find(name);
     if (!p)
@@ -123,6 +145,7 @@ void validate(const ServerOptions& o) {
               "protocol '{}' needs an engine (--engine cache or store), not '{}'", name, o.engine));
         break;
       case proto::EngineNeed::kPilaf:
+      case proto::EngineNeed::kFarm:
         if (o.engine != engine_for(p->engine))
           throw std::invalid_argument(fmt::format(
               "protocol '{}' needs --engine {}: its clients READ that engine's table and extents "

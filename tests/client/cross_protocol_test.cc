@@ -36,39 +36,68 @@ TEST(Registry, NamesAreUniqueAndEveryServerSideServesItself) {
   EXPECT_EQ(std::string(proto::info(proto::kDefault).name), "herd");
 }
 
-// The key-value protocols: every one but those without an engine (the sequencers,
-// tests/client/seq_e2e_test.cc).
-std::vector<const proto::Info*> kv_protocols() {
-  std::vector<const proto::Info*> v;
+// The key-value protocols one server can serve together: a server side whose clients READ an
+// engine of its own (pilaf, farm, farm-var) with the protocols it serves and every protocol that
+// runs on any engine (src/server/options.cc refuses two such server sides on one server). Every
+// key-value protocol is in at least one family; the sequencers keep no key-value data
+// (tests/client/seq_e2e_test.cc).
+std::vector<std::vector<const proto::Info*>> families() {
+  std::vector<std::vector<const proto::Info*>> out;
+  for (const proto::Info& side : proto::protocols()) {
+    if (side.server != side.id || side.engine == proto::EngineNeed::kAny ||
+        side.engine == proto::EngineNeed::kNone)
+      continue;
+    std::vector<const proto::Info*> f;
+    for (const proto::Info& p : proto::protocols())
+      if (p.server == side.id || p.engine == proto::EngineNeed::kAny) f.push_back(&p);
+    out.push_back(f);
+  }
+  if (out.empty()) {
+    out.emplace_back();
+    for (const proto::Info& p : proto::protocols())
+      if (p.engine != proto::EngineNeed::kNone) out.back().push_back(&p);
+  }
+  return out;
+}
+
+TEST(Registry, EveryKeyValueProtocolIsInAFamily) {
+  std::set<std::string> seen;
+  for (const auto& f : families())
+    for (const proto::Info* p : f) seen.insert(p->name);
   for (const proto::Info& p : proto::protocols())
-    if (p.engine != proto::EngineNeed::kNone) v.push_back(&p);
-  return v;
+    EXPECT_EQ(seen.count(p.name), p.engine == proto::EngineNeed::kNone ? 0u : 1u) << p.name;
 }
 
-std::string all_protocols() {
-  std::string s;
-  for (const proto::Info* p : kv_protocols()) s += (s.empty() ? "" : ",") + std::string(p->name);
-  return s;
-}
-
-class CrossProtocol : public ::testing::TestWithParam<std::string> {};
+class CrossProtocol : public ::testing::TestWithParam<std::string> {
+ protected:
+  // One server of the family; each protocol's client writes, reads, overwrites, deletes.
+  void check_family(const std::vector<const proto::Info*>& family);
+};
 
 TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
-  // A pilaf protocol needs the pilaf engine; with one in the list every protocol shares it.
+  for (const auto& family : families()) {
+    SCOPED_TRACE(family.front()->name);
+    check_family(family);
+    if (HasFatalFailure()) return;
+  }
+}
+
+void CrossProtocol::check_family(const std::vector<const proto::Info*>& family) {
+  std::string names;
+  for (const proto::Info* p : family) names += (names.empty() ? "" : ",") + std::string(p->name);
   ReadyProcess server({FABKV_SERVER_BIN, "--provider", GetParam(), "--listen", "127.0.0.1:0",
-                       "--protocols", all_protocols(), "--workers", "2", "--cores", "-1", "--log",
-                       "warn"},
+                       "--protocols", names, "--workers", "2", "--cores", "-1", "--log", "warn"},
                       ReadyProcess::Stop::kSigterm);
   std::vector<std::unique_ptr<Client>> clients;
-  const std::vector<const proto::Info*> kv = kv_protocols();
-  for (const proto::Info* p : kv) {
+  for (const proto::Info* pp : family) {
+    const proto::Info& p = *pp;
     ClientOptions o;
     o.server = server.address();
     o.provider = GetParam();
-    o.protocol = p->name;
+    o.protocol = p.name;
     o.timeout_ms = 10000;
     clients.push_back(Client::connect(o));
-    ASSERT_EQ(clients.back()->layout().at("protocol"), p->name);
+    ASSERT_EQ(clients.back()->layout().at("protocol"), p.name);
   }
   std::map<std::string, std::string> model;
   std::mt19937 rng(7);
@@ -78,12 +107,12 @@ TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
     for (int k = 0; k < 40; ++k) {
       std::string key = fmt::format("k{}-{}", i, k);
       std::string value(k == 39 ? 3000 : 1 + rng() % 200, static_cast<char>('a' + (k + i) % 26));
-      ASSERT_EQ(clients[i]->put(key, value), Status::kOk) << kv[i]->name;
+      ASSERT_EQ(clients[i]->put(key, value), Status::kOk) << family[i]->name;
       model[key] = value;
     }
   // Every protocol reads every key, then overwrites or deletes the next protocol's keys.
   for (size_t i = 0; i < n; ++i) {
-    const char* who = kv[i]->name;
+    const char* who = family[i]->name;
     for (const auto& [key, value] : model) {
       std::string got;
       ASSERT_EQ(clients[i]->get(key, &got), Status::kOk) << who << " " << key;
@@ -98,14 +127,14 @@ TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
         ASSERT_EQ(clients[i]->del(key), Status::kOk);
         model.erase(key);
       } else {
-        std::string value = fmt::format("by {} #{}", kv[i]->name, k);
+        std::string value = fmt::format("by {} #{}", family[i]->name, k);
         ASSERT_EQ(clients[i]->put(key, value), Status::kOk);
         model[key] = value;
       }
     }
   }
   for (size_t i = 0; i < n; ++i) {
-    const char* who = kv[i]->name;
+    const char* who = family[i]->name;
     for (size_t j = 0; j < n; ++j)
       for (int k = 0; k < 40; ++k) {
         std::string key = fmt::format("k{}-{}", j, k), got;
@@ -121,7 +150,7 @@ TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
   }
   // The server counts its clients by protocol.
   nlohmann::json st = clients[0]->stats();
-  for (const proto::Info* p : kv)
+  for (const proto::Info* p : family)
     if (p->server == p->id) {
       EXPECT_TRUE(st.at("workers").at(0).at("protocols").contains(p->name)) << p->name;
     }

@@ -198,10 +198,10 @@ TEST(ServerOptions, ValidatesRanges) {
   o.engine = "btree";
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
-  o.protocols = {proto::info(proto::kDefault).name, "farm"};
+  o.protocols = {proto::info(proto::kDefault).name, "memcache"};
   resolve_defaults(&o);
   const std::string e = validate_error(o);
-  EXPECT_EQ(e, "unknown protocol 'farm' (this build serves: " + proto::names() + ")");
+  EXPECT_EQ(e, "unknown protocol 'memcache' (this build serves: " + proto::names() + ")");
   for (const proto::Info& p : proto::protocols())
     EXPECT_NE(e.find(p.name), std::string::npos) << "lists " << p.name;
   o = ServerOptions();
@@ -239,6 +239,35 @@ TEST(ServerOptions, PilafProtocolsPickThePilafEngine) {
   EXPECT_THROW(validate(o), std::invalid_argument);
   o = ServerOptions();
   o.rpc.slot_size = 100;  // not a multiple of 8
+  EXPECT_THROW(validate(o), std::invalid_argument);
+}
+
+TEST(ServerOptions, FarmProtocolsPickTheFarmEngineAndServeAlone) {
+  ServerOptions o;
+  o.protocols = {"herd", "farm", "server-reply"};
+  resolve_defaults(&o);
+  EXPECT_EQ(o.engine, "farm");
+  EXPECT_NO_THROW(validate(o));
+  o.engine = "store";
+  std::string e = validate_error(o);
+  EXPECT_NE(e.find("protocol 'farm' needs --engine farm"), std::string::npos) << e;
+  // One engine per worker: farm with pilaf, and farm with farm-var (values inline against
+  // pointers in the buckets) are refused, whatever the order, with both names.
+  for (const auto& pair : std::vector<std::vector<std::string>>{{"farm", "pilaf"},
+                                                                {"pilaf-vo", "farm-var"},
+                                                                {"farm-var", "farm"}}) {
+    o = ServerOptions();
+    o.protocols = {"herd", pair[0], pair[1]};
+    resolve_defaults(&o);
+    e = validate_error(o);
+    EXPECT_NE(e.find("cannot share a server"), std::string::npos) << e;
+    EXPECT_NE(e.find("'" + pair[0] + "'"), std::string::npos) << e;
+    EXPECT_NE(e.find("'" + pair[1] + "'"), std::string::npos) << e;
+  }
+  o = ServerOptions();
+  o.protocols = {"farm"};
+  o.farm.inline_bytes = 8;  // below a pointer
+  resolve_defaults(&o);
   EXPECT_THROW(validate(o), std::invalid_argument);
 }
 

@@ -311,6 +311,10 @@ TEST(PipelineProperty, PilafBatchEqualsOneCall) {
   pipeline_equals_one_call(EngineKind::kPilaf, small_options(size_t{8} << 20, 0), 8);
 }
 
+TEST(PipelineProperty, FarmBatchEqualsOneCall) {
+  pipeline_equals_one_call(EngineKind::kFarm, small_options(size_t{8} << 20, 0), 9);
+}
+
 TEST(PipelineProperty, CacheBatchEqualsOneCallUnderPressure) {
   auto o = small_options((size_t{32} << 10) + 32 * 64, 32);
   o.max_value_size = 4096;

@@ -1,0 +1,173 @@
+#include "proto/farm/client.h"
+
+#include <fmt/format.h>
+
+#include "proto/farm/layout.h"
+#include "proto/farm/reader.h"
+#include "proto/json.h"
+#include "proto/registry.h"
+#include "proto/rpc/client.h"
+#include "proto/server_reply/client.h"
+#include "store/hash.h"
+#include "store/limits.h"
+
+namespace fabkv::farm {
+
+namespace {
+
+class FarmClient final : public proto::ClientProtocol {
+ public:
+  FarmClient(proto::ClientHost& host, const ClientOptions& o, proto::Id id)
+      : host_(host), options_(o), id_(id), rpc_(server_reply::make_client(host, o)) {}
+
+  ~FarmClient() override {
+    reader_.reset();  // its buffer's registration goes before the RPC client's
+  }
+
+  void hello(nlohmann::json* payload) override {
+    rpc_->hello(payload);  // transport "write", the staging region and the answer ring
+    (*payload)["protocol"] = proto::info(id_).name;
+  }
+
+  Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
+    Opened r = rpc_->open(w, layout);
+    if (r != Opened::kReady) return r;
+    setup_reader(w, layout);
+    return r;
+  }
+  bool polls_memory() const override { return true; }  // answers to PUT/DEL land in the ring
+
+  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+    if (r.op != proto::ClientOp::kGet) return rpc_->submit(r, std::move(cb));
+    if (host_.gone()) return Status::kServerGone;
+    if (!reader_) return Status::kError;
+    Status v = rpc::validate(r.key, 0, max_value_);
+    if (v != Status::kOk) return v;
+    return reader_->get(r.key, store::partition_of(store::hash_key(r.key), workers_),
+                        std::move(cb));
+  }
+
+  size_t complete(std::span<fabric::Completion> cs) override {
+    size_t ran = 0;
+    for (fabric::Completion& c : cs) {
+      if (c.context == nullptr) {
+        // Our READs all carry a context; shm drops it (and the flags) from a failed READ.
+        if (reader_ && c.error != 0 && !c.inbound) reader_->on_orphan_error();
+      } else if (reader_ && reader_->owns(c.context)) {
+        ran += reader_->on_completion(c);
+      }
+    }
+    return ran + rpc_->complete(cs);  // it takes only its own
+  }
+  size_t poll() override { return rpc_->poll(); }
+
+  size_t expire(bool all) override {
+    size_t ran = rpc_->expire(all);
+    if (reader_ && (reader_->in_flight() > 0 || all))
+      ran += reader_->expire(all, all ? Status::kServerGone : Status::kTimeout);
+    return ran;
+  }
+  size_t in_flight() const override {
+    return rpc_->in_flight() + (reader_ ? reader_->in_flight() : 0);
+  }
+  nlohmann::json counters() const override {
+    return reader_ ? reader_->counters().to_json() : nlohmann::json::object();
+  }
+
+ private:
+  void setup_reader(const control::Welcome& w, const nlohmann::json& layout) {
+    std::vector<FarmMap> maps;
+    uint32_t window = 0, queues = 1;
+    try {
+      const auto& f = layout.at("farm");
+      workers_ = static_cast<uint32_t>(f.size());
+      window = layout.at("window").get<uint32_t>();
+      queues = layout.value("queues", 1u);
+      max_value_ = layout.at("max_value").get<size_t>();
+      if (workers_ == 0 || queues == 0 || w.fabric_addresses.size() < size_t{workers_} * queues)
+        rpc::RpcClient::bad_layout("the server runs no farm engine for its workers");
+      maps.resize(workers_);
+      for (uint32_t i = 0; i < workers_; ++i) {
+        const auto& e = f.at(i);
+        if (e.at("version").get<uint32_t>() != kLayoutVersion ||
+            e.at("neighbourhood").get<uint32_t>() != kNeighbourhood)
+          rpc::RpcClient::bad_layout("the server's farm table has another layout version");
+        maps[i].generation = e.at("generation").get<uint32_t>();
+        maps[i].homes = e.at("homes").get<uint64_t>();
+        maps[i].bucket_bytes = e.at("bucket_bytes").get<size_t>();
+        maps[i].table = rpc::RpcClient::region_of(w, fmt::format("farm.table.{}", i));
+        maps[i].extents = rpc::RpcClient::region_of(w, fmt::format("farm.extents.{}", i));
+        if (maps[i].homes == 0 || maps[i].bucket_bytes < bucket_bytes(kPointerBytes) ||
+            table_bytes(maps[i].homes, maps[i].bucket_bytes) > maps[i].table.length)
+          rpc::RpcClient::bad_layout(fmt::format("farm.table.{} is smaller than its buckets", i));
+        // The worker's first endpoint, as the RPC client addresses it (proto/rpc/client.cc).
+        maps[i].peer = host_.endpoint().insert_peer(w.fabric_addresses[size_t{i} * queues]);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      rpc::RpcClient::bad_layout(e.what());
+    }
+    FarmReader::Options fo;
+    fo.ops = window * workers_;
+    fo.max_record = record_bytes(store::kMaxKeySize, max_value_);
+    fo.timeout_ms = options_.timeout_ms;
+    fo.grace_ms = layout.value("farm_grace_ms", 5000u);
+    reader_ = std::make_unique<FarmReader>(
+        host_, fo, std::move(maps), [this](std::vector<FarmMap>* m) { return refresh(m); });
+  }
+
+  // The engines' current generations ({"op": "farm-layout"}).
+  bool refresh(std::vector<FarmMap>* maps) {
+    if (host_.gone()) return false;
+    try {
+      nlohmann::json j = host_.control_request({{"op", "farm-layout"}});
+      const auto& ws = j.at("workers");
+      if (ws.size() != maps->size()) return false;
+      for (size_t i = 0; i < maps->size(); ++i) {
+        (*maps)[i].generation = ws.at(i).at("generation").get<uint32_t>();
+        (*maps)[i].homes = ws.at(i).at("homes").get<uint64_t>();
+        (*maps)[i].bucket_bytes = ws.at(i).at("bucket_bytes").get<size_t>();
+        (*maps)[i].table = proto::region_from_json(ws.at(i).at("table"));
+        (*maps)[i].extents = proto::region_from_json(ws.at(i).at("extents"));
+        if (table_bytes((*maps)[i].homes, (*maps)[i].bucket_bytes) > (*maps)[i].table.length)
+          return false;
+      }
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+  proto::ClientHost& host_;
+  ClientOptions options_;
+  proto::Id id_;
+  std::unique_ptr<proto::ClientProtocol> rpc_;  // server-reply's client: PUT and DELETE
+  std::unique_ptr<FarmReader> reader_;         // GETs by READ
+  uint32_t workers_ = 0;
+  size_t max_value_ = 0;
+};
+
+std::unique_ptr<proto::ClientProtocol> make(proto::ClientHost& host, const ClientOptions& o,
+                                            proto::Id id) {
+  if (!o.transport.empty() && o.transport != "write")
+    throw ClientError(Status::kError,
+                      fmt::format("fabkv: {} WRITEs its requests (FaRM's message path): "
+                                  "transport must be write, not '{}'",
+                                  proto::info(id).name, o.transport));
+  return std::make_unique<FarmClient>(host, o, id);
+}
+
+}  // namespace
+
+std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
+                                                   const ClientOptions& options) {
+  return make(host, options, proto::Id::farm);
+}
+
+}  // namespace fabkv::farm
+
+namespace fabkv::farm_var {
+std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
+                                                   const ClientOptions& options) {
+  return farm::make(host, options, proto::Id::farm_var);
+}
+}  // namespace fabkv::farm_var

@@ -1,0 +1,630 @@
+#include "proto/farm/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+#include "store/pipeline.h"
+
+namespace fabkv::store {
+
+using farm::BucketHeader;
+using farm::kNeighbourhood;
+using farm::RecordHeader;
+using farm::TableHeader;
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr uint64_t kMinHomes = 16;
+constexpr uint64_t kNoHome = ~uint64_t{0};
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// Orders every store before it ahead of every store after it, for readers as for the compiler
+// (x86-TSO keeps store order; the fence keeps the compiler from moving the memcpys across).
+inline void publish() { std::atomic_thread_fence(std::memory_order_release); }
+
+}  // namespace
+
+// One generation: two mappings, the heap over the second, and the server's private home of
+// every bucket's item (kNoHome = free), which the displacement search needs and clients don't.
+struct FarmEngine::Gen {
+  Gen(uint64_t homes, size_t bucket_bytes, size_t extent_bytes, bool huge, bool prefault)
+      : table_mem(farm::table_bytes(homes, bucket_bytes), huge, prefault),
+        extent_mem(extent_bytes, huge, prefault),
+        heap(extent_mem.base(), extent_bytes),
+        home_of(farm::table_buckets(homes), kNoHome) {
+    info.table = table_mem.base();
+    info.table_bytes = farm::table_bytes(homes, bucket_bytes);
+    info.homes = homes;
+    info.bucket_bytes = bucket_bytes;
+    info.extents = extent_mem.base();
+    info.extent_bytes = extent_bytes;
+    info.huge_pages = table_mem.huge_pages() && extent_mem.huge_pages();
+  }
+  TableHeader* header() const { return reinterpret_cast<TableHeader*>(info.table); }
+  std::byte* bucket(uint64_t b) const {
+    return info.table + farm::bucket_offset(b, info.bucket_bytes);
+  }
+  BucketHeader header_of(uint64_t b) const {
+    BucketHeader h;
+    std::memcpy(&h, bucket(b), sizeof h);
+    return h;
+  }
+  farm::Pointer pointer_of(uint64_t b) const {
+    farm::Pointer p;
+    std::memcpy(&p, bucket(b) + sizeof(BucketHeader), sizeof p);
+    return p;
+  }
+  // The key of the item in bucket b (inline, or in its record).
+  std::string_view key_of(uint64_t b) const {
+    const BucketHeader h = header_of(b);
+    const char* p = reinterpret_cast<const char*>(bucket(b)) + sizeof(BucketHeader);
+    if (h.flags == farm::kIndirect)
+      p = reinterpret_cast<const char*>(info.extents + pointer_of(b).extent_offset) +
+          sizeof(RecordHeader);
+    return std::string_view(p, h.key_len);
+  }
+  std::string_view value_of(uint64_t b) const {
+    const BucketHeader h = header_of(b);
+    return std::string_view(key_of(b).data() + h.key_len, h.value_len);
+  }
+
+  PartitionMemory table_mem;
+  PartitionMemory extent_mem;
+  Heap heap;
+  FarmGeneration info;
+  std::vector<uint64_t> home_of;
+  uint64_t used = 0, indirect = 0;
+};
+
+FarmEngine::FarmEngine(const EngineOptions& opts, const FarmOptions& fopts)
+    : pointers_only_(fopts.pointers_only),
+      inline_(pointers_only_ ? farm::kPointerBytes
+                             : std::max(round_up(fopts.inline_bytes, 8), farm::kPointerBytes)),
+      bucket_bytes_(farm::bucket_bytes(inline_)),
+      grace_ms_(fopts.retire_grace_ms),
+      probe_range_(std::max<uint32_t>(fopts.probe_range, kNeighbourhood)),
+      huge_pages_(opts.huge_pages),
+      prefault_(opts.prefault),
+      version_(opts.first_version == 0 ? 1 : opts.first_version),
+      max_value_(opts.max_value_size),
+      clock_(opts.clock != nullptr ? opts.clock : &realtime_seconds),
+      clock_ctx_(opts.clock_ctx) {
+  if (opts.max_value_size > kMaxValueSizeLimit)
+    throw std::runtime_error("store: max_value_size " + std::to_string(opts.max_value_size) +
+                             " exceeds the limit " + std::to_string(kMaxValueSizeLimit));
+  if (inline_ > 4096) throw std::runtime_error("store: farm inline bytes above 4096");
+  scratch_.resize(bucket_bytes_);
+  cap_ = fopts.memory_bytes != 0 ? fopts.memory_bytes : opts.memory_bytes;
+  // One record of the largest size must fit a fresh heap (block header, 16-byte granules, the
+  // heap's end marker).
+  min_extent_bytes_ = round_up(
+      round_up(farm::record_bytes(kMaxKeySize, max_value_) + 8, Heap::kBlockAlign) + 16, kPage);
+  uint64_t homes = std::max<uint64_t>(fopts.initial_homes, kMinHomes);
+  size_t extents = std::max(round_up(fopts.initial_extent_bytes, kPage), min_extent_bytes_);
+  if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
+    const size_t table = farm::table_bytes(homes, bucket_bytes_);
+    extents = cap_ > table ? std::max(min_extent_bytes_, (cap_ - table) / kPage * kPage)
+                           : min_extent_bytes_;
+    if (extents + farm::table_bytes(kMinHomes, bucket_bytes_) > cap_)
+      throw std::runtime_error("store: farm memory cap of " + std::to_string(cap_) +
+                               " bytes cannot hold a table and one record of " +
+                               std::to_string(max_value_) + " bytes");
+    while (homes > kMinHomes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
+      homes /= 2;
+  }
+  live_ = map_gen(homes, extents, 1);
+  publish_sizes();
+  publish();
+}
+
+FarmEngine::~FarmEngine() = default;
+
+std::unique_ptr<FarmEngine::Gen> FarmEngine::map_gen(uint64_t homes, size_t extent_bytes,
+                                                     uint32_t generation) const {
+  auto g = std::make_unique<Gen>(homes, bucket_bytes_, extent_bytes, huge_pages_, prefault_);
+  // Anonymous mappings are zero: every bucket is empty already.
+  TableHeader h{};
+  h.magic = farm::kTableMagic;
+  h.version = farm::kLayoutVersion;
+  h.generation = generation;
+  h.state = farm::kStateLive;
+  h.clock = clock_(clock_ctx_);
+  h.homes = homes;
+  h.bucket_bytes = static_cast<uint32_t>(bucket_bytes_);
+  h.inline_bytes = static_cast<uint32_t>(inline_);
+  h.extent_bytes = extent_bytes;
+  std::memcpy(g->header(), &h, sizeof h);
+  g->info.generation = generation;
+  return g;
+}
+
+void FarmEngine::publish_sizes() {
+  live_bytes_.store(live_->info.table_bytes + live_->info.extent_bytes, std::memory_order_relaxed);
+  used_buckets_.store(live_->used, std::memory_order_relaxed);
+  indirect_items_.store(live_->indirect, std::memory_order_relaxed);
+  stats_.bytes.store(live_->used * bucket_bytes_ + live_->heap.used_bytes(),
+                     std::memory_order_relaxed);
+}
+
+const FarmGeneration& FarmEngine::current() const { return live_->info; }
+
+EngineMemory FarmEngine::memory() const {
+  return EngineMemory{live_->info.table, live_->info.table_bytes, live_->info.huge_pages};
+}
+
+FarmEngine::FarmStats FarmEngine::farm_stats() const {
+  auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return FarmStats{r(growths_),       r(displacements_),  r(moved_keys_),
+                   r(used_buckets_),  r(indirect_items_), r(retired_live_)};
+}
+
+void FarmEngine::set_hooks(FarmHooks h) {
+  hooks_ = std::move(h);
+  if (hooks_.on_live) hooks_.on_live(live_->info);
+}
+
+// ---- table operations ----------------------------------------------------------------------
+
+FarmEngine::Found FarmEngine::find(const Gen& g, std::string_view key,
+                                   const farm::KeyHome& kh) const {
+  for (uint64_t b = kh.home; b < kh.home + kNeighbourhood; ++b) {
+    if (g.home_of[b] != kh.home) continue;  // free, or another home's key
+    const BucketHeader h = g.header_of(b);
+    if (h.key_len != key.size() || h.tag != kh.tag) continue;
+    if (std::memcmp(g.key_of(b).data(), key.data(), key.size()) == 0) return Found{b, true};
+  }
+  return Found{};
+}
+
+std::vector<uint64_t> FarmEngine::find_chain(const Gen& g, uint64_t home) const {
+  const uint64_t end = std::min<uint64_t>(farm::table_buckets(g.info.homes), home + probe_range_);
+  uint64_t f = end;
+  for (uint64_t b = home; b < end; ++b)
+    if (g.home_of[b] == kNoHome) {
+      f = b;
+      break;
+    }
+  if (f == end) return {};
+  std::vector<uint64_t> chain{f};
+  // Herlihy, Shavit, Tzafrir's hopscotch insertion: while the free bucket is out of the new
+  // key's neighbourhood, move into it the key farthest from it whose own neighbourhood still
+  // covers it, which brings the free bucket closer. Computed on the home array alone: a step
+  // only changes buckets at or after the free one, so the candidates of later steps (all
+  // before it) are as they are now.
+  while (f >= home + kNeighbourhood) {
+    bool moved = false;
+    for (uint64_t j = f - (kNeighbourhood - 1); j < f; ++j) {
+      if (g.home_of[j] != kNoHome && f < g.home_of[j] + kNeighbourhood) {
+        chain.push_back(j);
+        f = j;
+        moved = true;
+        break;
+      }
+    }
+    if (!moved) return {};
+  }
+  return chain;
+}
+
+void FarmEngine::apply_chain(Gen& g, const std::vector<uint64_t>& chain, const std::byte* bucket,
+                             uint64_t home, bool live) {
+  if (chain.size() == 1) {
+    std::memcpy(g.bucket(chain[0]), bucket, bucket_bytes_);
+    g.home_of[chain[0]] = home;
+    publish();
+    return;
+  }
+  std::atomic_ref<uint64_t> moves(g.header()->moves);
+  const uint64_t m = moves.load(std::memory_order_relaxed);
+  moves.store(m + 1, std::memory_order_release);  // odd: keys are moving
+  publish();
+  const bool observe = live && move_observer_;
+  // Each key is copied into the free bucket first (it is in two buckets of its neighbourhood
+  // then), and only the next step overwrites its old bucket: it is never in none.
+  for (size_t i = 1; i < chain.size(); ++i) {
+    std::memcpy(g.bucket(chain[i - 1]), g.bucket(chain[i]), bucket_bytes_);
+    g.home_of[chain[i - 1]] = g.home_of[chain[i]];
+    publish();
+    if (observe) move_observer_();
+  }
+  std::memcpy(g.bucket(chain.back()), bucket, bucket_bytes_);
+  g.home_of[chain.back()] = home;
+  publish();
+  if (observe) move_observer_();
+  moves.store(m + 2, std::memory_order_release);  // even: settled
+  if (live) {
+    add_st(displacements_);
+    add_st(moved_keys_, chain.size() - 1);
+  }
+}
+
+bool FarmEngine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool live) {
+  const std::vector<uint64_t> chain = find_chain(g, home);
+  if (chain.empty()) return false;
+  apply_chain(g, chain, bucket, home, live);
+  ++g.used;
+  return true;
+}
+
+void FarmEngine::remove_at(Gen& g, uint64_t b) {
+  const BucketHeader h = g.header_of(b);
+  const uint64_t off = h.flags == farm::kIndirect ? g.pointer_of(b).extent_offset : Heap::kNil;
+  std::memset(g.bucket(b), 0, bucket_bytes_);  // readers see it empty (or torn: retry)...
+  g.home_of[b] = kNoHome;
+  publish();
+  if (off != Heap::kNil) {
+    g.heap.free(off);  // ...before the record's bytes change
+    --g.indirect;
+  }
+  --g.used;
+  sub_st(stats_.items);
+  publish_sizes();
+  publish();
+}
+
+// ---- growth --------------------------------------------------------------------------------
+
+std::unique_ptr<FarmEngine::Gen> FarmEngine::build(uint64_t homes, size_t extent_bytes) {
+  const Gen& old = *live_;
+  auto g = map_gen(homes, extent_bytes, old.info.generation + 1);
+  std::vector<std::byte> b(bucket_bytes_);
+  for (uint64_t s = 0; s < farm::table_buckets(old.info.homes); ++s) {
+    if (old.home_of[s] == kNoHome) continue;
+    std::memcpy(b.data(), old.bucket(s), bucket_bytes_);
+    const BucketHeader h = old.header_of(s);
+    if (h.flags == farm::kIndirect) {
+      const farm::Pointer p = old.pointer_of(s);
+      const uint64_t off = g->heap.alloc(p.record_bytes);
+      if (off == Heap::kNil) return nullptr;
+      std::memcpy(g->info.extents + off, old.info.extents + p.extent_offset, p.record_bytes);
+      farm::Pointer np = p;
+      np.extent_offset = off;  // same record bytes: its check stays
+      std::memcpy(b.data() + sizeof(BucketHeader), &np, sizeof np);
+      farm::seal(b.data(), bucket_bytes_);
+      ++g->indirect;
+    }
+    // Not visible yet: no reader to protect, the same code path is fine.
+    if (!insert(*g, b.data(), farm::key_home(old.key_of(s), homes).home, false)) return nullptr;
+  }
+  return g;
+}
+
+Status FarmEngine::grow(bool more_homes, bool more_extents, size_t record) {
+  const Gen& old = *live_;
+  uint64_t homes = old.info.homes * (more_homes ? 2 : 1);
+  size_t extents = old.info.extent_bytes * (more_extents ? 2 : 1);
+  // Clamp to the cap: a growth may be smaller than 2x, but must still grow what ran out.
+  if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
+    if (more_extents) {
+      const size_t table = farm::table_bytes(homes, bucket_bytes_);
+      extents = cap_ > table ? (cap_ - table) / kPage * kPage : 0;
+      if (extents <= old.info.extent_bytes) return Status::kNoSpace;
+      const size_t block = round_up(record + 8, Heap::kBlockAlign);
+      if (old.heap.used_bytes() + block + 2 * Heap::kBlockAlign > extents) return Status::kNoSpace;
+    } else {
+      while (homes > old.info.homes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
+        homes -= std::max<uint64_t>(1, (homes - old.info.homes) / 2);
+      if (homes <= old.info.homes) return Status::kNoSpace;
+    }
+  }
+  std::unique_ptr<Gen> g;
+  for (;;) {
+    g = build(homes, extents);
+    if (g != nullptr) break;
+    // No room for a re-inserted key within its neighbourhood: more buckets.
+    const uint64_t more = homes * 2;
+    if (farm::table_bytes(more, bucket_bytes_) + extents > cap_) return Status::kNoSpace;
+    homes = more;
+  }
+
+  // Switch: the new generation is complete; announce it, then tell readers of the old one.
+  std::unique_ptr<Gen> prev = std::move(live_);
+  live_ = std::move(g);
+  publish_sizes();
+  publish();
+  add_st(growths_);
+  if (hooks_.on_live) hooks_.on_live(live_->info);
+
+  std::atomic_ref<uint32_t>(prev->header()->state)
+      .store(farm::kStateRetired, std::memory_order_release);
+  publish();
+  std::vector<std::byte> marker(bucket_bytes_);
+  BucketHeader mh{};
+  mh.flags = farm::kRetired;
+  std::memcpy(marker.data(), &mh, sizeof mh);
+  farm::seal(marker.data(), bucket_bytes_);
+  for (uint64_t s = 0; s < farm::table_buckets(prev->info.homes); ++s)
+    std::memcpy(prev->bucket(s), marker.data(), bucket_bytes_);
+  publish();
+  retired_.push_back(Retired{std::move(prev), std::chrono::steady_clock::now()});
+  add_st(retired_live_);
+  return Status::kOk;
+}
+
+void FarmEngine::publish_clock() {
+  std::atomic_ref<uint32_t>(live_->header()->clock)
+      .store(clock_(clock_ctx_), std::memory_order_relaxed);
+}
+
+void FarmEngine::reap_retired() {
+  publish_clock();
+  const auto now = std::chrono::steady_clock::now();
+  const auto grace = std::chrono::milliseconds(grace_ms_);
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (now - it->since < grace) {
+      ++it;
+      continue;
+    }
+    if (hooks_.on_release) hooks_.on_release(it->gen->info);
+    it = retired_.erase(it);
+    sub_st(retired_live_);
+  }
+}
+
+// ---- data path -----------------------------------------------------------------------------
+
+Status FarmEngine::get(KeyHash, std::string_view key, ItemView& out) {
+  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
+  Gen& g = *live_;
+  const Found f = find(g, key, farm::key_home(key, g.info.homes));
+  if (f.ok) {
+    const BucketHeader h = g.header_of(f.bucket);
+    if (!expired(h.expire_at)) {
+      out.value = g.value_of(f.bucket);
+      out.version = h.version;
+      out.expire_at = h.expire_at;
+      add_st(stats_.hits);
+      return Status::kOk;
+    }
+    remove_at(g, f.bucket);
+    add_st(stats_.expired);
+  }
+  add_st(stats_.misses);
+  return Status::kNotFound;
+}
+
+Status FarmEngine::put(KeyHash, std::string_view key, std::string_view value,
+                       const PutOptions& opts, uint64_t* new_version) {
+  if (Status st = check_key(key, stats_, value.size(), max_value_); st != Status::kOk) return st;
+  Found f = find(*live_, key, farm::key_home(key, live_->info.homes));
+  BucketHeader old{};
+  if (f.ok) {
+    old = live_->header_of(f.bucket);
+    if (expired(old.expire_at)) {
+      remove_at(*live_, f.bucket);
+      add_st(stats_.expired);
+      f = Found{};
+    }
+  }
+  if (opts.expected_version != 0) {
+    if (!f.ok) return Status::kNotFound;
+    if (old.version != opts.expected_version) {
+      add_st(stats_.version_mismatches);
+      return Status::kVersionMismatch;
+    }
+  }
+
+  const bool indirect = pointers_only_ || key.size() + value.size() > inline_;
+  const size_t rec = indirect ? farm::record_bytes(key.size(), value.size()) : 0;
+  // `value` may be a view of this engine's memory (an earlier get()): it is copied into the
+  // record or the scratch bucket before any bucket of the table is written, and a growth keeps
+  // the old generation mapped.
+  for (;;) {
+    Gen& g = *live_;
+    const farm::KeyHome kh = farm::key_home(key, g.info.homes);
+    std::vector<uint64_t> chain;
+    bool need_homes = false;
+    if (!f.ok) {
+      chain = find_chain(g, kh.home);
+      need_homes = chain.empty();
+    }
+    uint64_t off = Heap::kNil;
+    if (indirect) off = g.heap.alloc(rec);
+    const bool need_extents = indirect && off == Heap::kNil;
+    if (need_homes || need_extents) {
+      if (off != Heap::kNil) g.heap.free(off);
+      if (grow(need_homes, need_extents, rec) != Status::kOk) {
+        add_st(stats_.no_space);
+        return Status::kNoSpace;
+      }
+      f = find(*live_, key, farm::key_home(key, live_->info.homes));
+      continue;
+    }
+
+    const uint64_t version = stamp_version(version_, opts);
+    BucketHeader h{};
+    h.version = version;
+    h.expire_at = opts.expire_at;
+    h.value_len = static_cast<uint32_t>(value.size());
+    h.key_len = static_cast<uint8_t>(key.size());
+    h.tag = kh.tag;
+    std::byte* b = scratch_.data();
+    std::memset(b, 0, bucket_bytes_);
+    if (indirect) {
+      // 1. The record, in space no bucket points at.
+      std::byte* p = g.info.extents + off;
+      RecordHeader rh{0, version, static_cast<uint32_t>(key.size()),
+                      static_cast<uint32_t>(value.size())};
+      std::memcpy(p + sizeof rh, key.data(), key.size());
+      std::memcpy(p + sizeof rh + key.size(), value.data(), value.size());
+      std::memcpy(p, &rh, sizeof rh);
+      rh.check = farm::record_check(p, rec, version);
+      std::memcpy(p, &rh.check, 8);
+      h.flags = farm::kIndirect;
+      const farm::Pointer ptr{off, static_cast<uint32_t>(rec), 0};
+      std::memcpy(b + sizeof h, &ptr, sizeof ptr);
+    } else {
+      h.flags = farm::kInline;
+      std::memcpy(b + sizeof h, key.data(), key.size());
+      std::memcpy(b + sizeof h + key.size(), value.data(), value.size());
+    }
+    std::memcpy(b, &h, sizeof h);
+    farm::seal(b, bucket_bytes_);
+    publish();
+
+    // 2. The bucket; 3. (update of an indirect item) the old record goes back to the heap.
+    if (f.ok) {
+      const uint64_t old_off =
+          old.flags == farm::kIndirect ? g.pointer_of(f.bucket).extent_offset : Heap::kNil;
+      std::memcpy(g.bucket(f.bucket), b, bucket_bytes_);
+      publish();
+      if (old_off != Heap::kNil) {
+        g.heap.free(old_off);
+        --g.indirect;
+      }
+    } else {
+      apply_chain(g, chain, b, kh.home, true);
+      ++g.used;
+      add_st(stats_.items);
+    }
+    if (indirect) ++g.indirect;
+    add_st(stats_.puts);
+    publish_sizes();
+    publish();
+    if (new_version != nullptr) *new_version = version;
+    return Status::kOk;
+  }
+}
+
+Status FarmEngine::del(KeyHash, std::string_view key) {
+  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
+  Gen& g = *live_;
+  const Found f = find(g, key, farm::key_home(key, g.info.homes));
+  if (!f.ok) return Status::kNotFound;
+  const bool was_expired = expired(g.header_of(f.bucket).expire_at);
+  remove_at(g, f.bucket);
+  if (was_expired) {
+    add_st(stats_.expired);
+    return Status::kNotFound;
+  }
+  add_st(stats_.dels);
+  return Status::kOk;
+}
+
+void FarmEngine::run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap) {
+  run_pipeline(*this, reqs, done, gap);
+}
+
+// ---- client rules, checks ------------------------------------------------------------------
+
+FarmLookup FarmEngine::lookup(const FarmGeneration& g, std::string_view key) {
+  FarmLookup r;
+  const farm::KeyHome kh = farm::key_home(key, g.homes);
+  const size_t bb = g.bucket_bytes;
+  std::vector<char> copy(farm::neighbourhood_bytes(bb));
+  std::vector<char> rec;
+  uint64_t seen = farm::load_header_word(g.table + farm::kMovesOffset).moves;
+  constexpr int kRounds = 64;
+  for (int round = 0; round < kRounds; ++round) {
+    std::memcpy(copy.data(), g.table + farm::bucket_offset(kh.home, bb), copy.size());
+    ++r.reads;
+    uint32_t skip = 0;
+    for (;;) {
+      farm::Bucket b;
+      const farm::Search s = farm::search_neighbourhood(copy.data(), bb, key, kh.tag, &b, skip);
+      if (s == farm::Search::kRetired) {
+        r.retired = true;
+        return r;
+      }
+      if (s == farm::Search::kInline) {
+        r.found = true;
+        r.version = b.header.version;
+        r.expire_at = b.header.expire_at;
+        r.value.assign(b.value);
+        return r;
+      }
+      if (s == farm::Search::kIndirect) {
+        const farm::Pointer& p = b.pointer;
+        if (p.extent_offset > g.extent_bytes || p.record_bytes > g.extent_bytes - p.extent_offset)
+          break;  // a pointer that cannot be right: read again
+        rec.assign(reinterpret_cast<const char*>(g.extents) + p.extent_offset,
+                   reinterpret_cast<const char*>(g.extents) + p.extent_offset + p.record_bytes);
+        std::string_view k, v;
+        if (!farm::check_record(b, rec.data(), rec.size(), &k, &v)) break;  // read again
+        if (k != key) {
+          ++skip;
+          continue;
+        }
+        r.found = true;
+        r.version = b.header.version;
+        r.expire_at = b.header.expire_at;
+        r.value.assign(v);
+        return r;
+      }
+      if (s == farm::Search::kTorn) break;
+      // kMiss: confirm that no displacement ran while we copied.
+      const farm::HeaderWord w = farm::load_header_word(g.table + farm::kMovesOffset);
+      if (w.state == farm::kStateRetired) {
+        r.retired = true;
+        return r;
+      }
+      if (w.moves % 2 == 0 && w.moves == seen) return r;
+      seen = w.moves;
+      break;
+    }
+  }
+  return r;
+}
+
+std::string FarmEngine::check() const {
+  const Gen& g = *live_;
+  std::string err = g.heap.check();
+  if (!err.empty()) return "heap: " + err;
+  TableHeader h;
+  std::memcpy(&h, g.header(), sizeof h);
+  if (h.magic != farm::kTableMagic || h.version != farm::kLayoutVersion ||
+      h.generation != g.info.generation || h.homes != g.info.homes ||
+      h.bucket_bytes != bucket_bytes_ || h.inline_bytes != inline_ ||
+      h.extent_bytes != g.info.extent_bytes)
+    return "table header does not describe the generation";
+  if (h.state != farm::kStateLive) return "live table not marked live";
+  if (h.moves % 2 != 0) return "moves odd while idle";
+  uint64_t n = 0, indirect = 0;
+  std::unordered_set<std::string_view> keys;
+  for (uint64_t s = 0; s < farm::table_buckets(g.info.homes); ++s) {
+    const std::string at = "bucket " + std::to_string(s);
+    farm::Bucket b;
+    const farm::BucketState st =
+        farm::check_bucket(reinterpret_cast<const char*>(g.bucket(s)), bucket_bytes_, &b);
+    if (st == farm::BucketState::kEmpty) {
+      if (g.home_of[s] != kNoHome) return at + " empty but has a home";
+      continue;
+    }
+    if (st != farm::BucketState::kInline && st != farm::BucketState::kIndirect)
+      return at + " torn or retired";
+    if (st == farm::BucketState::kInline && pointers_only_) return at + " inline in farm-var";
+    ++n;
+    std::string_view key = b.key;
+    if (st == farm::BucketState::kIndirect) {
+      ++indirect;
+      std::string_view v;
+      const farm::Pointer& p = b.pointer;
+      if (p.extent_offset + p.record_bytes > g.info.extent_bytes ||
+          !farm::check_record(b, reinterpret_cast<const char*>(g.info.extents) + p.extent_offset,
+                              p.record_bytes, &key, &v))
+        return at + " record check fails";
+      if (g.heap.block_size(p.extent_offset) < p.record_bytes + 8)
+        return at + " record larger than its block";
+      if (!pointers_only_ && key.size() + v.size() <= inline_)
+        return at + " indirect but fits inline";
+    }
+    const farm::KeyHome kh = farm::key_home(key, g.info.homes);
+    if (kh.tag != b.header.tag) return at + " wrong tag";
+    if (g.home_of[s] != kh.home) return at + " home array disagrees";
+    if (s < kh.home || s >= kh.home + kNeighbourhood) return at + " outside its neighbourhood";
+    if (!keys.insert(key).second) return at + " key in two buckets";
+  }
+  if (n != g.used) return "used count " + std::to_string(g.used) + " != " + std::to_string(n);
+  if (indirect != g.indirect) return "indirect count wrong";
+  const StatsSnapshot st = stats();
+  if (st.items != n) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(n);
+  return "";
+}
+
+}  // namespace fabkv::store

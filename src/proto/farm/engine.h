@@ -1,0 +1,182 @@
+// `farm` engine: FaRM-KV's hopscotch table (HERD sec. 5.1.2, survey sec. 3.4), laid out byte
+// for byte as proto/farm/layout.h says, so that clients GET by one READ of a key's H = 6
+// buckets while the owner thread writes. Lossless like `store` and `pilaf`: a PUT that cannot
+// fit grows the table and/or the extents into a new generation (up to the memory cap), else
+// returns kNoSpace and changes nothing. It implements the generic Engine interface, so the
+// RPC protocols (herd, server-reply) serve the same keys. Design: docs/farm.md.
+//
+// Memory: per generation two anonymous mappings, as pilaf's engine (proto/pilaf/engine.h):
+// the table (TableHeader + buckets) and the extents (records of items that do not fit a
+// bucket, TLSF heap of store/heap.h). A growth builds a complete new generation, announces it
+// (hooks.on_live), sets the old header retired and overwrites every old bucket with a sealed
+// retired marker; the old generation stays mapped for retire_grace_ms.
+//
+// Write order (all steps separated by release fences; every mutation ends with one):
+//   PUT inline (new or update): the sealed bucket, built locally, is copied into its bucket;
+//     an update of an indirect item then frees the old record.
+//   PUT indirect: the record into free extent space first, then the bucket, then (update) the
+//     old record is freed.
+//   DELETE: zero the bucket, then free the record.
+//   Hopscotch displacement (Herlihy et al.'s insertion, as FaRM-KV uses it): the whole chain is
+//     computed first from the server's private home array; moves goes odd; from the free
+//     bucket backwards each key is copied into the free bucket nearer its home's end (it is in
+//     two buckets until the next step overwrites the old one), then the new key lands; moves
+//     goes even. A key is in one or two buckets of its neighbourhood at every instant.
+//
+// Threads: one owner thread for everything except stats(), farm_stats(), memory_bytes().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proto/farm/layout.h"
+#include "store/engine.h"
+#include "store/heap.h"
+#include "store/region.h"
+
+namespace fabkv::store {
+
+struct FarmOptions {
+  // Bytes of key + value a bucket holds inline (rounded up to 8, at least
+  // farm::kPointerBytes); larger items go to an extent record.
+  size_t inline_bytes = 48;
+  // farm-var (HERD sec. 5.1.2, FaRM-em-VAR): buckets of a pointer only (inline_bytes is then
+  // farm::kPointerBytes) and every item in an extent record.
+  bool pointers_only = false;
+  // Home buckets of the first generation (at least 16).
+  size_t initial_homes = 65536;
+  // Extent bytes of the first generation (rounded up to a page and one maximum-size record).
+  size_t initial_extent_bytes = size_t{4} << 20;
+  // Cap on table + extent bytes of the live generation; 0 = EngineOptions::memory_bytes.
+  size_t memory_bytes = 0;
+  // How long a replaced generation stays mapped (clients mid-READ).
+  uint32_t retire_grace_ms = 5000;
+  // Hopscotch's add range: buckets searched from the home for a free one before the table
+  // grows.
+  uint32_t probe_range = 256;
+};
+
+struct FarmGeneration {
+  uint32_t generation = 0;
+  std::byte* table = nullptr;
+  size_t table_bytes = 0;
+  uint64_t homes = 0;
+  size_t bucket_bytes = 0;
+  std::byte* extents = nullptr;
+  size_t extent_bytes = 0;
+  bool huge_pages = false;
+};
+
+struct FarmHooks {
+  std::function<void(const FarmGeneration&)> on_live;
+  std::function<void(const FarmGeneration&)> on_release;
+};
+
+// The client's lookup rules (layout.h) run on local memory: for tests and tools.
+struct FarmLookup {
+  bool found = false;
+  bool retired = false;
+  uint32_t reads = 0;  // neighbourhood reads, retries included
+  uint64_t version = 0;
+  uint32_t expire_at = 0;
+  std::string value;
+};
+
+class FarmEngine final : public Engine {
+ public:
+  explicit FarmEngine(const EngineOptions& opts, const FarmOptions& fopts = {});
+  ~FarmEngine() override;
+
+  EngineKind kind() const override { return EngineKind::kFarm; }
+  using Engine::del;
+  using Engine::get;
+  using Engine::put;
+  Status get(KeyHash h, std::string_view key, ItemView& out) override;
+  Status put(KeyHash h, std::string_view key, std::string_view value, const PutOptions& opts = {},
+             uint64_t* new_version = nullptr) override;
+  Status del(KeyHash h, std::string_view key) override;
+  void prefetch_index(KeyHash) const override {}
+  void prefetch_item(KeyHash) const override {}
+  using Engine::run_batch;
+  void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
+  EngineMemory memory() const override;
+  size_t max_value_size() const override { return max_value_; }
+  void housekeeping() override { reap_retired(); }
+
+  void set_hooks(FarmHooks h);
+  const FarmGeneration& current() const;
+  size_t inline_bytes() const { return inline_; }
+  bool pointers_only() const { return pointers_only_; }
+  void reap_retired();
+  void publish_clock();
+
+  struct FarmStats {
+    uint64_t growths = 0;
+    uint64_t displacements = 0;  // chains applied on the live table (moves += 2 each)
+    uint64_t moved_keys = 0;
+    uint64_t used_buckets = 0;
+    uint64_t indirect_items = 0;  // items in extent records
+    uint64_t retired_live = 0;
+  };
+  FarmStats farm_stats() const;  // any thread
+  size_t memory_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
+
+  // The client's rules over a generation's memory (no fabric). Any thread that may read it.
+  static FarmLookup lookup(const FarmGeneration& g, std::string_view key);
+  // Table, heap, neighbourhood and stats consistency, for tests: "" when fine.
+  std::string check() const;
+  // Tests: called on the owner thread after every bucket write of a displacement chain.
+  void set_move_observer(std::function<void()> f) { move_observer_ = std::move(f); }
+
+ private:
+  struct Gen;
+  struct Found {
+    uint64_t bucket = 0;
+    bool ok = false;
+  };
+  Found find(const Gen& g, std::string_view key, const farm::KeyHome& kh) const;
+  // The buckets a new key with home `home` goes through: chain[0] the free bucket found, each
+  // next one a bucket whose key moves into the previous; the last is where the key lands
+  // (within [home, home + H)). Empty = none within probe_range / no displacement possible.
+  std::vector<uint64_t> find_chain(const Gen& g, uint64_t home) const;
+  void apply_chain(Gen& g, const std::vector<uint64_t>& chain, const std::byte* bucket,
+                   uint64_t home, bool live);
+  bool insert(Gen& g, const std::byte* bucket, uint64_t home, bool live);
+  void remove_at(Gen& g, uint64_t b);
+  Status grow(bool more_homes, bool more_extents, size_t record);
+  std::unique_ptr<Gen> build(uint64_t homes, size_t extent_bytes);
+  std::unique_ptr<Gen> map_gen(uint64_t homes, size_t extent_bytes, uint32_t generation) const;
+  bool expired(uint32_t expire_at) const {
+    return expire_at != 0 && clock_(clock_ctx_) >= expire_at;
+  }
+  void publish_sizes();
+
+  std::unique_ptr<Gen> live_;
+  struct Retired {
+    std::unique_ptr<Gen> gen;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Retired> retired_;
+  FarmHooks hooks_;
+  std::function<void()> move_observer_;
+  std::vector<std::byte> scratch_;  // one bucket, built before it is copied into place
+  bool pointers_only_ = false;
+  size_t inline_ = 48, bucket_bytes_ = 80;
+  size_t cap_ = 0, min_extent_bytes_ = 0;
+  uint32_t grace_ms_ = 5000, probe_range_ = 256;
+  bool huge_pages_ = false, prefault_ = true;
+  uint64_t version_ = 1;
+  size_t max_value_ = 0;
+  ClockFn clock_;
+  void* clock_ctx_;
+  std::atomic<uint64_t> growths_{0}, displacements_{0}, moved_keys_{0}, used_buckets_{0},
+      indirect_items_{0}, retired_live_{0};
+  std::atomic<size_t> live_bytes_{0};
+};
+
+}  // namespace fabkv::store
