@@ -7,6 +7,7 @@
 #include <string>
 
 #include "store/cache_engine.h"
+#include "proto/drtm/engine.h"
 #include "proto/pilaf/engine.h"
 #include "store/store_engine.h"
 
@@ -29,6 +30,7 @@ const char* to_string(EngineKind k) {
     case EngineKind::kCache: return "cache";
     case EngineKind::kStore: return "store";
     case EngineKind::kPilaf: return "pilaf";
+    case EngineKind::kDrtm: return "drtm";
   }
   return "unknown";
 }
@@ -37,6 +39,7 @@ std::optional<EngineKind> engine_kind_from_string(std::string_view name) {
   if (name == "cache") return EngineKind::kCache;
   if (name == "store") return EngineKind::kStore;
   if (name == "pilaf") return EngineKind::kPilaf;
+  if (name == "drtm") return EngineKind::kDrtm;
   return std::nullopt;
 }
 
@@ -53,6 +56,7 @@ std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) 
     case EngineKind::kCache: return std::make_unique<CacheEngine>(opts);
     case EngineKind::kStore: return std::make_unique<StoreEngine>(opts);
     case EngineKind::kPilaf: return std::make_unique<PilafEngine>(opts);
+    case EngineKind::kDrtm: return std::make_unique<DrtmEngine>(opts);
   }
   throw std::invalid_argument("store: unknown engine kind");
 }

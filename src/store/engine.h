@@ -38,9 +38,10 @@ enum class Status : uint8_t {
 const char* to_string(Status s);
 
 // kPilaf: the store behind fabkv's Pilaf protocol (proto/pilaf/engine.h): clients READ its table.
-enum class EngineKind : uint8_t { kCache, kStore, kPilaf };
+// kDrtm: the store behind DrTM-KV (proto/drtm/engine.h): clients READ it and lock its items.
+enum class EngineKind : uint8_t { kCache, kStore, kPilaf, kDrtm };
 const char* to_string(EngineKind k);
-// "cache", "store" or "pilaf"; nullopt for anything else.
+// "cache", "store", "pilaf" or "drtm"; nullopt for anything else.
 std::optional<EngineKind> engine_kind_from_string(std::string_view name);
 
 // Wall-clock seconds used for expiry; only read when an item carries an expiry time.
