@@ -8,7 +8,8 @@
 //   name        what users type (--protocol, --protocols, fabkv:<name>, the Hello)
 //   server side the protocol whose server side serves this one: a protocol that only differs
 //               on the client (pilaf-vo uses pilaf's server without its READs) names another
-//   engine      the storage engine it needs: kAny (cache or store) or kPilaf (READ by clients)
+//   engine      the storage engine it needs: kAny (cache or store), kPilaf or kDrtm (memory
+//               clients reach; kAny protocols run on those engines too)
 //
 // An X-macro, not static self-registration: a static library silently drops an object file
 // that nothing references, and with it the registration.
@@ -26,7 +27,9 @@
     "requests WRITten into server slots, answers WRITten into the client's ring")            \
   X(pilaf, "pilaf", pilaf, kPilaf,                                                           \
     "Pilaf: GETs READ the server's self-verifying cuckoo table, PUT/DEL by SEND")            \
-  X(pilaf_vo, "pilaf-vo", pilaf, kPilaf, "Pilaf-VO: Pilaf's server, every request by SEND")
+  X(pilaf_vo, "pilaf-vo", pilaf, kPilaf, "Pilaf-VO: Pilaf's server, every request by SEND")  \
+  X(drtm, "drtm", drtm, kDrtm,                                                               \
+    "DrTM-KV: GETs READ cached item locations, PUTs lock items by CAS and WRITE them")
 
 namespace fabkv::proto {
 
@@ -42,6 +45,7 @@ enum class Id : uint8_t {
 enum class EngineNeed : uint8_t {
   kAny,    // any engine the worker runs (cache or store); the server picks cache
   kPilaf,  // the pilaf engine: clients READ its table and extents
+  kDrtm,   // the drtm engine: clients READ its table and items, and lock and WRITE items
 };
 
 struct Info {

@@ -22,9 +22,11 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "cores for the workers, comma-separated (default: worker i on core i; -1 unpinned)");
   s.text("engine", "--engine", &o->engine,
          "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | pilaf (lossless "
-         "cuckoo table clients READ); default: what the protocols served need, else cache")
+         "cuckoo table clients READ) | drtm (lossless table and items clients READ, lock and "
+         "WRITE); default: what the protocols served need, else cache")
       .one_of({store::to_string(store::EngineKind::kCache), store::to_string(store::EngineKind::kStore),
-               store::to_string(store::EngineKind::kPilaf)});
+               store::to_string(store::EngineKind::kPilaf),
+               store::to_string(store::EngineKind::kDrtm)});
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
@@ -64,15 +66,18 @@ void load_toml(const std::string& path, ServerOptions* o) {
 }
 
 proto::EngineNeed needed_engine(const ServerOptions& o) {
+  // The first protocol that needs an engine of its own names it; validate() refuses a list
+  // whose protocols need two different ones.
   for (const auto& name : o.protocols)
-    if (const proto::Info* p = proto::find(name); p && p->engine == proto::EngineNeed::kPilaf)
-      return proto::EngineNeed::kPilaf;
+    if (const proto::Info* p = proto::find(name); p && p->engine != proto::EngineNeed::kAny)
+      return p->engine;
   return proto::EngineNeed::kAny;
 }
 
 const char* engine_for(proto::EngineNeed need) {
   switch (need) {
     case proto::EngineNeed::kPilaf: return store::to_string(store::EngineKind::kPilaf);
+    case proto::EngineNeed::kDrtm: return store::to_string(store::EngineKind::kDrtm);
     case proto::EngineNeed::kAny: break;
   }
   return store::to_string(store::EngineKind::kCache);
@@ -92,6 +97,21 @@ void validate(const ServerOptions& o) {
     k.check();
   }
   if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
+  {
+    // One engine per worker: protocols whose clients reach two different engines' memory
+    // (pilaf's table, drtm's items) cannot share a server.
+    const proto::Info* first = nullptr;
+    for (const auto& name : o.protocols) {
+      const proto::Info* p = proto::find(name);
+      if (p == nullptr || p->engine == proto::EngineNeed::kAny) continue;
+      if (first == nullptr) first = p;
+      else if (first->engine != p->engine)
+        throw std::invalid_argument(fmt::format(
+            "protocols '{}' and '{}' need different engines ({} and {}), and a server runs one: "
+            "serve them from two servers",
+            first->name, p->name, engine_for(first->engine), engine_for(p->engine)));
+    }
+  }
   for (const auto& name : o.protocols) {
     const proto::Info* p = proto::find(name);
     if (!p)
@@ -105,6 +125,21 @@ void validate(const ServerOptions& o) {
               "protocol '{}' needs --engine {}: its clients READ that engine's table and extents "
               "(leave --engine out to get it), not '{}'",
               name, engine_for(p->engine), o.engine));
+        break;
+      case proto::EngineNeed::kDrtm:
+        if (o.engine != engine_for(p->engine))
+          throw std::invalid_argument(fmt::format(
+              "protocol '{}' needs --engine {}: its clients READ that engine's table and items "
+              "and lock and WRITE its items (leave --engine out to get it), not '{}'",
+              name, engine_for(p->engine), o.engine));
+        // The op log sees only what the worker executes; drtm clients change items with
+        // atomics and WRITEs the worker never hears of, so a replay would bring back old values.
+        if (!o.oplog.empty())
+          throw std::invalid_argument(fmt::format(
+              "--oplog cannot serve protocol '{}': its clients PUT by CAS and WRITE straight into "
+              "the engine's memory, which the worker never sees, so the log would miss those "
+              "PUTs and a replay would bring back old values",
+              name));
         break;
     }
   }

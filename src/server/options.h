@@ -49,10 +49,11 @@ struct ServerOptions : proto::ProtocolOptions {
   bool oplog_fsync = false;  // fdatasync each written batch (durable, slower)
 };
 
-// What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf when any
-// of them needs the pilaf engine, else kAny. Unknown protocol names are validate()'s business.
+// What the served protocols ask of the engine (proto/registry.h, Info::engine): the first need
+// other than kAny (kPilaf, kDrtm), else kAny. Unknown protocol names and two different needs
+// are validate()'s business.
 proto::EngineNeed needed_engine(const ServerOptions& o);
-// The engine that satisfies a need: the pilaf engine for kPilaf, the cache engine (the default)
+// The engine that satisfies a need: the pilaf engine for kPilaf, drtm for kDrtm, cache (the default)
 // for kAny.
 const char* engine_for(proto::EngineNeed need);
 
