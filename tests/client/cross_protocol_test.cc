@@ -1,9 +1,11 @@
-// Every protocol of the registration list (proto/registry.h) served by one fabkv-server, side
-// by side on the same data: each protocol's client writes keys of its own, and every
+// Every protocol of the registration list (proto/registry.h) served side by side on the same
+// data, by one fabkv-server per engine that protocols bring (pilaf's, drtm's; the protocols that
+// run on any engine join each): each protocol's client writes keys of its own, and every
 // protocol's client reads, overwrites and deletes what the others wrote, checked against a
 // plain model map. Also the registry's own rules (unique names, server sides that exist).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -36,25 +38,18 @@ TEST(Registry, NamesAreUniqueAndEveryServerSideServesItself) {
   EXPECT_EQ(std::string(proto::info(proto::kDefault).name), "herd");
 }
 
-std::string all_protocols() {
-  std::string s;
-  for (const proto::Info& p : proto::protocols()) s += (s.empty() ? "" : ",") + std::string(p.name);
-  return s;
-}
-
-class CrossProtocol : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
-  // A pilaf protocol needs the pilaf engine; with one in the list every protocol shares it.
-  ReadyProcess server({FABKV_SERVER_BIN, "--provider", GetParam(), "--listen", "127.0.0.1:0",
-                       "--protocols", all_protocols(), "--workers", "2", "--cores", "-1", "--log",
-                       "warn"},
+void check_group(const std::string& provider, const std::vector<const proto::Info*>& group) {
+  std::string list;
+  for (const proto::Info* p : group) list += (list.empty() ? "" : ",") + std::string(p->name);
+  ReadyProcess server({FABKV_SERVER_BIN, "--provider", provider, "--listen", "127.0.0.1:0",
+                       "--protocols", list, "--workers", "2", "--cores", "-1", "--log", "warn"},
                       ReadyProcess::Stop::kSigterm);
   std::vector<std::unique_ptr<Client>> clients;
-  for (const proto::Info& p : proto::protocols()) {
+  for (const proto::Info* pp : group) {
+    const proto::Info& p = *pp;
     ClientOptions o;
     o.server = server.address();
-    o.provider = GetParam();
+    o.provider = provider;
     o.protocol = p.name;
     o.timeout_ms = 10000;
     clients.push_back(Client::connect(o));
@@ -68,12 +63,12 @@ TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
     for (int k = 0; k < 40; ++k) {
       std::string key = fmt::format("k{}-{}", i, k);
       std::string value(k == 39 ? 3000 : 1 + rng() % 200, static_cast<char>('a' + (k + i) % 26));
-      ASSERT_EQ(clients[i]->put(key, value), Status::kOk) << proto::protocols()[i].name;
+      ASSERT_EQ(clients[i]->put(key, value), Status::kOk) << group[i]->name;
       model[key] = value;
     }
   // Every protocol reads every key, then overwrites or deletes the next protocol's keys.
   for (size_t i = 0; i < n; ++i) {
-    const char* who = proto::protocols()[i].name;
+    const char* who = group[i]->name;
     for (const auto& [key, value] : model) {
       std::string got;
       ASSERT_EQ(clients[i]->get(key, &got), Status::kOk) << who << " " << key;
@@ -88,14 +83,14 @@ TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
         ASSERT_EQ(clients[i]->del(key), Status::kOk);
         model.erase(key);
       } else {
-        std::string value = fmt::format("by {} #{}", proto::protocols()[i].name, k);
+        std::string value = fmt::format("by {} #{}", group[i]->name, k);
         ASSERT_EQ(clients[i]->put(key, value), Status::kOk);
         model[key] = value;
       }
     }
   }
   for (size_t i = 0; i < n; ++i) {
-    const char* who = proto::protocols()[i].name;
+    const char* who = group[i]->name;
     for (size_t j = 0; j < n; ++j)
       for (int k = 0; k < 40; ++k) {
         std::string key = fmt::format("k{}-{}", j, k), got;
@@ -111,10 +106,41 @@ TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
   }
   // The server counts its clients by protocol.
   nlohmann::json st = clients[0]->stats();
-  for (const proto::Info& p : proto::protocols())
-    if (p.server == p.id) {
-      EXPECT_TRUE(st.at("workers").at(0).at("protocols").contains(p.name)) << p.name;
+  for (const proto::Info* p : group)
+    if (p->server == p->id) {
+      EXPECT_TRUE(st.at("workers").at(0).at("protocols").contains(p->name)) << p->name;
     }
+}
+
+// The protocols one server can serve together: those that need one engine of their own (pilaf's,
+// drtm's: their clients reach its memory) and every protocol that runs on any engine. A server
+// runs one engine, so each such engine gets a server of its own (options.cc refuses a mix).
+std::vector<std::vector<const proto::Info*>> engine_groups() {
+  std::vector<std::vector<const proto::Info*>> groups;
+  std::vector<proto::EngineNeed> needs;
+  for (const proto::Info& p : proto::protocols())
+    if (p.engine != proto::EngineNeed::kAny &&
+        std::find(needs.begin(), needs.end(), p.engine) == needs.end())
+      needs.push_back(p.engine);
+  if (needs.empty()) needs.push_back(proto::EngineNeed::kAny);
+  for (proto::EngineNeed n : needs) {
+    std::vector<const proto::Info*> g;
+    for (const proto::Info& p : proto::protocols())
+      if (p.engine == proto::EngineNeed::kAny || p.engine == n) g.push_back(&p);
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+
+class CrossProtocol : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CrossProtocol, EveryProtocolSeesWhatTheOthersWrote) {
+  for (const auto& group : engine_groups()) {
+    SCOPED_TRACE(group.back()->name);
+    check_group(GetParam(), group);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, CrossProtocol, ::testing::Values("shm", "tcp"));
