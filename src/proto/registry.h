@@ -8,8 +8,9 @@
 //   name        what users type (--protocol, --protocols, fabkv:<name>, the Hello)
 //   server side the protocol whose server side serves this one: a protocol that only differs
 //               on the client (pilaf-vo uses pilaf's server without its READs) names another
-//   engine      the storage engine it needs: kAny (cache or store), kPilaf or kFarm (READ by
-//               clients), or kNone (no key-value data: the sequencers, docs/sequencer.md)
+//   engine      the storage engine it needs: kAny (cache or store), kPilaf, kFarm or kDrtm
+//               (memory clients reach; kAny protocols run on those engines too), or kNone
+//               (no key-value data: the sequencers, docs/sequencer.md)
 //
 // An X-macro, not static self-registration: a static library silently drops an object file
 // that nothing references, and with it the registration.
@@ -32,6 +33,8 @@
     "FaRM-KV: GETs READ a hopscotch neighbourhood with values inline, PUT/DEL by WRITE")     \
   X(farm_var, "farm-var", farm_var, kFarm,                                                   \
     "FaRM-KV-VAR: GETs READ a neighbourhood of pointers, then the value; PUT/DEL by WRITE") \
+  X(drtm, "drtm", drtm, kDrtm,                                                               \
+    "DrTM-KV: GETs READ cached item locations, PUTs lock items by CAS and WRITE them") \
   X(seq_rpc, "seq-rpc", seq_rpc, kNone,                                                      \
     "sequencer by HERD-style RPC: a round's requests claim their values with one atomic add") \
   X(seq_spec, "seq-spec", seq_spec, kNone,                                                   \
@@ -54,6 +57,7 @@ enum class EngineNeed : uint8_t {
   kAny,    // any engine the worker runs (cache or store); the server picks cache
   kPilaf,  // the pilaf engine: clients READ its table and extents
   kFarm,   // the farm engine: clients READ its hopscotch table (and extents)
+  kDrtm,   // the drtm engine: clients READ its table and items, and lock and WRITE items
   kNone,   // no engine: a service without key-value data (the sequencers); a server that
            // serves only such protocols runs without one (server/options.h, needed_engine)
 };

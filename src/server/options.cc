@@ -26,11 +26,12 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "cores for the workers, comma-separated (default: worker i on core i; -1 unpinned)");
   s.text("engine", "--engine", &o->engine,
          "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | pilaf (lossless "
-         "cuckoo table clients READ) | farm (lossless hopscotch table clients READ); default: "
-         "what the protocols served need, else cache")
+         "cuckoo table clients READ) | farm (lossless hopscotch table clients READ) | drtm "
+         "(lossless table and items clients READ, lock and WRITE) | none (no engine: a server of "
+         "sequencers only); default: what the protocols served need, else cache")
       .one_of({store::to_string(store::EngineKind::kCache), store::to_string(store::EngineKind::kStore),
                store::to_string(store::EngineKind::kPilaf), store::to_string(store::EngineKind::kFarm),
-               kNoEngine});
+               store::to_string(store::EngineKind::kDrtm), kNoEngine});
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
@@ -73,12 +74,12 @@ void load_toml(const std::string& path, ServerOptions* o) {
 }
 
 proto::EngineNeed needed_engine(const ServerOptions& o) {
-  // The first protocol that needs an engine of its own (pilaf, farm) decides; validate()
+  // The first protocol that needs an engine of its own (pilaf, farm, drtm) decides; validate()
   // refuses a second protocol that needs another one.
   bool any = false;
   for (const auto& name : o.protocols) {
     const proto::Info* p = proto::find(name);
-    if (p && (p->engine == proto::EngineNeed::kPilaf || p->engine == proto::EngineNeed::kFarm))
+    if (p && p->engine != proto::EngineNeed::kAny && p->engine != proto::EngineNeed::kNone)
       return p->engine;
     if (!p || p->engine != proto::EngineNeed::kNone) any = true;
   }
@@ -90,6 +91,7 @@ const char* engine_for(proto::EngineNeed need) {
     case proto::EngineNeed::kPilaf: return store::to_string(store::EngineKind::kPilaf);
     case proto::EngineNeed::kNone: return kNoEngine;
     case proto::EngineNeed::kFarm: return store::to_string(store::EngineKind::kFarm);
+    case proto::EngineNeed::kDrtm: return store::to_string(store::EngineKind::kDrtm);
     case proto::EngineNeed::kAny: break;
   }
   return store::to_string(store::EngineKind::kCache);
@@ -109,8 +111,9 @@ void validate(const ServerOptions& o) {
   }
   if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
   const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
-  // One engine per worker: protocols whose clients READ different engines' memory cannot share
-  // a server, and farm and farm-var READ different buckets (values inline, or pointers).
+  // One engine per worker: protocols whose clients reach different engines' memory (pilaf's
+  // table, farm's buckets, drtm's items) cannot share a server, and farm and farm-var READ
+  // differently laid out buckets of the farm engine (values inline, or pointers).
   const proto::Info* reader = nullptr;
   for (const auto& name : o.protocols) {
     const proto::Info* p = proto::find(name);
@@ -119,11 +122,13 @@ void validate(const ServerOptions& o) {
       continue;
     if (reader != nullptr && reader->server != p->server)
       throw std::invalid_argument(fmt::format(
-          "protocols '{}' and '{}' cannot share a server: their clients READ {} (serve them "
+          "protocols '{}' and '{}' cannot share a server: their clients reach {} (serve them "
           "from two servers)",
           reader->name, name,
-          reader->engine == p->engine ? "differently laid out buckets of the farm engine"
-                                      : "different engines' tables"));
+          reader->engine == p->engine
+              ? std::string("differently laid out buckets of the farm engine")
+              : fmt::format("different engines' memory ({} and {})", engine_for(reader->engine),
+                            engine_for(p->engine))));
     if (reader == nullptr) reader = p;
   }
   for (const auto& name : o.protocols) {
@@ -151,6 +156,21 @@ void validate(const ServerOptions& o) {
               "protocol '{}' needs --engine {}: its clients READ that engine's table and extents "
               "(leave --engine out to get it), not '{}'",
               name, engine_for(p->engine), o.engine));
+        break;
+      case proto::EngineNeed::kDrtm:
+        if (o.engine != engine_for(p->engine))
+          throw std::invalid_argument(fmt::format(
+              "protocol '{}' needs --engine {}: its clients READ that engine's table and items "
+              "and lock and WRITE its items (leave --engine out to get it), not '{}'",
+              name, engine_for(p->engine), o.engine));
+        // The op log sees only what the worker executes; drtm clients change items with
+        // atomics and WRITEs the worker never hears of, so a replay would bring back old values.
+        if (!o.oplog.empty())
+          throw std::invalid_argument(fmt::format(
+              "--oplog cannot serve protocol '{}': its clients PUT by CAS and WRITE straight into "
+              "the engine's memory, which the worker never sees, so the log would miss those "
+              "PUTs and a replay would bring back old values",
+              name));
         break;
     }
   }

@@ -52,12 +52,12 @@ struct ServerOptions : proto::ProtocolOptions {
   std::string data_dir;
 };
 
-// What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf or kFarm
-// when one of them needs that engine (the first such protocol decides), kNone when none of
+// What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf, kFarm or
+// kDrtm when one of them needs that engine (the first such protocol decides), kNone when none of
 // them needs an engine (only sequencers), else kAny. Unknown protocol names and protocols
 // needing two engines are validate()'s business.
 proto::EngineNeed needed_engine(const ServerOptions& o);
-// The engine that satisfies a need: the pilaf engine for kPilaf, the farm engine for kFarm, the
+// The engine that satisfies a need: the pilaf, farm or drtm engine for kPilaf, kFarm, kDrtm, the
 // cache engine (the default) for kAny, "none" for kNone (the worker then makes no engine).
 const char* engine_for(proto::EngineNeed need);
 

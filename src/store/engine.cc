@@ -8,6 +8,7 @@
 
 #include "store/cache_engine.h"
 #include "proto/farm/engine.h"
+#include "proto/drtm/engine.h"
 #include "proto/pilaf/engine.h"
 #include "store/store_engine.h"
 
@@ -31,6 +32,7 @@ const char* to_string(EngineKind k) {
     case EngineKind::kStore: return "store";
     case EngineKind::kPilaf: return "pilaf";
     case EngineKind::kFarm: return "farm";
+    case EngineKind::kDrtm: return "drtm";
   }
   return "unknown";
 }
@@ -40,6 +42,7 @@ std::optional<EngineKind> engine_kind_from_string(std::string_view name) {
   if (name == "store") return EngineKind::kStore;
   if (name == "pilaf") return EngineKind::kPilaf;
   if (name == "farm") return EngineKind::kFarm;
+  if (name == "drtm") return EngineKind::kDrtm;
   return std::nullopt;
 }
 
@@ -57,6 +60,7 @@ std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) 
     case EngineKind::kStore: return std::make_unique<StoreEngine>(opts);
     case EngineKind::kPilaf: return std::make_unique<PilafEngine>(opts);
     case EngineKind::kFarm: return std::make_unique<FarmEngine>(opts);
+    case EngineKind::kDrtm: return std::make_unique<DrtmEngine>(opts);
   }
   throw std::invalid_argument("store: unknown engine kind");
 }

@@ -39,9 +39,10 @@ const char* to_string(Status s);
 
 // kPilaf: the store behind fabkv's Pilaf protocol (proto/pilaf/engine.h): clients READ its table.
 // kFarm: FaRM-KV's hopscotch table (proto/farm/engine.h): clients READ neighbourhoods.
-enum class EngineKind : uint8_t { kCache, kStore, kPilaf, kFarm };
+// kDrtm: the store behind DrTM-KV (proto/drtm/engine.h): clients READ it and lock its items.
+enum class EngineKind : uint8_t { kCache, kStore, kPilaf, kFarm, kDrtm };
 const char* to_string(EngineKind k);
-// "cache", "store", "pilaf" or "farm"; nullopt for anything else.
+// "cache", "store", "pilaf", "farm" or "drtm"; nullopt for anything else.
 std::optional<EngineKind> engine_kind_from_string(std::string_view name);
 
 // Wall-clock seconds used for expiry; only read when an item carries an expiry time.

@@ -1,5 +1,6 @@
-// Every protocol of the registration list (proto/registry.h) served by one fabkv-server, side
-// by side on the same data: each protocol's client writes keys of its own, and every
+// Every key-value protocol of the registration list (proto/registry.h) served side by side on
+// the same data, by one fabkv-server per engine that protocols READ (pilaf's, farm's, drtm's; the
+// protocols that run on any engine join each): each protocol's client writes keys of its own, and every
 // protocol's client reads, overwrites and deletes what the others wrote, checked against a
 // plain model map. Also the registry's own rules (unique names, server sides that exist).
 #include <gtest/gtest.h>
@@ -36,9 +37,9 @@ TEST(Registry, NamesAreUniqueAndEveryServerSideServesItself) {
   EXPECT_EQ(std::string(proto::info(proto::kDefault).name), "herd");
 }
 
-// The key-value protocols one server can serve together: a server side whose clients READ an
-// engine of its own (pilaf, farm, farm-var) with the protocols it serves and every protocol that
-// runs on any engine (src/server/options.cc refuses two such server sides on one server). Every
+// The key-value protocols one server can serve together: a server side whose clients reach an
+// engine of its own (pilaf, farm, farm-var, drtm) with the protocols it serves and every
+// protocol that runs on any engine (src/server/options.cc refuses two such server sides on one server). Every
 // key-value protocol is in at least one family; the sequencers keep no key-value data
 // (tests/client/seq_e2e_test.cc).
 std::vector<std::vector<const proto::Info*>> families() {

@@ -271,6 +271,32 @@ TEST(ServerOptions, FarmProtocolsPickTheFarmEngineAndServeAlone) {
   EXPECT_THROW(validate(o), std::invalid_argument);
 }
 
+TEST(ServerOptions, DrtmPicksItsEngineAndRefusesWhatCannotServeIt) {
+  ServerOptions o;
+  o.protocols = {"herd", "server-reply", "drtm"};
+  resolve_defaults(&o);
+  EXPECT_EQ(o.engine, "drtm");
+  EXPECT_NO_THROW(validate(o));
+  o.engine = "store";
+  std::string e = validate_error(o);
+  EXPECT_NE(e.find("protocol 'drtm' needs --engine drtm"), std::string::npos) << e;
+  // Two protocols whose clients reach two different engines' memory: one server cannot.
+  o = ServerOptions();
+  o.protocols = {"pilaf", "drtm"};
+  resolve_defaults(&o);
+  e = validate_error(o);
+  EXPECT_NE(e.find("'pilaf' and 'drtm' cannot share a server"), std::string::npos) << e;
+  EXPECT_NE(e.find("different engines' memory (pilaf and drtm)"), std::string::npos) << e;
+  // The op log never sees a PUT made by CAS and WRITE.
+  o = ServerOptions();
+  o.protocols = {"drtm"};
+  o.oplog = "/tmp/never";
+  resolve_defaults(&o);
+  e = validate_error(o);
+  EXPECT_NE(e.find("--oplog cannot serve protocol 'drtm'"), std::string::npos) << e;
+  EXPECT_NE(e.find("never sees"), std::string::npos) << "says why: " << e;
+}
+
 TEST(ServerOptions, EngineFollowsTheRegistry) {
   // Every protocol of the registry: a server of it alone gets the engine it needs and validates.
   for (const proto::Info& p : proto::protocols()) {
