@@ -29,6 +29,14 @@ int from_status(fabkv::Status s, const std::string& op, const std::string& key) 
   return s == fabkv::Status::kNotFound ? kExitNotFound : kExitError;
 }
 
+// The sequencers of proto/registry.h (no engine), joined by `sep`.
+std::string sequencers(const char* sep) {
+  std::string s;
+  for (const fabkv::proto::Info& p : fabkv::proto::protocols())
+    if (p.engine == fabkv::proto::EngineNeed::kNone) s += (s.empty() ? "" : sep) + std::string(p.name);
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,7 +82,7 @@ int main(int argc, char** argv) {
   del->add_option("KEY", key, "key (1..250 bytes)")->required();
   auto* stats = app.add_subcommand("stats", "print the server's statistics as JSON");
   auto* next = app.add_subcommand(
-      "next", "print a sequencer's next value (--protocol seq-rpc|seq-atomic; docs/sequencer.md)");
+      "next", "print a sequencer's next value (--protocol " + sequencers("|") + "; docs/sequencer.md)");
 
   try {
     app.parse(argc, argv);
@@ -87,6 +95,19 @@ int main(int argc, char** argv) {
     value.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     if (std::cin.bad()) return fail("cannot read the value from stdin");
   }
+
+  // A sequencer keeps no key-value data and a key-value protocol hands out no values: say so
+  // here rather than as the client's bare kError.
+  const bool sequencer = fabkv::proto::find(o.protocol)->engine == fabkv::proto::EngineNeed::kNone;
+  for (const CLI::App* kv : {get, put, del})
+    if (sequencer && kv->parsed())
+      return fail(fmt::format("{}: protocol '{}' is a sequencer: it serves `next` only "
+                              "(docs/sequencer.md)",
+                              kv->get_name(), o.protocol));
+  if (!sequencer && next->parsed())
+    return fail(fmt::format("next: protocol '{}' keeps key-value data; `next` needs a "
+                            "sequencer: --protocol {}",
+                            o.protocol, sequencers("|")));
 
   std::unique_ptr<fabkv::Client> client;
   try {

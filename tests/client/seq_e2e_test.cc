@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "client/client.h"
 #include "perf/process.h"
 #include "proto/seq/counter.h"
@@ -297,6 +299,18 @@ TEST_P(SeqE2E, CliNextPrintsOneValue) {
   }
 }
 
+// fabkv-cli refuses get/put/del with a sequencer, before it connects, and says why.
+TEST_P(SeqE2E, CliRefusesKeyValueCommandsWithAReason) {
+  start();
+  const std::string cmd = fmt::format("{} --server {} --provider {} --protocol {} get k 2>&1",
+                                      FABKV_CLI_BIN, server_->address(), provider(), protocol());
+  perf::ChildProcess cli({"/bin/sh", "-c", cmd});
+  std::string line;
+  ASSERT_TRUE(cli.read_line(&line, Deadline::after_ms(20000)));
+  EXPECT_EQ(cli.wait(Deadline::after_ms(20000)), 2);
+  EXPECT_NE(line.find("is a sequencer: it serves `next` only"), std::string::npos) << line;
+}
+
 // Key-value calls on a sequencer and next on a key-value protocol are refused without a send.
 TEST_P(SeqE2E, WrongCallsAreRefused) {
   start();
@@ -386,6 +400,17 @@ TEST(SeqRefusals, SpecRefusesQueuesThatReorderAnswers) {
   } catch (const ClientError& e) {
     EXPECT_NE(std::string(e.what()).find("--queues 1"), std::string::npos) << e.what();
   }
+}
+
+TEST(SeqRefusals, CliRefusesNextOnAKeyValueProtocol) {
+  perf::ChildProcess cli(
+      {"/bin/sh", "-c", std::string(FABKV_CLI_BIN) + " --protocol herd next 2>&1"});
+  std::string line;
+  ASSERT_TRUE(cli.read_line(&line, Deadline::after_ms(20000)));
+  EXPECT_EQ(cli.wait(Deadline::after_ms(20000)), 2);
+  EXPECT_NE(line.find("`next` needs a sequencer: --protocol seq-rpc|seq-spec|seq-atomic"),
+            std::string::npos)
+      << line;
 }
 
 TEST(SeqRefusals, HerdRefusesNext) {
