@@ -165,8 +165,9 @@ TEST(FarmWire, ATornBucketIsNeverAccepted) {
   r.memory.assign(kBucket, 0);
   r.write(rng, 0, make_bucket(rng, "whole", false));
   while (r.landed < r.stores.size()) r.land_one();
-  Bucket b;
-  EXPECT_EQ(check_bucket(r.read(rng, 0, kBucket).data(), kBucket, &b), BucketState::kInline);
+  Bucket b;  // its key and value point into `whole`
+  const std::vector<char> whole = r.read(rng, 0, kBucket);
+  EXPECT_EQ(check_bucket(whole.data(), kBucket, &b), BucketState::kInline);
   EXPECT_EQ(b.key, "whole");
 }
 
