@@ -31,10 +31,12 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "client/client.h"
+#include "common/deadline.h"
 #include "control/wire.h"
 #include "fabric/endpoint.h"
 #include "fabric/fabric.h"
@@ -73,6 +75,22 @@ class ClientHost {
   virtual bool alive(bool now = false) = 0;
   // What alive() last found, without asking again: a flag test for the hot path.
   bool gone() const { return gone_; }
+  // Waits for an op of a protocol's pool whose `busy` is false, driving the client meanwhile
+  // (a completion or an expiry frees one), at most until `deadline`: kOk with *out set,
+  // kServerGone or kTimeout.
+  template <class Op>
+  Status free_op(std::vector<Op>& ops, const Deadline& deadline, Op** out) {
+    while (true) {
+      for (Op& o : ops)
+        if (!o.busy) {
+          *out = &o;
+          return Status::kOk;
+        }
+      drive();
+      if (!alive()) return Status::kServerGone;
+      if (deadline.expired()) return Status::kTimeout;
+    }
+  }
   // A control request ({"op": ...}) and its JSON reply; throws on failure (and notes a
   // closed control connection). pilaf fetches its layout again so.
   virtual nlohmann::json control_request(const nlohmann::json& request) = 0;

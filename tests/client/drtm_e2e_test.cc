@@ -20,50 +20,19 @@
 
 #include "client/client.h"
 #include "e2e_checks.h"
-#include "support/ready_process.h"
+#include "server_fixture.h"
 
 namespace fabkv {
 namespace {
 
-using fabkv::testing::ReadyProcess;
+using fabkv::testing::KvServer;
+using fabkv::testing::value_for;
+using fabkv::testing::value_ok;
 
-class Server : public ReadyProcess {
- public:
-  Server(const std::string& provider, const std::vector<std::string>& extra,
-         const std::string& protocols = "herd,server-reply,drtm")
-      : ReadyProcess(argv(provider, extra, protocols), Stop::kSigterm) {}
-
-  static std::vector<std::string> argv(const std::string& provider,
-                                       const std::vector<std::string>& extra,
-                                       const std::string& protocols) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                  "127.0.0.1:0", "--protocols", protocols,
-                                  "--cores", "-1", "--memory", "64M", "--log", "warn"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  }
-};
-
-class DrtmE2E : public ::testing::TestWithParam<std::string> {
+class DrtmE2E : public fabkv::testing::ProviderE2E {
  protected:
   void start(const std::vector<std::string>& extra = {}) {
-    server_ = std::make_unique<Server>(GetParam(), extra);
-  }
-  ClientOptions options(const std::string& protocol) const {
-    ClientOptions o;
-    o.server = server_->address();
-    o.provider = GetParam();
-    o.protocol = protocol;
-    o.timeout_ms = 10000;  // two cores shared with busy-polling workers and the rest of CI
-    return o;
-  }
-  static uint64_t counter(const Client& c, const char* name) {
-    return c.protocol_counters().value(name, uint64_t{0});
-  }
-  static uint64_t worker_sum(const nlohmann::json& stats, const char* name) {
-    uint64_t n = 0;
-    for (const auto& w : stats.at("workers")) n += w.value(name, uint64_t{0});
-    return n;
+    start_server("herd,server-reply,drtm", extra);
   }
   static uint64_t drtm_sum(const nlohmann::json& stats, const char* name) {
     uint64_t n = 0;
@@ -71,21 +40,7 @@ class DrtmE2E : public ::testing::TestWithParam<std::string> {
       n += w.at("protocols").at("drtm").at("drtm").value(name, uint64_t{0});
     return n;
   }
-  std::unique_ptr<Server> server_;
 };
-
-std::string value_for(const std::string& key, uint64_t n, size_t len) {
-  // Self-describing: a torn or mixed value cannot pass value_ok().
-  std::string v = key + "#" + std::to_string(n) + "#";
-  std::mt19937_64 rng(std::hash<std::string>{}(v));
-  while (v.size() < len) v.push_back(static_cast<char>('a' + rng() % 26));
-  return v;
-}
-bool value_ok(const std::string& key, const std::string& v) {
-  size_t a = v.find('#'), b = v.find('#', a + 1);
-  if (a == std::string::npos || b == std::string::npos || v.substr(0, a) != key) return false;
-  return v == value_for(key, std::stoull(v.substr(a + 1, b - a - 1)), v.size());
-}
 
 TEST_P(DrtmE2E, VerbCountsByCounter) {
   start();
@@ -403,14 +358,14 @@ TEST_P(DrtmE2E, AClientThatDiesHoldingALockWedgesNobody) {
 
 TEST_P(DrtmE2E, RefusesWhatCannotWork) {
   // One engine per server: pilaf's and drtm's clients reach different ones.
-  EXPECT_THROW(Server(GetParam(), {}, "drtm,pilaf"), std::runtime_error);
+  EXPECT_THROW(KvServer(GetParam(), "drtm,pilaf"), std::runtime_error);
   // The op log cannot see PUTs made by CAS and WRITE.
-  EXPECT_THROW(Server(GetParam(), {"--oplog", "/tmp/fabkv-drtm-never"}, "drtm"),
+  EXPECT_THROW(KvServer(GetParam(), "drtm", {"--oplog", "/tmp/fabkv-drtm-never"}),
                std::runtime_error);
   // A server without drtm, and a drtm client that asks for the write transport.
-  server_ = std::make_unique<Server>(GetParam(), std::vector<std::string>{}, "herd");
+  start_server("herd");
   EXPECT_THROW(Client::connect(options("drtm")), ClientError);
-  server_ = std::make_unique<Server>(GetParam(), std::vector<std::string>{}, "drtm");
+  start_server("drtm");
   ClientOptions o = options("drtm");
   o.transport = "write";
   EXPECT_THROW(Client::connect(o), ClientError);

@@ -17,51 +17,19 @@
 
 #include "client/client.h"
 #include "perf/process.h"
-#include "support/ready_process.h"
+#include "server_fixture.h"
 
 namespace fabkv {
 namespace {
 
-using fabkv::testing::ReadyProcess;
+using fabkv::testing::value_for;
+using fabkv::testing::value_ok;
 
-class Server : public ReadyProcess {
- public:
-  Server(const std::string& provider, const std::string& protocols,
-         const std::vector<std::string>& extra = {})
-      : ReadyProcess(argv(provider, protocols, extra), Stop::kSigterm) {}
-
- private:
-  static std::vector<std::string> argv(const std::string& provider, const std::string& protocols,
-                                       const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                  "127.0.0.1:0", "--protocols", protocols,
-                                  "--cores", "-1", "--memory", "64M", "--log", "warn"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  }
-};
-
-class FarmE2E : public ::testing::TestWithParam<std::string> {
+class FarmE2E : public fabkv::testing::ProviderE2E {
  protected:
   void start(const std::string& protocols = "herd,server-reply,farm",
              const std::vector<std::string>& extra = {}) {
-    server_ = std::make_unique<Server>(GetParam(), protocols, extra);
-  }
-  ClientOptions options(const std::string& protocol) const {
-    ClientOptions o;
-    o.server = server_->address();
-    o.provider = GetParam();
-    o.protocol = protocol;
-    o.timeout_ms = 10000;  // two cores shared with busy-polling workers and the rest of CI
-    return o;
-  }
-  static uint64_t counter(const Client& c, const char* name) {
-    return c.protocol_counters().value(name, uint64_t{0});
-  }
-  static uint64_t worker_sum(const nlohmann::json& stats, const char* name) {
-    uint64_t n = 0;
-    for (const auto& w : stats.at("workers")) n += w.value(name, uint64_t{0});
-    return n;
+    start_server(protocols, extra);
   }
   static uint64_t farm_sum(const nlohmann::json& stats, const char* name) {
     uint64_t n = 0;
@@ -69,21 +37,7 @@ class FarmE2E : public ::testing::TestWithParam<std::string> {
       if (w.contains("farm")) n += w.at("farm").value(name, uint64_t{0});
     return n;
   }
-  std::unique_ptr<Server> server_;
 };
-
-std::string value_for(const std::string& key, uint64_t n, size_t len) {
-  // Self-describing: a torn or foreign value cannot pass value_ok().
-  std::string v = key + "#" + std::to_string(n) + "#";
-  std::mt19937_64 rng(std::hash<std::string>{}(v));
-  while (v.size() < len) v.push_back(static_cast<char>('a' + rng() % 26));
-  return v;
-}
-bool value_ok(const std::string& key, const std::string& v) {
-  size_t a = v.find('#'), b = v.find('#', a + 1);
-  if (a == std::string::npos || b == std::string::npos || v.substr(0, a) != key) return false;
-  return v == value_for(key, std::stoull(v.substr(a + 1, b - a - 1)), v.size());
-}
 
 // HERD sec. 5.1.2: a FaRM-em GET is one READ of 6 x (key + value) bytes; a PUT is one WRITE
 // each way. 16-byte keys, 32-byte values (48-byte items, the default inline room).

@@ -16,67 +16,20 @@
 
 #include "client/client.h"
 #include "perf/process.h"
-#include "support/ready_process.h"
+#include "server_fixture.h"
 
 namespace fabkv {
 namespace {
 
-using fabkv::testing::ReadyProcess;
+using fabkv::testing::value_for;
+using fabkv::testing::value_ok;
 
-class Server : public ReadyProcess {
- public:
-  Server(const std::string& provider, const std::vector<std::string>& extra,
-         const std::string& protocols = "herd,pilaf,pilaf-vo")
-      : ReadyProcess(argv(provider, extra, protocols), Stop::kSigterm) {}
-
- private:
-  static std::vector<std::string> argv(const std::string& provider,
-                                       const std::vector<std::string>& extra,
-                                       const std::string& protocols) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                  "127.0.0.1:0", "--protocols", protocols,
-                                  "--cores", "-1", "--memory", "64M", "--log", "warn"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return a;
-  }
-};
-
-class PilafE2E : public ::testing::TestWithParam<std::string> {
+class PilafE2E : public fabkv::testing::ProviderE2E {
  protected:
   void start(const std::vector<std::string>& extra = {}) {
-    server_ = std::make_unique<Server>(GetParam(), extra);
+    start_server("herd,pilaf,pilaf-vo", extra);
   }
-  ClientOptions options(const std::string& protocol) const {
-    ClientOptions o;
-    o.server = server_->address();
-    o.provider = GetParam();
-    o.protocol = protocol;
-    o.timeout_ms = 10000;  // two cores shared with busy-polling workers and the rest of CI
-    return o;
-  }
-  static uint64_t counter(const Client& c, const char* name) {
-    return c.protocol_counters().value(name, uint64_t{0});
-  }
-  static uint64_t worker_sum(const nlohmann::json& stats, const char* name) {
-    uint64_t n = 0;
-    for (const auto& w : stats.at("workers")) n += w.value(name, uint64_t{0});
-    return n;
-  }
-  std::unique_ptr<Server> server_;
 };
-
-std::string value_for(const std::string& key, uint64_t n, size_t len) {
-  // Self-describing: a torn or foreign value cannot pass value_ok().
-  std::string v = key + "#" + std::to_string(n) + "#";
-  std::mt19937_64 rng(std::hash<std::string>{}(v));
-  while (v.size() < len) v.push_back(static_cast<char>('a' + rng() % 26));
-  return v;
-}
-bool value_ok(const std::string& key, const std::string& v) {
-  size_t a = v.find('#'), b = v.find('#', a + 1);
-  if (a == std::string::npos || b == std::string::npos || v.substr(0, a) != key) return false;
-  return v == value_for(key, std::stoull(v.substr(a + 1, b - a - 1)), v.size());
-}
 
 TEST_P(PilafE2E, GetsAreReadsAndAllProtocolsShareTheData) {
   start();
@@ -392,7 +345,7 @@ TEST_P(PilafE2E, ConnectRejectsWhatCannotWork) {
     EXPECT_NE(std::string(e.what()).find("messages"), std::string::npos) << e.what();
   }
   // A herd-only server refuses pilaf clients with the reason.
-  Server herd_only(GetParam(), {}, "herd");
+  fabkv::testing::KvServer herd_only(GetParam(), "herd");
   o = options("pilaf");
   o.server = herd_only.address();
   try {

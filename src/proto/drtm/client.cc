@@ -194,17 +194,7 @@ class DrtmClient final : public proto::ClientProtocol {
     if (v != Status::kOk) return v;
     Deadline d = Deadline::after_ms(options_.timeout_ms);
     Op* op = nullptr;
-    while (true) {
-      for (Op& o : ops_)
-        if (!o.busy) {
-          op = &o;
-          break;
-        }
-      if (op != nullptr) break;
-      host_.drive();
-      if (!host_.alive()) return Status::kServerGone;
-      if (d.expired()) return Status::kTimeout;
-    }
+    if (Status s = host_.free_op(ops_, d, &op); s != Status::kOk) return s;
     op->busy = true;
     op->zombie = false;
     op->pending = false;

@@ -112,17 +112,7 @@ Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback 
   if (worker >= maps_.size()) return Status::kError;
   Deadline d = Deadline::after_ms(o_.timeout_ms);
   Op* op = nullptr;
-  while (true) {
-    for (Op& o : ops_)
-      if (!o.busy) {
-        op = &o;
-        break;
-      }
-    if (op != nullptr) break;
-    host_.drive();
-    if (!host_.alive()) return Status::kServerGone;
-    if (d.expired()) return Status::kTimeout;
-  }
+  if (Status s = host_.free_op(ops_, d, &op); s != Status::kOk) return s;
   op->busy = true;
   op->zombie = false;
   op->failed = false;
