@@ -307,6 +307,15 @@ TEST_P(FarmE2E, ReadersKeepReadingWhileTheTableGrows) {
     }
     if (r->protocol_counters().value("layout_refreshes", uint64_t{0}) == 0) bad += 1000000;
   });
+  // The reader must hold the first layout before the table grows: a reader that connects after
+  // the last growth (a slow connect on a loaded host) has nothing to refresh.
+  const Deadline first = Deadline::after_ms(30000);
+  while (gets.load() < 50 && !first.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (gets.load() < 50) {
+    stop = true;
+    reader.join();
+    FAIL() << "the reader did not start within 30 s";
+  }
   for (int i = 0; i < 3000; ++i)
     ASSERT_EQ(w->put("grow-" + std::to_string(i), value_for("grow-" + std::to_string(i), i, 1 + i % 100)),
               Status::kOk);
