@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job's benchmark: builds fabkv-bench and fabkv-server if needed, runs a short default
 # matrix (clients 1,4,8 x 95%/50% GET x uniform/Zipf, 16 B keys, 32 B values, 2 s per run)
-# against fabkv:herd and fabkv:pilaf over shm, memcached and redis (each server pinned to core 0, the load
+# against fabkv:herd and fabkv:pilaf over shm, fabkv:memcached (fabkv-server --memcached, driven
+# as memcached is, docs/memcached.md), memcached and redis (each server pinned to core 0, the load
 # generator to core 1), then the raw SEND/SEND echo of the same fabric (fabkv-perf) and the
 # load generator alone (the null target), prints the summary table and the headline (issue
 # #12: fabkv/memcached, fabkv/redis and fabkv/echo at 1 client, window 1) and writes the
@@ -15,7 +16,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build}
 OUT=${1:-$ROOT/reports/$(date +%Y%m%d-%H%M%S)}
-SYSTEMS=${SYSTEMS:-fabkv:herd,fabkv:pilaf,memcached,redis}
+SYSTEMS=${SYSTEMS:-fabkv:herd,fabkv:pilaf,fabkv:memcached,memcached,redis}
 CLIENTS=${CLIENTS:-1,4,8}
 READ_RATIOS=${READ_RATIOS:-0.95,0.5}
 DISTRIBUTIONS=${DISTRIBUTIONS:-uniform,zipf}

@@ -11,8 +11,9 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev libabsl-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libxxhash-dev libisal-dev
-  memcached redis-server
+  memcached redis-server libmemcached-tools
   iproute2 python3 python3-matplotlib
+  python3-dev pybind11-dev python3-pytest
 )
 
 missing=()

@@ -34,6 +34,8 @@ SystemName parse_system(const std::string& s) {
   if (s == "memcached" || s == "redis" || s == "null") return {s, ""};
   if (s.rfind("fabkv:", 0) == 0) {
     std::string p = s.substr(6);
+    // fabkv-server's memcached front end (docs/memcached.md), driven as memcached is.
+    if (p == "memcached") return {"fabkv", p};
     // The protocols of proto/registry.h; a client that cannot speak one says so when it connects.
     if (!proto::find(p))
       throw std::invalid_argument("unknown fabkv protocol '" + p + "' in --systems (fabkv:<protocol>, "
@@ -186,7 +188,15 @@ int run_bench(const BenchOptions& o) {
       d.pilaf_parallel_probes = o.pilaf_parallel_probes;
       d.load_threads = std::min(o.threads, max_clients);
       std::unique_ptr<Driver> driver;
-      if (name.system == "fabkv") {
+      if (name.system == "fabkv" && name.protocol == "memcached") {
+        ss.memcached = true;
+        ss.max_value = "1M";  // memcached's item size, so both take the same values
+        ss.poll = "adaptive";  // blocks in epoll when idle, as memcached does (docs/memcached.md)
+        server = LocalServer::start_fabkv(ss);
+        d.address = server->memcached_address();
+        d.server_pid = server->pid();
+        driver = make_memcached_driver(d, "fabkv", "memcached");
+      } else if (name.system == "fabkv") {
         if (o.server.empty()) server = LocalServer::start_fabkv(ss);
         d.address = o.server.empty() ? server->address() : o.server;
         d.server_pid = server ? server->pid() : 0;

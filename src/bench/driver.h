@@ -113,7 +113,11 @@ struct DriverOptions {
 
 // Each throws std::runtime_error with a one-line reason when it cannot connect.
 std::unique_ptr<Driver> make_fabkv_driver(const DriverOptions& o);
-std::unique_ptr<Driver> make_memcached_driver(const DriverOptions& o);
+// `system`/`protocol` label the results: "memcached"/"text" for memcached itself, "fabkv"/
+// "memcached" for fabkv-server's memcached front end (fabkv:memcached), same driver.
+std::unique_ptr<Driver> make_memcached_driver(const DriverOptions& o,
+                                              const std::string& system = "memcached",
+                                              const std::string& protocol = "text");
 std::unique_ptr<Driver> make_redis_driver(const DriverOptions& o);
 // The null target (null_driver.cc): no server; every request completes at the client's next
 // poll() against an in-process table. For measuring the load generator itself.

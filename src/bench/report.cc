@@ -21,14 +21,14 @@ namespace fs = std::filesystem;
 std::string report_script() {
   std::vector<fs::path> candidates;
 #ifdef FABKV_SOURCE_DIR
-  candidates.push_back(fs::path(FABKV_SOURCE_DIR) / "python" / "report.py");
+  candidates.push_back(fs::path(FABKV_SOURCE_DIR) / "python" / "fabkv" / "report.py");
 #endif
   fs::path exe_dir = fs::path(perf::self_executable()).parent_path();
-  candidates.push_back(exe_dir / ".." / ".." / "python" / "report.py");
+  candidates.push_back(exe_dir / ".." / ".." / "python" / "fabkv" / "report.py");
   candidates.push_back(exe_dir / ".." / "share" / "fabkv" / "report.py");
   for (const auto& c : candidates)
     if (fs::exists(c)) return fs::weakly_canonical(c).string();
-  throw std::runtime_error("python/report.py not found next to " + exe_dir.string());
+  throw std::runtime_error("python/fabkv/report.py not found next to " + exe_dir.string());
 }
 
 int render_report(const std::string& input, const std::string& out_dir) {

@@ -1,13 +1,14 @@
 // `fabkv-bench report`: turns JSON Lines results into PNG plots and summary.md with
-// python/report.py (matplotlib from Debian's python3-matplotlib).
+// python/fabkv/report.py (matplotlib from Debian's python3-matplotlib).
 #pragma once
 
 #include <string>
 
 namespace fabkv::bench {
 
-// Path of python/report.py: the source tree this binary was built from, else next to the
-// executable's ../../python or ../share/fabkv. Throws std::runtime_error when none exists.
+// Path of python/fabkv/report.py (run as a file: it needs no other part of the fabkv package):
+// the source tree this binary was built from, else next to the executable's ../../python/fabkv
+// or ../share/fabkv. Throws std::runtime_error when none exists.
 std::string report_script();
 
 // Runs the script (inheriting stdout/stderr); returns its exit status. Throws

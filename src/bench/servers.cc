@@ -205,7 +205,7 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
                                    "--max-clients", std::to_string(s.max_clients), "--log", "warn",
                                    // The papers' servers busy-poll, and server_busy counts spin
                                    // rounds (fabkv-server's own default is adaptive).
-                                   "--poll", "spin"};
+                                   "--poll", s.poll};
   if (any_engine(s.protocols)) argv.insert(argv.end(), {"--engine", "cache"});
   // A sequencer keeps its high-water mark in a data directory: a fresh one per server.
   std::string data_dir;
@@ -217,6 +217,8 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
   }
   if (s.pilaf_entries) argv.insert(argv.end(), {"--pilaf-entries", std::to_string(s.pilaf_entries)});
   if (s.pilaf_extents) argv.insert(argv.end(), {"--pilaf-extents", std::to_string(s.pilaf_extents)});
+  if (s.memcached) argv.insert(argv.end(), {"--memcached", "127.0.0.1:0"});
+  if (!s.max_value.empty()) argv.insert(argv.end(), {"--max-value", s.max_value});
   // Workers pin themselves with --cores; the control thread may float.
   auto child = spawn("fabkv-server", argv, -1, "2>" + shell_quote(log));
   std::string line;
@@ -227,6 +229,11 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
   std::unique_ptr<LocalServer> srv(new LocalServer("fabkv-server", std::move(child), log));
   srv->address_ = line.substr(6);
   srv->data_dir_ = data_dir;
+  if (s.memcached) {
+    if (!srv->child_->read_line(&line, Deadline::after_ms(20000)) || line.rfind("MEMCACHED ", 0) != 0)
+      throw std::runtime_error("fabkv-server did not start its memcached front end: " + last_line(log));
+    srv->memcached_address_ = line.substr(10);
+  }
   return srv;
 }
 

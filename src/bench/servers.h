@@ -28,6 +28,12 @@ struct ServerSpec {
   std::string protocols = proto::info(proto::kDefault).name;
   size_t pilaf_entries = 0;        // --pilaf-entries (0: the server's default)
   size_t pilaf_extents = 0;        // --pilaf-extents (0: the server's default)
+  // --memcached 127.0.0.1:0: also serve memcached's protocols (fabkv:memcached)
+  bool memcached = false;
+  std::string max_value;           // --max-value ("" = the server's default)
+  // --poll: spin as the papers' servers (fabkv-server's own default is adaptive); the memcached
+  // front end runs adaptive, blocking in epoll like memcached when idle.
+  std::string poll = "spin";
   // Baseline binaries; "" = found on PATH.
   std::string memcached_bin, redis_bin;
 };
@@ -42,6 +48,8 @@ class LocalServer {
   ~LocalServer();  // stop()
 
   const std::string& address() const { return address_; }
+  // fabkv-server started with ServerSpec::memcached: its memcached front end's host:port.
+  const std::string& memcached_address() const { return memcached_address_; }
   pid_t pid() const { return child_->pid(); }
   const std::string& name() const { return name_; }
   // SIGTERM, then SIGKILL after 5 s; removes its log file when it exited cleanly, and the
@@ -50,7 +58,7 @@ class LocalServer {
 
  private:
   LocalServer(std::string name, std::unique_ptr<perf::ChildProcess> child, std::string log);
-  std::string name_, address_, log_;
+  std::string name_, address_, log_, memcached_address_;
   std::string data_dir_;  // fabkv-server --data-dir (sequencers), removed by stop()
   std::unique_ptr<perf::ChildProcess> child_;
   bool stopped_ = false;

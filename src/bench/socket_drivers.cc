@@ -269,7 +269,8 @@ bool parse_u64(std::string_view s, uint64_t* v) {
 // memcached text protocol (protocol.txt): "get <key>" / "set <key> 0 0 <bytes>".
 class MemcachedDriver final : public SocketDriver {
  public:
-  explicit MemcachedDriver(const DriverOptions& o) : SocketDriver(o, "memcached", "text") {}
+  MemcachedDriver(const DriverOptions& o, const std::string& system, const std::string& protocol)
+      : SocketDriver(o, system, protocol) {}
   // memcached's default item size limit (-I 1m) less its item header.
   uint64_t max_value() const override { return 1024 * 1024 - 512; }
 
@@ -364,8 +365,9 @@ class RedisDriver final : public SocketDriver {
 
 }  // namespace
 
-std::unique_ptr<Driver> make_memcached_driver(const DriverOptions& o) {
-  return std::make_unique<MemcachedDriver>(o);
+std::unique_ptr<Driver> make_memcached_driver(const DriverOptions& o, const std::string& system,
+                                              const std::string& protocol) {
+  return std::make_unique<MemcachedDriver>(o, system, protocol);
 }
 std::unique_ptr<Driver> make_redis_driver(const DriverOptions& o) {
   return std::make_unique<RedisDriver>(o);

@@ -72,6 +72,10 @@ struct ClientOptions {
   // changes nothing against a server that publishes its clock (pilaf: TableHeader.clock,
   // docs/pilaf.md "Expiry and the server's clock"); tests use it to show exactly that.
   int clock_skew_s = 0;
+  // TEST ONLY: hydradb measures leases on this client's monotonic clock; this rate (1 = true
+  // time) makes that clock run fast (> 1: leases end early) or slow (< 1: the client trusts an
+  // address longer than the server holds its memory, which the item checks must catch).
+  double lease_clock_rate = 1.0;
 };
 
 enum class Status {

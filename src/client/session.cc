@@ -122,17 +122,28 @@ void Session::check_control(bool now) {
   if (!ctl_ || !ctl_->alive()) gone_ = true;
 }
 
+size_t Session::dispatch() {
+  if (batch_next_ == batch_len_) {
+    batch_next_ = 0;
+    batch_len_ = ep_->poll(batch_);
+  }
+  size_t ran = 0;
+  while (batch_next_ < batch_len_) {
+    // Taken off the batch before the protocol sees it: a nested dispatch() (from a wait
+    // inside complete()) goes on with the next one and may refill the batch meanwhile.
+    fabric::Completion c = batch_[batch_next_++];
+    ran += proto_->complete(std::span(&c, 1));
+  }
+  return ran;
+}
+
 void Session::reap() {
-  fabric::Completion c[8];
-  size_t n = ep_->poll(c);
-  if (n > 0) proto_->complete(std::span(c, n));
+  dispatch();
   if (polls_memory_) proto_->poll();
 }
 
 size_t Session::poll() {
-  fabric::Completion comps[16];
-  size_t n = ep_->poll(comps);
-  size_t ran = n > 0 ? proto_->complete(std::span(comps, n)) : 0;
+  size_t ran = dispatch();
   if (polls_memory_) ran += proto_->poll();
   if ((++spins_ & 127) == 0 || gone_) {
     check_control(false);

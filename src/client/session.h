@@ -8,6 +8,7 @@
 // Threading: as Client (client.h): one thread at a time; counters() from any thread.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -80,6 +81,13 @@ class Session final : public proto::ClientHost {
   // Adaptive waiting (ClientOptions::poll): after a round that ran callbacks, `idle` restarts;
   // after poll.spin_us of rounds that ran none, blocks (or sleeps) once, never past `d`.
   void idle(size_t ran, Deadline d);
+  // Hands the completions reaped but not yet given to the protocol to its complete(), one at
+  // a time, reaping a new batch first when none are left. The batch is the session's, not a
+  // local array: a callback (or a protocol) that waits inside complete() for a free slot
+  // polls again from in there, and that nested poll must see the completions still queued
+  // behind the one being handled (the WRITE completion that frees its slot may be one of
+  // them); a batch held in an outer frame stalled such a wait until its deadline.
+  size_t dispatch();
 
   ClientOptions o_;
   std::unique_ptr<fabric::Fabric> fabric_;
@@ -95,6 +103,9 @@ class Session final : public proto::ClientHost {
   Clock::time_point idle_since_{};
   uint32_t sleep_us_ = PollOptions::kFirstSleepUs;
   Clock::time_point last_alive_check_{};
+  // dispatch(): completions reaped, [batch_next_, batch_len_) not yet handed over.
+  std::array<fabric::Completion, 16> batch_;
+  size_t batch_next_ = 0, batch_len_ = 0;
 };
 
 // src/client/protocols.cc: the protocol called `name` in proto/registry.h, made by its

@@ -122,7 +122,10 @@ class ClientProtocol {
   // the callback will not run (validation is the protocol's: kInvalidKey, kTooLarge).
   virtual Status submit(const ClientRequest& r, Client::Callback&& cb) = 0;
   // Every completion the session reaped, including those without a context (shm drops a
-  // failed READ's). Returns callbacks run.
+  // failed READ's), handed over one at a time from the session's batch: a wait inside
+  // complete() (a callback posting into a full window) polls again, and those polls go on
+  // with the rest of the batch. Better still not to wait here (docs/hydradb.md, "Never wait
+  // inside complete()"). Returns callbacks run.
   virtual size_t complete(std::span<fabric::Completion> completions) = 0;
   // Memory-polled answers (polls_memory()). Returns callbacks run.
   virtual size_t poll() { return 0; }

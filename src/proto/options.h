@@ -7,7 +7,9 @@
 
 #include "proto/farm/options.h"
 #include "proto/herd/options.h"
+#include "proto/hydradb/options.h"
 #include "proto/pilaf/options.h"
+#include "proto/rfrpc/options.h"
 #include "proto/rpc/options.h"
 
 namespace fabkv::proto {
@@ -17,6 +19,8 @@ struct ProtocolOptions {
   herd::Options herd;
   pilaf::Options pilaf;
   farm::Options farm;
+  hydradb::Options hydradb;
+  rfrpc::Options rfrpc;
 };
 
 // Declares every block's knobs (common/knobs.h), each in its own TOML table and --help group.
@@ -25,6 +29,8 @@ inline void declare_knobs(Knobs& k, ProtocolOptions* o) {
   herd::declare(k, &o->herd);
   pilaf::declare(k, &o->pilaf);
   farm::declare(k, &o->farm);
+  hydradb::declare(k, &o->hydradb);
+  rfrpc::declare(k, &o->rfrpc);
 }
 
 }  // namespace fabkv::proto

@@ -8,8 +8,8 @@
 //   name        what users type (--protocol, --protocols, fabkv:<name>, the Hello)
 //   server side the protocol whose server side serves this one: a protocol that only differs
 //               on the client (pilaf-vo uses pilaf's server without its READs) names another
-//   engine      the storage engine it needs: kAny (cache or store), kPilaf, kFarm or kDrtm
-//               (memory clients reach; kAny protocols run on those engines too), or kNone
+//   engine      the storage engine it needs: kAny (cache or store), kPilaf, kFarm, kDrtm or
+//               kHydra (memory clients reach; kAny protocols run on those engines too), or kNone
 //               (no key-value data: the sequencers, docs/sequencer.md)
 //
 // An X-macro, not static self-registration: a static library silently drops an object file
@@ -40,7 +40,11 @@
   X(seq_spec, "seq-spec", seq_spec, kNone,                                                   \
     "sequencer Spec-S0: header-only SENDs both ways, the client guesses the high 32 bits")   \
   X(seq_atomic, "seq-atomic", seq_atomic, kNone,                                             \
-    "sequencer by atomics: every client fetch-and-adds one counter in server memory")
+    "sequencer by atomics: every client fetch-and-adds one counter in server memory")         \
+  X(hydradb, "hydradb", hydradb, kHydra,                                                     \
+    "HydraDB: WRITE request, WRITE answer with the item's address; repeat GETs by one READ")   \
+  X(rfrpc, "rfrpc", rfrpc, kAny,                                                             \
+    "RF-RPC: requests WRITten into server slots, results READ from the server's memory")
 
 namespace fabkv::proto {
 
@@ -58,6 +62,7 @@ enum class EngineNeed : uint8_t {
   kPilaf,  // the pilaf engine: clients READ its table and extents
   kFarm,   // the farm engine: clients READ its hopscotch table (and extents)
   kDrtm,   // the drtm engine: clients READ its table and items, and lock and WRITE items
+  kHydra,  // the hydradb engine: clients READ its items, updates out of place
   kNone,   // no engine: a service without key-value data (the sequencers); a server that
            // serves only such protocols runs without one (server/options.h, needed_engine)
 };

@@ -27,11 +27,13 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
   s.text("engine", "--engine", &o->engine,
          "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | pilaf (lossless "
          "cuckoo table clients READ) | farm (lossless hopscotch table clients READ) | drtm "
-         "(lossless table and items clients READ, lock and WRITE) | none (no engine: a server of "
+         "(lossless table and items clients READ, lock and WRITE) | hydradb (lossless, items "
+         "clients READ, updated out of place) | none (no engine: a server of "
          "sequencers only); default: what the protocols served need, else cache")
       .one_of({store::to_string(store::EngineKind::kCache), store::to_string(store::EngineKind::kStore),
                store::to_string(store::EngineKind::kPilaf), store::to_string(store::EngineKind::kFarm),
-               store::to_string(store::EngineKind::kDrtm), kNoEngine});
+               store::to_string(store::EngineKind::kDrtm),
+               store::to_string(store::EngineKind::kHydra), kNoEngine});
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
@@ -64,6 +66,15 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
            "added latency after an idle stretch; longer: less idle CPU)")
       .range(PollOptions::kFirstSleepUs, 1000000);
   s.text("log", "--log", &o->log_level, "trace|debug|info|warn|error|off");
+  s.text("memcached", "--memcached", &o->memcached,
+         "also serve memcached's text, meta and binary protocols on HOST:PORT (port 0: any free "
+         "port, printed as 'MEMCACHED host:port' after READY), on the same data; off by default "
+         "(docs/memcached.md)");
+  s.number("memcached_max_conns", "--memcached-max-conns", &o->memcached_max_conns,
+           "memcached connections at once; past it a new one gets 'ERROR Too many open "
+           "connections' and is closed, as memcached does past -c (each takes a descriptor and "
+           "its buffers)")
+      .range(1, 1000000);
   proto::declare_knobs(k, o);
 }
 
@@ -92,6 +103,7 @@ const char* engine_for(proto::EngineNeed need) {
     case proto::EngineNeed::kNone: return kNoEngine;
     case proto::EngineNeed::kFarm: return store::to_string(store::EngineKind::kFarm);
     case proto::EngineNeed::kDrtm: return store::to_string(store::EngineKind::kDrtm);
+    case proto::EngineNeed::kHydra: return store::to_string(store::EngineKind::kHydra);
     case proto::EngineNeed::kAny: break;
   }
   return store::to_string(store::EngineKind::kCache);
@@ -157,6 +169,13 @@ void validate(const ServerOptions& o) {
               "(leave --engine out to get it), not '{}'",
               name, engine_for(p->engine), o.engine));
         break;
+      case proto::EngineNeed::kHydra:
+        if (o.engine != engine_for(p->engine))
+          throw std::invalid_argument(fmt::format(
+              "protocol '{}' needs --engine {}: its clients READ that engine's items "
+              "(leave --engine out to get it), not '{}'",
+              name, engine_for(p->engine), o.engine));
+        break;
       case proto::EngineNeed::kDrtm:
         if (o.engine != engine_for(p->engine))
           throw std::invalid_argument(fmt::format(
@@ -181,6 +200,9 @@ void validate(const ServerOptions& o) {
   // add to): two on one server would hand out the same values.
   if (sequencers > 1)
     throw std::invalid_argument("serve at most one sequencer per server (--protocols)");
+  if (!o.memcached.empty() && engineless)
+    throw std::invalid_argument(
+        "--memcached needs key-value data: serve a protocol with an engine (not only sequencers)");
   if (!engineless && o.memory / o.workers < 4 * (o.max_value + 512))
     throw std::invalid_argument("--memory too small for the workers and --max-value");
 }

@@ -50,6 +50,10 @@ struct ServerOptions : proto::ProtocolOptions {
   // Where the server keeps state that must survive a restart: the sequencers' high-water mark
   // ("<data_dir>/sequence.hwm", docs/sequencer.md). Required when a sequencer is served.
   std::string data_dir;
+  // memcached's text, meta and binary protocols over TCP on HOST:PORT, on the same engines
+  // and data (docs/memcached.md); "" = off (the default).
+  std::string memcached;
+  uint32_t memcached_max_conns = 4096;  // past it: "ERROR Too many open connections", closed
 };
 
 // What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf, kFarm or

@@ -48,6 +48,15 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   fo.bind_host = (host == "0.0.0.0" || host == "::") ? "" : host;
   if (!o.oplog.empty()) check_oplog_workers(o);
   for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<Worker>(w, o, fo));
+  if (!o.memcached.empty()) {
+    memcached::ServiceOptions mo;
+    mo.listen = o.memcached;
+    mo.max_conns = o.memcached_max_conns;
+    mo.max_value = o.max_value;
+    std::vector<Worker*> ws;
+    for (auto& w : workers_) ws.push_back(w.get());
+    memcached_ = std::make_unique<memcached::Service>(mo, std::move(ws));
+  }
 
   control::ControlServer::Handlers h;
   h.on_hello = [this](uint64_t s, const control::Hello& hello) { return on_hello(s, hello); };
@@ -86,6 +95,7 @@ void Server::stop() {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
+  memcached_.reset();  // its connections close; the workers that ran it have stopped
 }
 
 control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello) {

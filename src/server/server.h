@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/server.h"
+#include "memcached/service.h"
 #include "server/worker.h"
 #include "server/options.h"
 
@@ -26,6 +27,8 @@ class Server {
   ~Server();
 
   std::string address() const;  // control channel "host:port"
+  // The memcached front end's "host:port" (--memcached), "" when off.
+  std::string memcached_address() const { return memcached_ ? memcached_->address() : ""; }
   const std::string& provider() const;
   void start();                 // starts the worker threads
   // Stops admitting clients, lets workers answer what they hold, joins them.
@@ -43,6 +46,7 @@ class Server {
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
   std::unique_ptr<control::ControlServer> control_;
+  std::unique_ptr<memcached::Service> memcached_;  // --memcached; runs in the workers' loops
 
   mutable std::mutex mu_;  // client table (control thread and stats readers)
   struct Slot {

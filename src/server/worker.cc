@@ -289,6 +289,13 @@ void Worker::wake() {
   if (waiter_) waiter_->wake();
 }
 
+// The other half of block_st's check: the producer's queue store, then this load (seq_cst on
+// both sides), so that either block_st sees the work or we see it asleep.
+void Worker::notify() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) wake();
+}
+
 void Worker::add_client(ClientInfo c) {
   if (c.index < o_.max_clients) idle_[c.index].store(false, std::memory_order_relaxed);
   post_event({Event::Kind::kAdd, std::move(c)});
@@ -401,6 +408,7 @@ void Worker::bury_retired_st() {
 
 void Worker::run_st(const std::atomic<bool>& stop) {
   if (!pin_this_thread(core_)) spdlog::warn("worker {}: could not pin to core {}", index_, core_);
+  if (local_ != nullptr) local_fd_ = local_->wait_fd(*this);
   uint32_t rounds = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     store::add_st(counters_.rounds);  // poll rounds: fewer per second = busier (fabkv-bench)
@@ -433,7 +441,8 @@ bool Worker::round_st() {
     if (side->has_work_st()) side->flush_st();
   if (!out_.empty() || any_backlog_) send_replies_st();
   repost_rx_st();
-  return completions || answers_ != answers || any_backlog_;
+  const bool local = local_ != nullptr && local_->run_st(*this);
+  return completions || answers_ != answers || any_backlog_ || local;
 }
 
 // --poll adaptive: after poll.spin_us without a sign of work, block (or sleep) once. The
@@ -524,7 +533,8 @@ void Worker::block_st(const std::atomic<bool>& stop) {
                                      scanning_clients_, provider()));
   }
   sleeping_.store(true, std::memory_order_seq_cst);
-  if (events_pending_.load(std::memory_order_seq_cst) || stop.load(std::memory_order_relaxed)) {
+  if (events_pending_.load(std::memory_order_seq_cst) || stop.load(std::memory_order_relaxed) ||
+      (local_ != nullptr && local_->pending_st(*this))) {
     sleeping_.store(false, std::memory_order_relaxed);  // an event came in: not now
     idle_rounds_ = 0;
     return;
@@ -532,10 +542,10 @@ void Worker::block_st(const std::atomic<bool>& stop) {
   const auto t0 = Clock::now();
   fabric::Waiter::Woke woke;
   if (block) {
-    woke = waiter_->wait(admitted_.empty() ? std::span<fabric::Endpoint* const>() : wait_eps_, {},
-                         kMaxBlock);
+    woke = waiter_->wait(admitted_.empty() ? std::span<fabric::Endpoint* const>() : wait_eps_,
+                         local_extra(), kMaxBlock);
   } else {
-    woke = waiter_->wait({}, {}, std::chrono::microseconds(sleep_us_));
+    woke = waiter_->wait({}, local_extra(), std::chrono::microseconds(sleep_us_));
     sleep_us_ = std::min(sleep_us_ * 2, o_.poll.sleep_us);
   }
   sleeping_.store(false, std::memory_order_relaxed);

@@ -38,6 +38,21 @@
 namespace fabkv::server {
 
 class OpLog;
+class Worker;
+
+// Work that reaches a worker from outside the fabric: the memcached front end's connections
+// and the requests other workers forward to this partition's owner (src/memcached/service.h).
+// The worker runs it once per round and, when idle, also wakes for `wait_fd()`.
+class LocalWork {
+ public:
+  virtual ~LocalWork() = default;
+  // Runs what is there for worker `w` now; true when there was anything. Worker thread.
+  virtual bool run_st(Worker& w) = 0;
+  // Is something queued for worker `w` that run_st would take? Checked right before it blocks.
+  virtual bool pending_st(const Worker& w) const = 0;
+  // A descriptor that becomes readable when run_st has something for `w` (-1: none).
+  virtual int wait_fd(const Worker& w) const = 0;
+};
 
 class Worker {
  public:
@@ -84,6 +99,11 @@ class Worker {
   // Ends a block or sleep of an adaptive worker now (Server::stop after setting `stop`). Any
   // thread; nothing to do for a spinning one.
   void wake();
+  // Local work the loop also runs (the memcached front end); before run_st starts.
+  void attach(LocalWork* work) { local_ = work; }
+  // Work for this worker was queued (LocalWork::pending_st now says so): wakes it if it
+  // blocks or sleeps. Any thread.
+  void notify();
 
   // ---- services for the protocols (worker thread)
   // Is client c (of incarnation `epoch`) admitted and still served?
@@ -175,6 +195,9 @@ class Worker {
   void periodic_st();
   void idle_st(bool active, const std::atomic<bool>& stop);
   void block_st(const std::atomic<bool>& stop);
+  std::span<const int> local_extra() const {
+    return local_fd_ >= 0 ? std::span<const int>(&local_fd_, 1) : std::span<const int>();
+  }
   uint64_t remote_ops_st();
 
   const uint32_t index_;
@@ -210,6 +233,9 @@ class Worker {
   bool any_backlog_ = false;                  // some client has answers waiting
   std::deque<Retired> retired_;  // departed clients' addresses, removed from the AV later
   uint64_t sent_ = 0;
+
+  LocalWork* local_ = nullptr;
+  int local_fd_ = -1;  // local_->wait_fd(*this), read once at the start of run_st
 
   std::mutex mu_;
   std::deque<Event> events_;

@@ -221,6 +221,7 @@ Status CacheEngine::put(KeyHash h, std::string_view key, std::string_view value,
   ItemHeader hdr{};
   hdr.version = stamp_version(version_, opts);
   hdr.expire_at = opts.expire_at;
+  hdr.flags = opts.flags;
   hdr.value_size = static_cast<uint32_t>(value.size());
   hdr.key_size = static_cast<uint8_t>(key.size());
   const uint64_t tail_before = tail_;
@@ -265,6 +266,14 @@ Status CacheEngine::del(KeyHash h, std::string_view key) {
 [[gnu::flatten]] void CacheEngine::run_batch(std::span<const Request> reqs, CompletionFn done,
                                         size_t gap) {
   run_pipeline(*this, reqs, done, gap);
+}
+
+// Every index entry goes; the log's bytes stay where they are, unreachable, and are
+// overwritten as the log wraps (as a DELETE leaves them).
+bool CacheEngine::clear() {
+  std::memset(static_cast<void*>(buckets_), 0, (bucket_mask_ + 1) * sizeof(layout::CacheBucket));
+  stats_.items.store(0, std::memory_order_relaxed);
+  return true;
 }
 
 }  // namespace fabkv::store

@@ -32,6 +32,7 @@ class CacheEngine final : public Engine {
   void prefetch_item(KeyHash h) const override;
   using Engine::run_batch;
   void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
+  bool clear() override;
   EngineMemory memory() const override { return mem_.region(); }
   size_t max_value_size() const override { return max_value_; }
 

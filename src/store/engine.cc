@@ -9,6 +9,7 @@
 #include "store/cache_engine.h"
 #include "proto/farm/engine.h"
 #include "proto/drtm/engine.h"
+#include "proto/hydradb/engine.h"
 #include "proto/pilaf/engine.h"
 #include "store/store_engine.h"
 
@@ -33,6 +34,7 @@ const char* to_string(EngineKind k) {
     case EngineKind::kPilaf: return "pilaf";
     case EngineKind::kFarm: return "farm";
     case EngineKind::kDrtm: return "drtm";
+    case EngineKind::kHydra: return "hydradb";
   }
   return "unknown";
 }
@@ -43,6 +45,7 @@ std::optional<EngineKind> engine_kind_from_string(std::string_view name) {
   if (name == "pilaf") return EngineKind::kPilaf;
   if (name == "farm") return EngineKind::kFarm;
   if (name == "drtm") return EngineKind::kDrtm;
+  if (name == "hydradb") return EngineKind::kHydra;
   return std::nullopt;
 }
 
@@ -61,6 +64,7 @@ std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) 
     case EngineKind::kPilaf: return std::make_unique<PilafEngine>(opts);
     case EngineKind::kFarm: return std::make_unique<FarmEngine>(opts);
     case EngineKind::kDrtm: return std::make_unique<DrtmEngine>(opts);
+    case EngineKind::kHydra: return std::make_unique<HydraEngine>(opts);
   }
   throw std::invalid_argument("store: unknown engine kind");
 }

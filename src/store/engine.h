@@ -40,9 +40,11 @@ const char* to_string(Status s);
 // kPilaf: the store behind fabkv's Pilaf protocol (proto/pilaf/engine.h): clients READ its table.
 // kFarm: FaRM-KV's hopscotch table (proto/farm/engine.h): clients READ neighbourhoods.
 // kDrtm: the store behind DrTM-KV (proto/drtm/engine.h): clients READ it and lock its items.
-enum class EngineKind : uint8_t { kCache, kStore, kPilaf, kFarm, kDrtm };
+// kHydra: the store behind fabkv's HydraDB protocol (proto/hydradb/engine.h): clients READ its
+// items, updates are out of place.
+enum class EngineKind : uint8_t { kCache, kStore, kPilaf, kFarm, kDrtm, kHydra };
 const char* to_string(EngineKind k);
-// "cache", "store", "pilaf", "farm" or "drtm"; nullopt for anything else.
+// "cache", "store", "pilaf", "farm", "drtm" or "hydradb"; nullopt for anything else.
 std::optional<EngineKind> engine_kind_from_string(std::string_view name);
 
 // Wall-clock seconds used for expiry; only read when an item carries an expiry time.
@@ -86,6 +88,10 @@ struct PutOptions {
   // PUTs never hand out a restored version again. Restore in the order the versions were
   // handed out (the op log's order); that also carries a counter that wrapped. 0 = normal PUT.
   uint64_t restore_version = 0;
+  // Opaque client flags kept with the item and returned by get (memcached's <flags>). The
+  // cache and store engines keep them in the item header (layout.h); the engines whose items
+  // clients READ (pilaf, farm, drtm) have no room for them and return 0.
+  uint32_t flags = 0;
 };
 
 // The version a successful PUT stamps, and the engine's counter after it: the counter's value
@@ -102,6 +108,7 @@ struct ItemView {
   std::string_view value;  // valid until the next put/del on this engine (see top)
   uint64_t version = 0;
   uint32_t expire_at = 0;
+  uint32_t flags = 0;      // PutOptions::flags of the PUT that wrote it (0 where not kept)
 };
 
 // ---- Batch form --------------------------------------------------------------------------
@@ -116,11 +123,17 @@ struct Request {
   PutOptions put;          // kPut only
 };
 
+// Response::location when the engine does not say where an item is.
+inline constexpr uint64_t kNoLocation = ~uint64_t{0};
+
 struct Response {
   Status status = Status::kNotFound;
   uint64_t version = 0;    // kGet: the item's version; kPut: the new version
   uint32_t expire_at = 0;  // kGet
   std::string_view value;  // kGet: valid until the next mutation (see top)
+  // kGet hit, engines whose items clients READ (hydradb): the item's offset in memory();
+  // kNoLocation otherwise.
+  uint64_t location = kNoLocation;
 };
 
 // A non-owning reference to a callable, cheap to pass by value (like llvm::function_ref).
@@ -190,6 +203,10 @@ class Engine {
   // Housekeeping the owner thread runs every so often (a worker: every 1024 poll rounds), for
   // engines that need it (pilaf: release retired generations, publish the clock).
   virtual void housekeeping() {}
+
+  // Removes every item (memcached's flush_all), owner thread only. False, changing nothing,
+  // where the engine cannot (pilaf, farm, drtm: clients READ their tables).
+  virtual bool clear() { return false; }
 
   // ---- any thread ----
   StatsSnapshot stats() const { return stats_.snapshot(); }

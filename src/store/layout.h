@@ -5,6 +5,8 @@
 //
 // Layout version history:
 //   1  first version (issue 3).
+//   2  the item header's bytes 20..23 hold the memcached client flags (were reserved zero; an
+//      item written by version 1 reads as flags 0), issue 16.
 #pragma once
 
 #include <bit>
@@ -23,14 +25,15 @@
 
 namespace fabkv::store::layout {
 
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 
 // Item, 8-byte aligned, in the cache log or in a store heap block:
 //   off 0   u64 version     CAS value, never 0
 //   off 8   u32 expire_at   absolute seconds since the Unix epoch, 0 = never
 //   off 12  u32 value_size
 //   off 16  u8  key_size    1..kMaxKeySize
-//   off 17  u8[7] reserved  zero
+//   off 17  u8[3] reserved  zero
+//   off 20  u32 flags       opaque client flags (memcached's), 0 unless a PUT set them
 //   off 24  key bytes, then value bytes (no alignment between them)
 // Read and written with memcpy only: the bytes may sit at any offset of an mmap'd region and
 // the compiler turns the fixed-size copies into plain loads.
@@ -39,11 +42,12 @@ struct ItemHeader {
   uint32_t expire_at;
   uint32_t value_size;
   uint8_t key_size;
-  uint8_t reserved[7];
+  uint8_t reserved[3];
+  uint32_t flags;
 };
 static_assert(sizeof(ItemHeader) == 24 && alignof(ItemHeader) == 8);
 static_assert(offsetof(ItemHeader, expire_at) == 8 && offsetof(ItemHeader, value_size) == 12 &&
-              offsetof(ItemHeader, key_size) == 16);
+              offsetof(ItemHeader, key_size) == 16 && offsetof(ItemHeader, flags) == 20);
 
 inline constexpr size_t kItemHeaderSize = sizeof(ItemHeader);
 
@@ -134,7 +138,7 @@ inline bool key_matches(const std::byte* p, const ItemHeader& h, std::string_vie
 // What a GET hands out for the item at `p` with header `h`: a view of its value in place.
 inline ItemView item_view(const std::byte* p, const ItemHeader& h) {
   return {std::string_view(reinterpret_cast<const char*>(item_key(p)) + h.key_size, h.value_size),
-          h.version, h.expire_at};
+          h.version, h.expire_at, h.flags};
 }
 
 // Index entry, 64 bits: tag in the high 16 bits, a 48-bit location in the low 48. An all-zero

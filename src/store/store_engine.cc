@@ -162,6 +162,7 @@ Status StoreEngine::get(KeyHash h, std::string_view key, ItemView& out) {
   ItemHeader hdr{};
   hdr.version = stamp_version(version_, opts);
   hdr.expire_at = opts.expire_at;
+  hdr.flags = opts.flags;
   hdr.value_size = static_cast<uint32_t>(value.size());
   hdr.key_size = static_cast<uint8_t>(key.size());
   std::byte* p = heap_.at(payload);
@@ -207,6 +208,30 @@ Status StoreEngine::del(KeyHash h, std::string_view key) {
 [[gnu::flatten]] void StoreEngine::run_batch(std::span<const Request> reqs, CompletionFn done,
                                         size_t gap) {
   run_pipeline(*this, reqs, done, gap);
+}
+
+// Every item's block and every overflow bucket go back to the heap; the main buckets are
+// zeroed.
+bool StoreEngine::clear() {
+  for (uint64_t i = 0; i <= bucket_mask_; ++i) {
+    StoreBucket* b = &buckets_[i];
+    uint64_t next = b->next;
+    for (uint64_t e : b->entries)
+      if (e != 0) heap_.free(layout::entry_location(e) << 3);
+    std::memset(static_cast<void*>(b), 0, sizeof(StoreBucket));
+    while (next != 0) {
+      StoreBucket* o = overflow(next);
+      for (uint64_t e : o->entries)
+        if (e != 0) heap_.free(layout::entry_location(e) << 3);
+      const uint64_t payload = next;
+      next = o->next;
+      heap_.free(payload);
+    }
+  }
+  stats_.items.store(0, std::memory_order_relaxed);
+  stats_.overflow_buckets.store(0, std::memory_order_relaxed);
+  stats_.bytes.store(heap_.used_bytes(), std::memory_order_relaxed);
+  return true;
 }
 
 std::string StoreEngine::check() const {

@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
                    : fmt::format("adaptive (spin {} us, sleep up to {} us)", o.poll.spin_us,
                                  o.poll.sleep_us));
   fmt::print("READY {}\n", srv->address());
+  if (!srv->memcached_address().empty()) {
+    spdlog::info("memcached protocols on {}", srv->memcached_address());
+    fmt::print("MEMCACHED {}\n", srv->memcached_address());
+  }
   std::fflush(stdout);
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   spdlog::info("shutting down: answering requests in hand, releasing fabric resources");

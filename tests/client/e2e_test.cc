@@ -9,11 +9,14 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "client/client.h"
 #include "e2e_checks.h"
 #include "client/fabkv.h"
 #include "perf/process.h"
+#include "store/hash.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -189,6 +192,52 @@ TEST_P(ClientE2E, ExactlyOneRequestVerbAndOneRecvPerOperation) {
   EXPECT_EQ(d[fabric::Verb::kRecv].posted, 3 * kEach);
   EXPECT_EQ(d[fabric::Verb::kRecv].inbound, 3 * kEach);
   EXPECT_EQ(d.total_posted(), 6 * kEach);
+}
+
+// Callbacks may post new requests (client.h). Here the first answer's callback posts two, and
+// the second needs the slot whose answer is the next completion of the same batch the session
+// is handing out (W answers that arrived together): its submit waits for that slot inside the
+// first callback. The session's batch is its own, not a local array, so the polls of that wait
+// go on with the rest of it; a batch held in the caller's frame stalled the wait (and the
+// answer behind it) until the deadline.
+TEST_P(ClientE2E, ACallbackWaitingForASlotSeesTheRestOfItsBatch) {
+  auto c = Client::connect(options(3000));
+  const uint32_t workers = c->layout().at("workers").get<uint32_t>();
+  const int window = c->layout().at("window").get<int>();
+  std::vector<std::string> keys;  // worker 0's
+  for (int i = 0; static_cast<int>(keys.size()) < window + 2; ++i) {
+    std::string k = "slot" + std::to_string(i);
+    if (store::partition_of(store::hash_key(k), workers) == 0) keys.push_back(k);
+  }
+  for (int round = 0; round < 3; ++round) {
+    int done = 0, wrong = 0;
+    Status posted_in_callback[2] = {Status::kError, Status::kError};
+    auto check = [&](Status st, std::string_view, uint64_t) {
+      done++;
+      if (st != Status::kOk) wrong++;
+    };
+    for (int i = 0; i < window; ++i) {
+      Client::Callback cb = check;
+      if (i == 0) {
+        cb = [&](Status st, std::string_view v, uint64_t ver) {
+          check(st, v, ver);
+          posted_in_callback[0] = c->put_async(keys[window], "x", check);  // the slot just freed
+          posted_in_callback[1] = c->put_async(keys[window + 1], "y", check);  // waits for slot 1
+        };
+      }
+      ASSERT_EQ(c->put_async(keys[i], "v" + std::to_string(round), cb), Status::kOk);
+    }
+    std::this_thread::sleep_for(milliseconds(100));  // all W answers arrive together
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(c->flush(), Status::kOk);
+    const auto took =
+        std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(posted_in_callback[0], Status::kOk);
+    EXPECT_EQ(posted_in_callback[1], Status::kOk) << "round " << round;
+    EXPECT_EQ(done, window + 2);
+    EXPECT_EQ(wrong, 0);
+    EXPECT_LT(took, 1500) << "round " << round;
+  }
 }
 
 TEST_P(ClientE2E, KilledServerGivesServerGoneOrTimeoutWithinTheTimeout) {

@@ -48,8 +48,9 @@ struct RawResponse {
 
 class RawClient {
  public:
+  // `extra` adds fields to the Hello payload (hydradb: its "ring").
   RawClient(const std::string& provider, const std::string& server, const std::string& transport = "",
-            const std::string& protocol = "herd") {
+            const std::string& protocol = "herd", const nlohmann::json& extra = {}) {
     fabric::FabricOptions fo;
     fo.provider = provider;
     fo.quiet = true;
@@ -64,6 +65,7 @@ class RawClient {
     nlohmann::json p = {{"protocol", protocol}};
     if (!transport.empty()) p["transport"] = transport;
     p["region"] = proto::region_to_json(buf_->remote());
+    if (extra.is_object()) p.update(extra);
     std::string s = p.dump();
     hello.payload.assign(s.begin(), s.end());
     ctl_.emplace(control::ControlClient::connect(server, hello, 5000));
@@ -131,6 +133,15 @@ class RawClient {
     rpc::store(out + sizeof(h), ib);
     rpc::store(out + rpc::trailer_offset(sizeof(ib)), rpc::RequestTrailer{seq});
     return rpc::request_bytes(sizeof(ib));
+  }
+
+  // WRITEs `len` raw bytes at `raddr` of a region the Welcome named.
+  void write_at(uint32_t w, const fabric::RemoteRegion& r, uint64_t off, const char* bytes,
+                size_t len) {
+    std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
+    post([&] {
+      return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), r.at(off), r.key, &wctx_);
+    });
   }
 
   // WRITEs `len` raw bytes into slot (seq-1) % W of worker w.

@@ -317,8 +317,10 @@ TEST_P(EngineTest, MemoryRegionIsExposed) {
   const EngineMemory r = e->memory();
   ASSERT_NE(r.base, nullptr);
   // pilaf: the extent region only (its table is a second region, PilafEngine::current()); farm:
-  // the table only (values of small items are inline there; records are a second region).
-  const bool split = GetParam() == EngineKind::kPilaf || GetParam() == EngineKind::kFarm;
+  // the table only (values of small items are inline there; records are a second region);
+  // hydradb: the item arena only (its index is not for clients).
+  const bool split = GetParam() == EngineKind::kPilaf || GetParam() == EngineKind::kFarm ||
+                     GetParam() == EngineKind::kHydra;
   EXPECT_GE(r.size, split ? size_t{1} << 20 : size_t{4} << 20);
   ASSERT_EQ(e->put("k", "hello"), Status::kOk);
   ItemView v;
@@ -351,7 +353,7 @@ TEST_P(EngineTest, BatchFormWritesResponses) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, EngineTest,
                          ::testing::Values(EngineKind::kCache, EngineKind::kStore, EngineKind::kPilaf,
-                                           EngineKind::kFarm),
+                                           EngineKind::kFarm, EngineKind::kHydra),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(EngineNames, RoundTrip) {

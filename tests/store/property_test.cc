@@ -315,6 +315,12 @@ TEST(PipelineProperty, FarmBatchEqualsOneCall) {
   pipeline_equals_one_call(EngineKind::kFarm, small_options(size_t{8} << 20, 0), 9);
 }
 
+// Replaced items are held for 150 ms of real time (HydraOptions::hold_ns): the arena must hold
+// everything the run writes, or the two engines would run out of memory at different moments.
+TEST(PipelineProperty, HydraBatchEqualsOneCall) {
+  pipeline_equals_one_call(EngineKind::kHydra, small_options(size_t{64} << 20, 64), 10);
+}
+
 TEST(PipelineProperty, CacheBatchEqualsOneCallUnderPressure) {
   auto o = small_options((size_t{32} << 10) + 32 * 64, 32);
   o.max_value_size = 4096;

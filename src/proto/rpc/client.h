@@ -72,6 +72,12 @@ class RpcClient {
   // Validates, waits (bounded by timeout_ms) for the key's worker to have a free slot and
   // the staging bytes, encodes and posts. kOk: the callback runs exactly once.
   Status submit(const proto::ClientRequest& r, Client::Callback&& cb);
+  // Would submit() find worker w's next slot free at once? For a caller that must not wait
+  // for one (hydradb sends the GET after a stale READ only then, docs/hydradb.md): an inline
+  // request to w then waits for nothing but the provider's queue.
+  bool slot_free(uint32_t w) const {
+    return w < workers_.size() && workers_[w].slots[workers_[w].next_r % window_].free();
+  }
   // Ours: the context of a request's WRITE/SEND or of a receive buffer.
   bool owns(const fabric::OpContext* ctx) const {
     return ctx != nullptr && (ctx->user == &kTxMarker || ctx->user == &kRecvMarker);

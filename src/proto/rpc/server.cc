@@ -399,6 +399,7 @@ void RpcServer::flush_st() {
       std::memcpy(out + sizeof(ResponseHeader), r.value.data(), r.value.size());
       len += r.value.size();
     }
+    len = extend_answer_st(p.req, r, out, len);
     store(out, h);
     answer_st(p.client, p.epoch, p.seq, out, len);
   });

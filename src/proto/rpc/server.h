@@ -61,6 +61,13 @@ class RpcServer : public proto::ServerProtocol {
   virtual void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char* slot, size_t len) = 0;
   // What a subclass learns of its client from the Hello (set-up path, worker thread).
   virtual void learn_client_st(uint32_t /*c*/, const nlohmann::json& /*hello*/) {}
+  // What a protocol adds at out + len to an answer the engine produced (room: answer_bytes);
+  // returns the answer's new length. Error answers get nothing. hydradb: where the GET's item
+  // is and its lease (proto/hydradb/wire.h).
+  virtual size_t extend_answer_st(const store::Request& /*req*/, const store::Response& /*r*/,
+                                  char* /*out*/, size_t len) {
+    return len;
+  }
   fabric::LocalBuffer answer_buffer(uint32_t c, uint32_t seq, size_t len) const;
   // Config::next: n consecutive values for the round's kNext requests; returns the first, or 0
   // when none can be handed out (each request is then answered kInternal).

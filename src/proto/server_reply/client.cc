@@ -5,6 +5,7 @@
 
 #include "proto/json.h"
 #include "proto/registry.h"
+#include "proto/rpc/answer_ring.h"
 #include "proto/rpc/client.h"
 #include "proto/server_reply/wire.h"
 
@@ -12,35 +13,16 @@ namespace fabkv::server_reply {
 
 namespace {
 
-// The first Hello's ring: enough for the server's defaults with up to 4 workers (W = 4,
-// max_value = 64 KiB, src/proto/rpc/options.h and src/server/options.h).
-size_t first_ring_bytes() { return ring_bytes(4, rpc::kDefaultWindow, size_t{64} << 10); }
-
 class ServerReplyClient final : public proto::ClientProtocol {
  public:
   explicit ServerReplyClient(proto::ClientHost& host)
-      : host_(host), rpc_(host, rpc::ClientConfig{"server-reply.requests", false}) {}
+      : rpc_(host, rpc::ClientConfig{"server-reply.requests", false}),
+        ring_(host, rpc_, proto::Id::server_reply, &ring_bytes) {}
 
-  void hello(nlohmann::json* payload) override {
-    (*payload)["protocol"] = proto::info(proto::Id::server_reply).name;
-    (*payload)["transport"] = "write";
-    rpc_.hello(payload);
-    ring_.reset();
-    ring_ = std::make_unique<fabric::RegisteredBuffer>(host_.fabric(), ring_bytes_,
-                                                       fabric::Access::kRemoteWrite);
-    (*payload)["ring"] = proto::region_to_json(ring_->remote());
-  }
+  void hello(nlohmann::json* payload) override { ring_.hello(payload); }
 
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
-    Opened r = rpc_.open(w, layout);
-    if (rpc_.send_transport())
-      rpc::RpcClient::bad_layout("server-reply takes its requests by write, the server said send");
-    // rpc_ has parsed the layout even when it asks for another Hello.
-    const size_t need = ring_bytes(rpc_.workers(), rpc_.window(), rpc_.max_value());
-    if (need > ring_bytes_) {
-      ring_bytes_ = need;
-      return Opened::kHelloAgain;
-    }
+    const Opened r = ring_.open(w, layout);
     if (r != Opened::kReady) return r;
     workers_ = rpc_.workers();
     window_ = rpc_.window();
@@ -69,7 +51,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
   // The answer to (w, seq) if it has landed whole (read_answer in wire.h): callbacks run (0
   // or 1).
   size_t take(uint32_t w, uint32_t seq) {
-    char* slot = ring_->data() + ring_offset(w, window_, max_value_, seq);
+    char* slot = ring_.data() + ring_offset(w, window_, max_value_, seq);
     // A callback that posts may poll and take another answer meanwhile: nested takes copy
     // into their own string (allocating only then).
     std::string nested;
@@ -89,10 +71,8 @@ class ServerReplyClient final : public proto::ClientProtocol {
     return rpc_.answer(h, std::string_view(copy).substr(sizeof(rpc::ResponseHeader)));
   }
 
-  proto::ClientHost& host_;
   rpc::RpcClient rpc_;
-  size_t ring_bytes_ = first_ring_bytes();
-  std::unique_ptr<fabric::RegisteredBuffer> ring_;
+  rpc::AnswerRing ring_;  // the worker WRITEs answers here
   uint32_t workers_ = 0, window_ = 0;
   size_t max_value_ = 0;
   std::string copy_;  // the answer (header and value) copied out of the ring

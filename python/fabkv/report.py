@@ -1,7 +1,12 @@
 #!/usr/bin/python3
 """fabkv-bench report: PNG plots and summary.md from fabkv-bench's JSON Lines results.
 
-    python/report.py --input results.jsonl --out reports/DIR     (or: fabkv-bench report ...)
+    fabkv-bench report --input results.jsonl --out reports/DIR
+    python3 python/fabkv/report.py --input ... --out ...   (this file alone, from a checkout)
+    python3 -m fabkv.report --input ... --out ...          (the installed package; or fabkv-report)
+
+It needs nothing of the package but this file, so fabkv-bench runs it by path with Debian's
+python3, which has matplotlib, whatever the binding was built for.
 
 Plots follow the survey's evaluation (002_..., sec. 4): throughput vs clients per read ratio and
 distribution (figs. 12, 15), throughput vs read ratio (fig. 13), latency vs clients (figs. 16,
@@ -265,12 +270,12 @@ def summary(table, runs, out, plot_names):
     return text
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--input", required=True, help="fabkv-bench JSON Lines results")
     ap.add_argument("--out", required=True, help="folder for the PNGs and summary.md")
     ap.add_argument("--print", action="store_true", help="print summary.md")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if not os.path.exists(a.input):
         sys.exit(f"report: no results file {a.input}")
     runs = load(a.input)

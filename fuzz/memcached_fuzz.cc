@@ -1,0 +1,137 @@
+// libFuzzer target for the memcached front end's parsers (docs/memcached.md, "Fuzzing"): the
+// input is read as a connection's byte stream, command after command, the way
+// src/memcached/service.cc reads it (text, or binary when a command starts with 0x80), and every
+// command parsed is run on a small cache engine. Checked: a parse consumes what it says and no
+// more than it has, "need more" consumes nothing, views stay inside the input, a text command
+// parsed whole parses the same from a copy cut just after it. Any crash, sanitizer report or
+// abort() below is a bug.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "memcached/binary.h"
+#include "memcached/exec.h"
+#include "memcached/text.h"
+#include "store/engine.h"
+
+using namespace fabkv;
+using namespace fabkv::memcached;
+
+namespace {
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "fabkv-fuzz-memcached: %s\n", what);
+  std::abort();
+}
+
+constexpr size_t kMaxValue = 4096;
+
+store::Engine& engine() {
+  static std::unique_ptr<store::Engine> e = [] {
+    store::EngineOptions o;
+    o.memory_bytes = size_t{4} << 20;
+    o.max_value_size = kMaxValue;
+    o.huge_pages = false;
+    return store::make_engine(store::EngineKind::kCache, o);
+  }();
+  return *e;
+}
+
+bool inside(std::string_view part, std::string_view whole) {
+  return part.empty() ||
+         (part.data() >= whole.data() && part.data() + part.size() <= whole.data() + whole.size());
+}
+
+void run(const Request& r) {
+  std::string scratch;
+  store::Engine& e = engine();
+  auto mutate = [&e](std::span<const store::Request> reqs, store::CompletionFn done) {
+    e.run_batch(reqs, done);
+  };
+  Result res = execute_st(r, e, mutate, scratch);
+  if (res.outcome == Outcome::kHit && res.value.size() > kMaxValue) fail("value above the limit");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view all(reinterpret_cast<const char*>(data), size);
+  std::string_view in = all;
+  TextCommand cmd, again;
+  for (int guard = 0; !in.empty() && guard < 10000; ++guard) {
+    if (static_cast<uint8_t>(in[0]) == binary::kRequestMagic) {
+      binary::Packet pk;
+      binary::ParseResult r = binary::parse(in, kMaxValue, &pk);
+      if (r.consumed > in.size()) fail("binary: consumed more than given");
+      if (r.status == binary::Parse::kNeedMore) {
+        if (r.consumed != 0) fail("binary: need more but consumed");
+        break;
+      }
+      if (r.status == binary::Parse::kPacket) {
+        if (!inside(pk.key, in) || !inside(pk.value, in) || !inside(pk.extras, in))
+          fail("binary: view outside the input");
+        if (pk.key.size() > kMaxKeyBytes) fail("binary: key above 250 bytes");
+        if (!pk.key.empty() && pk.value.size() <= kMaxValue) {
+          Request req;
+          req.kind = (pk.h.opcode & 1) ? Kind::kSet : Kind::kGet;
+          req.key = pk.key;
+          req.value = pk.value;
+          run(req);
+        }
+      }
+      if (r.consumed == 0) fail("binary: no progress");
+      in.remove_prefix(r.consumed);
+      if (r.status == binary::Parse::kClose) break;
+      in.remove_prefix(std::min<uint64_t>(r.swallow, in.size()));
+      continue;
+    }
+    ParseResult r = parse_text(in, kMaxValue, &cmd);
+    if (r.consumed > in.size()) fail("text: consumed more than given");
+    if (r.status == Parse::kNeedMore) {
+      if (r.consumed != 0) fail("text: need more but consumed");
+      break;
+    }
+    if (r.consumed == 0) fail("text: no progress");
+    if (r.status == Parse::kCommand) {
+      for (std::string_view k : cmd.keys) {
+        if (!inside(k, in)) fail("text: key outside the input");
+        if (k.empty() || k.size() > kMaxKeyBytes) fail("text: bad key accepted");
+      }
+      if (!inside(cmd.data, in) || cmd.data.size() > kMaxValue) fail("text: bad data block");
+      // The same bytes, cut right after the command, parse the same.
+      const std::string copy(in.substr(0, r.consumed));
+      ParseResult r2 = parse_text(copy, kMaxValue, &again);
+      if (r2.status != Parse::kCommand || r2.consumed != r.consumed || again.verb != cmd.verb ||
+          again.keys.size() != cmd.keys.size() || again.data != cmd.data)
+        fail("text: parse depends on what follows the command");
+      if (!cmd.keys.empty() && valid_key(cmd.keys[0])) {
+        Request req;
+        switch (cmd.verb) {
+          case Verb::kSet: req.kind = Kind::kSet; break;
+          case Verb::kAppend: req.kind = Kind::kAppend; break;
+          case Verb::kPrepend: req.kind = Kind::kPrepend; break;
+          case Verb::kIncr: req.kind = Kind::kIncr; break;
+          case Verb::kDecr: req.kind = Kind::kDecr; break;
+          case Verb::kDelete: req.kind = Kind::kDelete; break;
+          case Verb::kTouch: req.kind = Kind::kTouch; break;
+          case Verb::kCas: req.kind = Kind::kCas; break;
+          default: req.kind = Kind::kGet; break;
+        }
+        req.key = cmd.keys[0];
+        req.value = cmd.data;
+        req.flags = cmd.flags;
+        req.delta = cmd.delta;
+        req.cas = cmd.cas;
+        req.expire_at = to_expire_at(cmd.exptime, 1000);
+        run(req);
+      }
+    }
+    in.remove_prefix(r.consumed);
+    if (r.status == Parse::kClose) break;
+    if (r.status == Parse::kSwallow) in.remove_prefix(std::min<uint64_t>(r.swallow, in.size()));
+  }
+  return 0;
+}

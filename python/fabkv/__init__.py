@@ -1,0 +1,20 @@
+"""fabkv for Python: a client of fabkv-server over any of its protocols, and the bench report.
+
+    import fabkv
+    with fabkv.Client("127.0.0.1:7000", protocol="pilaf") as c:
+        c.put(b"k", b"v")
+        c.get(b"k")        # b"v"; None when there is no such key
+        c.delete("k")      # str keys and values are UTF-8
+        c.stats()          # the server's statistics as a dict
+
+docs/python.md has the whole API; fabkv.report turns fabkv-bench results into plots.
+"""
+from ._fabkv import Client, __version__, protocol_info, protocols
+from .errors import (Contended, Error, InvalidKey, Malformed, NoSpace, ServerGone, Status,
+                     TimeoutError, TooLarge, VersionMismatch)
+
+__all__ = [
+    "Client", "protocols", "protocol_info", "Status", "Error", "TooLarge", "InvalidKey",
+    "NoSpace", "VersionMismatch", "ServerGone", "TimeoutError", "Malformed", "Contended",
+    "__version__",
+]

@@ -1,0 +1,42 @@
+"""fabkv.report, the bench report, on results recorded in docs/results/."""
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from fabkv import report
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results" / "bench-2026-11-21.jsonl"
+
+
+def test_summary_of_recorded_results(tmp_path):
+    runs = report.load(str(RESULTS))
+    table = report.median_runs(runs)
+    text = report.summary(table, runs, str(tmp_path), [])
+    assert (tmp_path / "summary.md").read_text() == text
+    assert "## Runs (median of repeats)" in text
+    assert "fabkv:herd" in text and "memcached" in text
+
+
+def test_a_bad_line_is_named(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"system": "fabkv"}\n')
+    with pytest.raises(SystemExit, match="bad.jsonl:1: missing"):
+        report.load(str(bad))
+
+
+def test_the_file_runs_alone_as_fabkv_bench_runs_it(tmp_path):
+    # fabkv-bench report runs python/fabkv/report.py by path (src/bench/report.cc): without
+    # matplotlib it must say so, with it write the plots.
+    r = subprocess.run([sys.executable, str(ROOT / "python" / "fabkv" / "report.py"),
+                        "--input", str(RESULTS), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=240)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert r.returncode != 0 and "matplotlib is missing" in r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "summary.md").exists() and list(tmp_path.glob("*.png"))

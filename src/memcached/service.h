@@ -1,0 +1,70 @@
+// The memcached front end (docs/memcached.md): memcached's text, meta and binary protocols over
+// TCP, on the same engines and data as the fabric protocols.
+//
+// Threads and queues. There is no thread of its own: each worker serves a share of the
+// connections in its loop (server::LocalWork, called once per round). Every worker listens on
+// the same port with SO_REUSEPORT, so the kernel spreads new connections over the workers, and
+// keeps them in an epoll set that it polls without blocking; when the worker goes idle it
+// blocks on that epoll descriptor together with the fabric (Worker::block_st). A command whose
+// key belongs to the connection's own worker runs at once (no hand-off, no copy of the value).
+// One whose key belongs to worker p (partition_of(hash_key(key), workers)) is copied into an Op
+// and goes to p's inbox: a mutex-guarded vector that p swaps out whole once per round (a batch
+// per lock, so many producers cost one uncontended lock per round each); p runs it on its engine
+// and sends the Op back through the sender's inbox the same way, and each push rings the
+// receiver (Worker::notify) if it blocks. So each partition is still touched by its owner only
+// (EREW); a connection's answers leave in its commands' order (each connection keeps its
+// answers in order, waiting for forwarded ones).
+//
+// Limits: keys up to 250 bytes, values up to --max-value (SERVER_ERROR object too large for
+// cache, the block skipped), lines up to 64 KiB (text.h), --memcached-max-conns connections
+// (past it, memcached's "ERROR Too many open connections" and a close).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/worker.h"
+
+namespace fabkv::memcached {
+
+struct ServiceOptions {
+  std::string listen;          // HOST:PORT; port 0 picks a free one
+  uint32_t max_conns = 4096;   // open client connections at once
+  size_t max_value = 64 << 10;  // the engines' --max-value
+};
+
+class Service final : public server::LocalWork {
+ public:
+  // Binds the listening sockets (one per worker). Throws std::runtime_error.
+  Service(const ServiceOptions& o, std::vector<server::Worker*> workers);
+  ~Service() override;
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  std::string address() const;  // "host:port" actually bound
+
+  bool run_st(server::Worker& w) override;
+  bool pending_st(const server::Worker& w) const override;
+  int wait_fd(const server::Worker& w) const override;
+
+  // Counters (any thread), as memcached's `stats` names them.
+  nlohmann::json stats() const;
+
+  struct Shard;
+
+ private:
+  ServiceOptions o_;
+  std::string host_;
+  uint16_t port_ = 0;
+  std::vector<server::Worker*> workers_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<uint32_t> curr_conns_{0};
+  const uint32_t started_;
+};
+
+}  // namespace fabkv::memcached

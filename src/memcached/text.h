@@ -1,0 +1,66 @@
+// memcached's text protocol (protocol.txt of memcached 1.6): one parser for every command line
+// and data block a client sends, fuzzed (fuzz/memcached_fuzz.cc) and tested split at every byte
+// (tests/memcached/text_test.cc). It only cuts and checks; src/memcached/service.cc runs what
+// it finds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace fabkv::memcached {
+
+// The longest command line accepted (a multi-get of ~250 maximum-size keys). memcached closes
+// a connection whose line has no newline after 2048 bytes unless it is a get; we answer
+// "CLIENT_ERROR line too long" and close.
+inline constexpr size_t kMaxLineBytes = size_t{64} << 10;
+inline constexpr size_t kMaxKeyBytes = 250;  // store/limits.h kMaxKeySize
+
+enum class Verb : uint8_t {
+  kGet, kGets, kGat, kGats,
+  kSet, kAdd, kReplace, kAppend, kPrepend, kCas,
+  kDelete, kIncr, kDecr, kTouch,
+  kFlushAll, kStats, kVersion, kVerbosity, kQuit, kShutdown,
+  kMetaGet, kMetaSet, kMetaDelete, kMetaArith, kMetaNoop, kMetaDebug,
+};
+
+struct TextCommand {
+  Verb verb = Verb::kGet;
+  std::vector<std::string_view> keys;  // get/gets/gat/gats: every key; others: keys[0]
+  uint32_t flags = 0;
+  int64_t exptime = 0;   // storage, touch, gat (raw: exec.h to_expire_at)
+  uint64_t cas = 0;      // cas
+  uint64_t delta = 0;    // incr/decr
+  int64_t delay = 0;     // flush_all
+  bool noreply = false;
+  std::string_view data;  // storage and ms: the data block, without its "\r\n"
+  // stats: the arguments; meta commands: the flag tokens after the key (and ms's datalen).
+  std::vector<std::string_view> args;
+  std::string_view key() const { return keys.empty() ? std::string_view() : keys[0]; }
+};
+
+enum class Parse : uint8_t {
+  kNeedMore,  // no complete command yet: read more (nothing consumed)
+  kCommand,   // `cmd` filled; `consumed` bytes are its line and data block
+  kError,     // answer `reply`, drop `consumed` bytes, go on
+  kSwallow,   // answer `reply`, drop `consumed` bytes and then `swallow` more as they come
+              // (a data block too large to take: memcached's conn_swallow); cmd.verb/keys set
+  kClose,     // answer `reply` and close the connection
+};
+
+struct ParseResult {
+  Parse status = Parse::kNeedMore;
+  size_t consumed = 0;
+  std::string_view reply;  // a whole reply line with its "\r\n" (static storage)
+  uint64_t swallow = 0;
+};
+
+// Parses the first command of `in`. `max_value`: the largest data block taken.
+// Never reads outside `in`; `cmd`'s views point into `in`.
+ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd);
+
+// A key memcached's text protocol accepts: 1..250 bytes, no control characters or spaces.
+bool valid_key(std::string_view key);
+
+}  // namespace fabkv::memcached
