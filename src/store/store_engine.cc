@@ -48,32 +48,13 @@ void StoreEngine::prefetch_item(KeyHash h) const {
 }
 
 bool StoreEngine::find(KeyHash h, std::string_view key, Slot* found, Slot* free_slot) const {
-  const uint16_t tag = tag_of(h);
-  StoreBucket* prev = nullptr;
-  StoreBucket* b = &main_bucket(h);
-  if (free_slot != nullptr) *free_slot = Slot{};
-  for (;;) {
-    for (uint32_t m = layout::match_tags8(b->entries, tag) & layout::kMatchStoreEntries; m != 0;
-         m &= m - 1) {
-      const int i = layout::match_index(m);
-      const std::byte* it = item(b->entries[i]);
-      if (layout::key_matches(it, layout::load_header(it), key)) {
-        *found = Slot{b, prev, i};
-        return true;
-      }
-    }
-    if (free_slot != nullptr && free_slot->index < 0) {
-      // Tag 0 matches exactly the empty entries (tags are never 0).
-      const uint32_t empty = layout::match_tags8(b->entries, 0) & layout::kMatchStoreEntries;
-      if (empty != 0) *free_slot = Slot{b, prev, layout::match_index(empty)};
-    }
-    if (b->next == 0) break;
-    prev = b;
-    b = overflow(b->next);
-  }
-  // No empty slot anywhere: report the chain's last bucket, where a new one gets linked.
-  if (free_slot != nullptr && free_slot->index < 0) *free_slot = Slot{b, prev, -1};
-  return false;
+  return layout::find_in_chain(
+      &main_bucket(h), tag_of(h), [this](uint64_t link) { return overflow(link); },
+      [&](uint64_t e) {
+        const std::byte* it = item(e);
+        return layout::key_matches(it, layout::load_header(it), key);
+      },
+      found, free_slot);
 }
 
 void StoreEngine::remove(const Slot& s) {
@@ -81,17 +62,9 @@ void StoreEngine::remove(const Slot& s) {
   heap_.free(layout::entry_location(e) << 3);
   e = 0;
   sub_st(stats_.items);
-  if (s.prev != nullptr) {
-    // An overflow bucket that became empty goes back to the heap, so that a burst of
-    // colliding keys does not keep its chain after the keys are gone.
-    bool empty = true;
-    for (uint64_t x : s.bucket->entries) empty = empty && x == 0;
-    if (empty) {
-      const uint64_t payload = s.prev->next;
-      s.prev->next = s.bucket->next;
-      heap_.free(payload);
-      sub_st(stats_.overflow_buckets);
-    }
+  if (const uint64_t link = layout::unlink_if_empty(s); link != 0) {
+    heap_.free(link);
+    sub_st(stats_.overflow_buckets);
   }
   stats_.bytes.store(heap_.used_bytes(), std::memory_order_relaxed);
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "store/engine.h"
+#include "store/chain.h"
 #include "store/heap.h"
 #include "store/layout.h"
 #include "store/region.h"
@@ -43,14 +44,7 @@ class StoreEngine final : public Engine {
   std::string check() const;
 
  private:
-  // Where a key's entry is (or would go): the bucket and slot, and the bucket before it in
-  // the chain (nullptr for the main bucket), so that an emptied overflow bucket can be
-  // unlinked.
-  struct Slot {
-    layout::StoreBucket* bucket = nullptr;
-    layout::StoreBucket* prev = nullptr;
-    int index = -1;
-  };
+  using Slot = layout::ChainSlot;
   layout::StoreBucket& main_bucket(KeyHash h) const {
     return buckets_[bucket_of(h, bucket_mask_)];
   }

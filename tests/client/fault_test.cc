@@ -39,6 +39,7 @@ constexpr int kKills = 100, kChurn = 500, kChurnTcp = 100;
 struct Param {
   std::string provider, transport;  // transport: herd's request transport on this server
 };
+void PrintTo(const Param& p, std::ostream* os) { *os << p.provider << "/" << p.transport; }
 std::string name_of(const ::testing::TestParamInfo<Param>& i) {
   return i.param.provider + "_" + i.param.transport;
 }

@@ -29,6 +29,11 @@ using std::chrono::milliseconds;
 struct Param {
   std::string provider, protocol, transport;
 };
+// Without it gtest names the parameter by its bytes (heap addresses included): a 200-character
+// ctest name that differs from run to run.
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << p.provider << "/" << p.protocol << "/" << p.transport;
+}
 std::string name(const ::testing::TestParamInfo<Param>& p) {
   std::string n = p.param.provider + "_" + p.param.protocol + "_" + p.param.transport;
   for (char& c : n)

@@ -80,6 +80,7 @@ struct Mode {
   const char* transport;  // the client's (and for herd the server's) request transport
   const char* engine;
 };
+void PrintTo(const Mode& m, std::ostream* os) { *os << m.name; }  // not its bytes (addresses)
 const Mode kModes[] = {
     {"herd_write", "herd", "write", "cache"},
     {"herd_send", "herd", "send", "store"},

@@ -64,31 +64,13 @@ void HydraEngine::prefetch_item(KeyHash h) const {
 }
 
 bool HydraEngine::find(KeyHash h, std::string_view key, Slot* found, Slot* free_slot) const {
-  const uint16_t tag = tag_of(h);
-  StoreBucket* prev = nullptr;
-  StoreBucket* b = &main_bucket(h);
-  if (free_slot != nullptr) *free_slot = Slot{};
-  for (;;) {
-    for (uint32_t m = layout::match_tags8(b->entries, tag) & layout::kMatchStoreEntries; m != 0;
-         m &= m - 1) {
-      const int i = layout::match_index(m);
-      const ItemHeader ih = header(b->entries[i]);
-      if (ih.key_len == key.size() &&
-          layout::bytes_equal(item(b->entries[i]) + sizeof(ItemHeader), key.data(), key.size())) {
-        *found = Slot{b, prev, i};
-        return true;
-      }
-    }
-    if (free_slot != nullptr && free_slot->index < 0) {
-      const uint32_t empty = layout::match_tags8(b->entries, 0) & layout::kMatchStoreEntries;
-      if (empty != 0) *free_slot = Slot{b, prev, layout::match_index(empty)};
-    }
-    if (b->next == 0) break;
-    prev = b;
-    b = extension(b->next);
-  }
-  if (free_slot != nullptr && free_slot->index < 0) *free_slot = Slot{b, prev, -1};
-  return false;
+  return layout::find_in_chain(
+      &main_bucket(h), tag_of(h), [this](uint64_t link) { return extension(link); },
+      [&](uint64_t e) {
+        return header(e).key_len == key.size() &&
+               layout::bytes_equal(item(e) + sizeof(ItemHeader), key.data(), key.size());
+      },
+      found, free_slot);
 }
 
 void HydraEngine::hold(uint64_t payload) {
@@ -131,15 +113,9 @@ void HydraEngine::retire(const Slot& s) {
   hydradb::invalidate(heap_.at(payload));
   hold(payload);
   sub_st(stats_.items);
-  if (s.prev != nullptr) {
-    bool empty = true;
-    for (int i = 0; i < 7; ++i) empty = empty && s.bucket->entries[i] == 0;
-    if (empty) {
-      const uint64_t ext = s.prev->next;
-      s.prev->next = s.bucket->next;
-      free_ext_.push_back(ext);
-      sub_st(stats_.overflow_buckets);
-    }
+  if (const uint64_t ext = layout::unlink_if_empty(s); ext != 0) {
+    free_ext_.push_back(ext);
+    sub_st(stats_.overflow_buckets);
   }
 }
 

@@ -38,6 +38,7 @@
 
 #include "proto/hydradb/layout.h"
 #include "store/engine.h"
+#include "store/chain.h"
 #include "store/heap.h"
 #include "store/layout.h"
 #include "store/region.h"
@@ -101,11 +102,7 @@ class HydraEngine final : public Engine {
   std::string check() const;
 
  private:
-  struct Slot {
-    layout::StoreBucket* bucket = nullptr;
-    layout::StoreBucket* prev = nullptr;
-    int index = -1;
-  };
+  using Slot = layout::ChainSlot;
   struct Held {
     uint64_t payload;
     uint64_t until_ns;  // on the steady clock
