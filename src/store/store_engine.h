@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "store/engine.h"
 #include "store/chain.h"
+#include "store/engine.h"
 #include "store/heap.h"
 #include "store/layout.h"
 #include "store/region.h"

@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "proto/hydradb/layout.h"
-#include "store/engine.h"
 #include "store/chain.h"
+#include "store/engine.h"
 #include "store/heap.h"
 #include "store/layout.h"
 #include "store/region.h"
