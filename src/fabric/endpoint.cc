@@ -95,6 +95,20 @@ void Endpoint::open_common(fi_info* base) {
       remote_cntr_ = nullptr;
     }
   }
+  // libfabric 2.1's ofi_rxm passes an inlined WRITE (fi_inject_write) straight to the tcp (or
+  // verbs) connection with no context; when the connection fails with it still queued, tcp
+  // reports its error with a NULL context and rxm_handle_comp_error dereferences it: the
+  // process crashes in fi_cq_read (docs/fabric.md). rxm takes its own path instead, a buffer of
+  // its own as the context and the error handed to us without a context, whenever a WRITE
+  // counter is bound to the endpoint; so one is, on rxm. It costs an increment per WRITE.
+  if (fabric_.provider_name().find("ofi_rxm") != std::string::npos) {
+    fi_cntr_attr cntr_attr{};
+    cntr_attr.events = FI_CNTR_EVENTS_COMP;
+    cntr_attr.wait_obj = FI_WAIT_NONE;
+    check(fi_cntr_open(fabric_.domain(), &cntr_attr, &write_cntr_, nullptr),
+          "fi_cntr_open(write)");
+    check(fi_ep_bind(ep_, &write_cntr_->fid, FI_WRITE), "fi_ep_bind(cntr, FI_WRITE)");
+  }
   // Selective completion applies to transmits only: every receive must complete. (Binding
   // FI_RECV in the same call would make un-flagged receives complete silently.)
   uint64_t tx_flags = FI_TRANSMIT | (options_.selective_completion ? FI_SELECTIVE_COMPLETION : 0);
@@ -108,6 +122,7 @@ Endpoint::~Endpoint() {
   if (av_ != nullptr) fi_close(&av_->fid);
   if (cq_ != nullptr) fi_close(&cq_->fid);
   if (remote_cntr_ != nullptr) fi_close(&remote_cntr_->fid);
+  if (write_cntr_ != nullptr) fi_close(&write_cntr_->fid);
   if (eq_ != nullptr) fi_close(&eq_->fid);
 }
 

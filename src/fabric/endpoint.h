@@ -185,6 +185,7 @@ class Endpoint {
   fid_av* av_ = nullptr;
   fid_eq* eq_ = nullptr;  // msg only: connection events
   fid_cntr* remote_cntr_ = nullptr;  // waitable: inbound READs/WRITEs, where counted
+  fid_cntr* write_cntr_ = nullptr;   // ofi_rxm: keeps its inlined WRITEs off a crashing path
   int wait_fd_ = -1;                 // waitable: the CQ's FI_GETWAIT descriptor
   size_t inject_size_ = 0;
   bool more_ignored_ = false;  // the provider does nothing with FI_MORE

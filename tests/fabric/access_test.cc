@@ -139,6 +139,59 @@ TEST_P(FabricAccess, DeadPeerGivesAnErrorWithinTheDeadlineNotAHang) {
   EXPECT_FALSE(c.ctl->alive());
 }
 
+// Inlined unsignaled WRITEs (the fi_inject_write path: server-reply's answers, rfrpc's mode
+// flags) still queued when the peer dies. libfabric 2.1's tcp provider reports such a WRITE's
+// failure with a NULL context, and ofi_rxm dereferences it (rxm_handle_comp_error): the
+// survivor crashed in fi_cq_read (docs/fabric.md, "What else changed"). Each round posts a
+// burst into a dead peer's connection and reaps; the process must live and see the failure.
+TEST(FabricDeadPeer, InjectedWritesQueuedToADeadPeerNeverCrashTheSurvivor) {
+  for (const char* provider : {"shm", "tcp"}) {
+    for (int round = 0; round < 2; ++round) {
+      PeerServer server(provider);
+      fabric::EndpointOptions eo;
+      eo.selective_completion = true;
+      Connection c(provider, server, {}, eo);
+      fabric::PostOptions inj;
+      inj.signaled = false;
+      inj.inlined = true;
+      std::vector<Completion> got;
+      ASSERT_EQ(c.post([&] {
+        return c.ep->write(c.local->local(0, 8), c.peer, c.target.at(c.area), c.target.key,
+                           nullptr, inj);
+      }, &got), 0);
+      server.kill();
+      // A second of bursts: unsignaled WRITEs report nothing when they succeed, and on shm
+      // (cross-memory attach into a dead process) not when they fail either.
+      bool burst_failed = false;
+      const Deadline d = Deadline::after_ms(1000);
+      while (!d.expired()) {
+        for (int i = 0; i < 64; ++i) {
+          const long ret = c.ep->write(c.local->local(0, 8), c.peer, c.target.at(c.area),
+                                       c.target.key, nullptr, inj);
+          if (ret != 0 && ret != fabric::kAgain) burst_failed = true;
+        }
+        Completion cs[16];
+        const size_t n = c.ep->poll(cs);
+        for (size_t i = 0; i < n; ++i) burst_failed |= cs[i].error != 0;
+      }
+      // tcp sees the connection's reset and fails the WRITEs still queued.
+      if (std::string(provider) == "tcp") {
+        EXPECT_TRUE(burst_failed) << "round " << round;
+      }
+      // Alive, and a signaled READ now fails: refused (the queue to the dead peer stays full
+      // on shm), an error completion, or none within a second. Never a success.
+      const long ret = c.ep->read(c.local->local(0, 8), c.peer, c.target.at(c.area),
+                                  c.target.key, nullptr);
+      bool read_failed = ret != 0;
+      if (ret == 0) {
+        std::vector<Completion> done;
+        read_failed = !c.wait(1, &done, 1000) || done[0].error != 0;
+      }
+      EXPECT_TRUE(read_failed) << provider << " round " << round;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, FabricAccess, ::testing::Values("shm", "tcp"));
 
 }  // namespace
