@@ -12,7 +12,7 @@ load generator on core 1, 16-byte keys, uniform, 95% GET, window 1:
            (window 8 per client; N = 0 is no batching), and eq. 3's tuning for two llimits.
   fsweep   the calibration run of RF-RPC eq. 2: I(F), rfrpc's throughput in fetch mode with
            8-byte values (every result fits any F) for each fetch size F
-           (scripts/rfrpc-calibrate.py turns fsweep and delay into R and F).
+           (`fabkv-bench calibrate` runs these two sweeps itself and chooses R and F).
 
 Every run starts its own fabkv-server (so the rfrpc knobs can differ per run) and drives it
 with `fabkv-bench --server`; each JSON line fabkv-bench writes is annotated with the experiment,

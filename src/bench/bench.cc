@@ -136,6 +136,9 @@ void validate(const BenchOptions& o) {
     for (const auto& w : expand(o, vs)) validate(w);
   if (!o.server.empty() && o.server.find(':') == std::string::npos)
     throw std::invalid_argument("--server '" + o.server + "' is not HOST:PORT");
+  if (!o.server.empty() && !o.server_args.empty())
+    throw std::invalid_argument("--server-arg is for the fabkv-server fabkv-bench starts, not "
+                                "for a running one (--server)");
   for (const auto& s : o.systems) {
     auto n = parse_system(s);
     uint64_t limit = n.system == "memcached" ? 1024 * 1024 - 512 : n.system == "redis" ? 512ull << 20 : 0;
@@ -160,6 +163,7 @@ int run_bench(const BenchOptions& o) {
       ss.core = o.server_core;
       ss.memory = o.server_memory;
       ss.fabkv_server_bin = o.fabkv_server_bin;
+      ss.extra_args = o.server_args;
       ss.provider = o.provider;
       ss.window = std::max<uint32_t>(4, o.window);
       ss.max_clients = static_cast<uint32_t>(std::max<size_t>(64, max_clients + 1));

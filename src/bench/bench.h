@@ -34,6 +34,9 @@ struct BenchOptions {
   // (runner.h). At most the run's client count are used.
   size_t threads = 1;
   std::string server_memory = "256M";
+  // More fabkv-server arguments for the servers it starts (e.g. a protocol's knobs:
+  // --rfrpc-mode fetch); passed as they are, after fabkv-bench's own.
+  std::vector<std::string> server_args;
   int timeout_ms = 5000;
   std::string json_path;  // append JSON Lines here ("" = none)
   std::string fabkv_server_bin, memcached_bin, redis_bin;  // "" = defaults

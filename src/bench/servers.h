@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "perf/process.h"
 #include "proto/registry.h"
@@ -31,6 +32,7 @@ struct ServerSpec {
   // --memcached 127.0.0.1:0: also serve memcached's protocols (fabkv:memcached)
   bool memcached = false;
   std::string max_value;           // --max-value ("" = the server's default)
+  std::vector<std::string> extra_args;  // appended to fabkv-server's command line as they are
   // --poll: spin as the papers' servers (fabkv-server's own default is adaptive); the memcached
   // front end runs adaptive, blocking in epoll like memcached when idle.
   std::string poll = "spin";

@@ -2,6 +2,7 @@
 //   fabkv-bench --systems fabkv:herd,memcached,redis --read-ratio 0.95 --clients 8 --json r.jsonl
 //   fabkv-bench matrix --json r.jsonl        (clients x read ratio x distribution x value size)
 //   fabkv-bench report --input r.jsonl --out reports/x
+//   fabkv-bench calibrate --provider shm --toml rfrpc.toml   (RF-RPC's R and F, eq. 1-2)
 #include <signal.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "bench/bench.h"
+#include "bench/calibrate.h"
 #include "bench/report.h"
 #include "common/log.h"
 #include "proto/registry.h"
@@ -80,6 +82,20 @@ int main(int argc, char** argv) {
   auto* report = app.add_subcommand("report", "PNG plots and summary.md from JSON Lines results");
   report->add_option("--input", report_input, "results file (JSON Lines)")->required();
   report->add_option("--out", report_out, "output folder")->required();
+  CalibrateOptions cal;
+  std::vector<double> delays_us;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "choose fabkv:rfrpc's R (--rfrpc-retries) and F (--rfrpc-fetch-size) for this "
+      "fabric by RF-RPC's enumeration (eq. 1-2): a processing-time sweep and a fetch-size sweep, "
+      "each run its own fabkv-server (defaults: 4 clients, 1 s per run)");
+  calibrate->add_option("--toml", cal.toml_path, "write the choice as an [rfrpc] table for "
+                        "fabkv-server --config");
+  calibrate->add_option("--delays-us", delays_us, "processing times of the delay sweep "
+                        "[0,1,2,4,8,16,32]")->delimiter(',');
+  calibrate->add_option("--fetch-sizes", cal.fetch_sizes, "fetch sizes F of the I(F) sweep")
+      ->delimiter(',')->capture_default_str();
+  app.add_option("--server-arg", o.server_args, "one more argument for the fabkv-servers it "
+                 "starts (repeat it: --server-arg=--rfrpc-mode --server-arg=fetch)");
   app.require_subcommand(0, 1);
 
   try {
@@ -107,6 +123,18 @@ int main(int argc, char** argv) {
     sigaction(SIGTERM, &sa, nullptr);
     o.stop = &g_stop;
     for (int i = 0; i < argc; ++i) o.command += (i ? " " : "") + std::string(argv[i]);
+    if (*calibrate) {
+      if (clients.empty()) o.clients = {4};
+      if (!app.get_option("--duration")->count()) o.duration_s = 1;
+      if (!delays_us.empty()) cal.delays_ns.clear();
+      for (double d : delays_us) {
+        if (!(d >= 0) || d > 1e6)
+          throw std::invalid_argument(fmt::format("--delays-us {} is not in 0..1e6", d));
+        cal.delays_ns.push_back(static_cast<uint64_t>(d * 1000));
+      }
+      cal.bench = o;
+      return run_calibrate(cal);
+    }
     return run_bench(o);
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "fabkv-bench: {}\n", e.what());

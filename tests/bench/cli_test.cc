@@ -10,9 +10,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "bench/calibrate.h"
 #include "bench/metrics.h"
 #include "bench/servers.h"
 #include "perf/process.h"
+#include "server/options.h"
 
 #include <signal.h>
 #include <thread>
@@ -142,6 +144,10 @@ TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
       {"--systems redis --redis-bin /bin/false", "redis failed to start"},
       {"--systems fabkv:herd --server " + gone, "fabkv server at"},
       {"--frobnicate", "frobnicate"},
+      {"--systems fabkv:herd --server " + gone + " --server-arg=--window", "--server-arg"},
+      {"calibrate --fetch-sizes 60", "fetch size 60"},
+      {"calibrate --delays-us -1", "--delays-us"},
+      {"calibrate --server " + gone, "drop --server"},
   };
   for (const auto& c : cases) {
     Ran r = run(c.args + " --json " + json.string() + kQuick);
@@ -151,6 +157,77 @@ TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
     EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << c.args;
     EXPECT_EQ(slurp(json), before) << c.args << " touched the results file";
   }
+}
+
+// RF-RPC sec. 3.2's fig. 5 shape: fetching leads server-reply by far at short processing times
+// and by under 10% from P = 7 us, where a call fails ~5 fetches (the paper's N = 5).
+TEST(Calibrate, RetriesBoundIsTheFailedFetchesWhereFetchingStopsLeadingByTenPercent) {
+  using fabkv::bench::DelayPoint;
+  std::vector<DelayPoint> points = {
+      {7000, 1.05e6, 1.0e6, 6.2}, {0, 3.0e6, 1.5e6, 1.1}, {3000, 2.0e6, 1.2e6, 3.0},
+      {15000, 0.5e6, 0.52e6, 12.0}};  // out of order on purpose
+  std::string log;
+  EXPECT_EQ(fabkv::bench::choose_retries(points, &log), std::optional<uint32_t>(5)) << log;
+  EXPECT_NE(log.find("P* = 7.0 us"), std::string::npos) << log;
+  // Exactly 1.10 counts as "within 10%"; a point with no reply run is skipped.
+  EXPECT_EQ(fabkv::bench::choose_retries({{0, 1.1e6, 1.0e6, 2.4}, {1, 1.0, 0.0, 9}}),
+            std::optional<uint32_t>(1));
+  // Fetching ahead everywhere: no bound from these points.
+  EXPECT_EQ(fabkv::bench::choose_retries({{0, 2.0e6, 1.0e6, 1.0}, {9000, 1.5e6, 1.0e6, 8.0}}),
+            std::nullopt);
+  // Never below 1, however few READs a call took.
+  EXPECT_EQ(fabkv::bench::choose_retries({{0, 1.0e6, 1.0e6, 1.0}}), std::optional<uint32_t>(1));
+}
+
+TEST(Calibrate, FetchSizeMaximisesEquationTwo) {
+  using fabkv::bench::choose_fetch_size;
+  using fabkv::bench::workload_result_sizes;
+  // Results of 80 bytes (95%) and 48 (5%): F = 64 fetches most results twice.
+  const auto sizes = workload_result_sizes(32, 0.95);
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes[0].second, 80u);
+  EXPECT_EQ(sizes[1].second, 48u);
+  EXPECT_DOUBLE_EQ(sizes[0].first + sizes[1].first, 1.0);
+  // I(64) = 1.9: 0.95 * 0.95 + 0.05 * 1.9 = 0.9975 < I(128) = 1.0.
+  EXPECT_EQ(choose_fetch_size({{64, 1.9}, {128, 1.0}, {256, 0.9}}, sizes),
+            std::optional<uint32_t>(128));
+  // I(64) = 2.2 wins even though it halves: 0.95 * 1.1 + 0.05 * 2.2 = 1.155 > 1.0.
+  EXPECT_EQ(choose_fetch_size({{64, 2.2}, {128, 1.0}}, sizes), std::optional<uint32_t>(64));
+  // A tie goes to the smaller F; nothing measured, nothing chosen.
+  EXPECT_EQ(choose_fetch_size({{512, 1.0}, {256, 1.0}}, sizes), std::optional<uint32_t>(256));
+  EXPECT_EQ(choose_fetch_size({}, sizes), std::nullopt);
+}
+
+// The subcommand end to end on shm with short sweeps: it runs its servers, prints the
+// enumeration, and writes a TOML table that fabkv-server's own loader takes, with one of the
+// candidate F and the R it printed.
+TEST_F(BenchCli, CalibrateWritesAnRfrpcTableTheServerLoads) {
+  fs::path toml = dir_ / "rfrpc.toml", json = dir_ / "cal.jsonl";
+  Ran r = run("calibrate --delays-us 0,16 --fetch-sizes 64,512 --toml " + toml.string() +
+              " --json " + json.string() + kQuick);
+  ASSERT_EQ(r.status, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("eq. 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("eq. 2"), std::string::npos) << r.out;
+  fabkv::server::ServerOptions o;
+  ASSERT_NO_THROW(fabkv::server::load_toml(toml.string(), &o)) << slurp(toml);
+  EXPECT_TRUE(o.rfrpc.fetch_size == 64 || o.rfrpc.fetch_size == 512) << slurp(toml);
+  EXPECT_NE(r.out.find("--rfrpc-fetch-size " + std::to_string(o.rfrpc.fetch_size)),
+            std::string::npos) << r.out;
+  if (slurp(toml).find("retries") != std::string::npos) {
+    EXPECT_NE(r.out.find("--rfrpc-retries " + std::to_string(o.rfrpc.retries)), std::string::npos)
+        << r.out;
+  }
+  // Every run is recorded: 2 delays x (fetch, reply) + 2 fetch sizes, each a valid record.
+  std::ifstream f(json);
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(validate_record(j), std::vector<std::string>{}) << line;
+    EXPECT_EQ(j["protocol"], "rfrpc") << line;
+    n++;
+  }
+  EXPECT_EQ(n, 6);
 }
 
 TEST_F(BenchCli, ReportRendersFromARecordedResultsFile) {
