@@ -136,6 +136,14 @@ void validate(const BenchOptions& o) {
     for (const auto& w : expand(o, vs)) validate(w);
   if (!o.server.empty() && o.server.find(':') == std::string::npos)
     throw std::invalid_argument("--server '" + o.server + "' is not HOST:PORT");
+  if (o.base.multiget > 1)
+    for (const auto& s : o.systems) {
+      const SystemName n = parse_system(s);
+      if (n.system != "memcached" && n.system != "redis" &&
+          !(n.system == "fabkv" && n.protocol == "memcached"))
+        throw std::invalid_argument("--multiget: " + s + " has no multi-get (memcached, "
+                                    "fabkv:memcached and redis have)");
+    }
   if (!o.server.empty() && !o.server_args.empty())
     throw std::invalid_argument("--server-arg is for the fabkv-server fabkv-bench starts, not "
                                 "for a running one (--server)");
@@ -284,11 +292,14 @@ int run_bench(const BenchOptions& o) {
           }
           out.append(rec);
           const auto& lat = rec["latency_us"];
-          fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}: {:>9.0f} ops/s  p50 {:.1f} us  "
+          fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}{}: {:>9.0f} ops/s{}  p50 {:.1f} us  "
                      "p99 {:.1f} us  unif {}  cpu {}  load {} us/req\n",
                      name.label(), w.name, to_string(w.distribution), w.read_ratio, value_size,
                      clients, o.window, r.load_threads > 1 ? fmt::format(" t={}", r.load_threads) : "",
+                     w.multiget > 1 ? fmt::format(" mget={}", w.multiget) : "",
                      rec["throughput_ops"].get<double>(),
+                     w.multiget > 1 ? fmt::format(" ({:.0f} keys/s)", rec["throughput_keys"].get<double>())
+                                    : "",
                      lat["p50"].get<double>(), lat["p99"].get<double>(),
                      rec["uniformity_ratio"].is_null() ? std::string("-")
                          : fmt::format("{:.2f}", rec["uniformity_ratio"].get<double>()),

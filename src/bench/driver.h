@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -78,6 +79,14 @@ class Driver {
   // failed; error() says why) and `done` will not run. The views live until the call returns.
   virtual bool get(size_t c, std::string_view key, Completion done) = 0;
   virtual bool put(size_t c, std::string_view key, std::string_view value, Completion done) = 0;
+  // A multi-get of keys.size() keys in one request (memcached's `get k1 k2 ...`, redis's MGET):
+  // `done` runs once per key, in the keys' order, with that key's status and value; a failed
+  // connection runs it once per key with kError. Only where supports_multi_get(); false as get().
+  virtual bool supports_multi_get() const { return false; }
+  virtual bool multi_get(size_t /*c*/, std::span<const std::string_view> /*keys*/,
+                         Completion /*done*/) {
+    return false;
+  }
   // Drives client c's connection once; returns the completions it ran.
   virtual size_t poll(size_t c) = 0;
 

@@ -63,7 +63,8 @@ json make_record(const RunContext& ctx, const RunResult& r) {
                    {"key_size", w.key_size},
                    {"value_size", w.value_size},
                    {"value_size_max", w.value_size_max > w.value_size ? json(w.value_size_max) : json(nullptr)},
-                   {"seed", w.seed}};
+                   {"seed", w.seed},
+                   {"multiget", w.multiget}};
   j["clients"] = ctx.spec.clients;
   j["window"] = ctx.spec.window;
   j["duration_s"] = r.elapsed_s;
@@ -73,6 +74,10 @@ json make_record(const RunContext& ctx, const RunResult& r) {
   j["gets"] = r.gets;
   j["puts"] = r.puts;
   j["throughput_ops"] = r.elapsed_s > 0 ? static_cast<double>(r.ops) / r.elapsed_s : 0.0;
+  // Keys read or written per second: a multi-get is one op of `multiget` keys.
+  j["throughput_keys"] = r.elapsed_s > 0
+                             ? static_cast<double>(r.gets + r.puts) / r.elapsed_s
+                             : 0.0;
   j["latency_us"] = {{"mean", r.latency.mean_ns() / 1000.0},
                      {"p50", us(r.latency.quantile_ns(0.50))},
                      {"p90", us(r.latency.quantile_ns(0.90))},

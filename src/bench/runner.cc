@@ -168,6 +168,12 @@ class Runner::LoadThread final : public CompletionSink {
     for (size_t c = 0; c < n; ++c) streams_.emplace_back(w_, zipf, static_cast<uint32_t>(first + c));
     in_flight_.assign(n, 0);
     slots_.resize(n * window_);
+    if (w_.multiget > 1) {
+      multi_ids_.resize(slots_.size() * w_.multiget);
+      multi_stored_.resize(slots_.size() * w_.multiget);
+      multi_keys_.resize(w_.multiget);
+      multi_views_.resize(w_.multiget);
+    }
     free_.resize(n * window_);
     n_free_.assign(n, window_);
     for (size_t c = 0; c < n; ++c)
@@ -222,7 +228,14 @@ class Runner::LoadThread final : public CompletionSink {
     const bool in = t >= measure_from_ && t < measure_to_;
     switch (sl.kind) {
       case OpKind::kGet:
-        check_get(sl, st, v, in);
+        if (w_.multiget > 1) {
+          // A multi-get: one answer per key, in order; the request ends with the last.
+          const size_t i = size_t{tag} * w_.multiget + sl.multi_got++;
+          check_get(multi_ids_[i], multi_stored_[i] != 0, st, v, in);
+          if (sl.multi_got < w_.multiget) return;
+        } else {
+          check_get(sl.id, sl.was_stored, st, v, in);
+        }
         break;
       case OpKind::kPut:
         put_done(sl, st, v, in);
@@ -231,7 +244,7 @@ class Runner::LoadThread final : public CompletionSink {
         // YCSB F: read the record, then write it back modified; one op, one window slot, its
         // latency from the GET's post to the PUT's completion.
         if (!sl.rmw_put) {
-          check_get(sl, st, v, in);
+          check_get(sl.id, sl.was_stored, st, v, in);
           if (st == OpStatus::kError) break;
           sl.rmw_put = true;
           if (!post_put(sl, static_cast<uint32_t>(tag))) {
@@ -254,6 +267,7 @@ class Runner::LoadThread final : public CompletionSink {
     OpKind kind = OpKind::kGet;
     bool was_stored = false;  // the key was known to be stored when the GET was posted
     bool rmw_put = false;     // a read-modify-write past its GET
+    uint32_t multi_got = 0;   // a multi-get: the keys answered so far
   };
 
   // One clock read per post; completions share one read per poll (or per post that ran
@@ -363,6 +377,20 @@ class Runner::LoadThread final : public CompletionSink {
       make_value(op.key, version, value_size_for(w_, op.key, version), &b.value);
       sl.posted_at = post_now();
       ok = driver_.put(first_ + c, b.key, b.value, Completion{this, s});
+    } else if (w_.multiget > 1) {
+      // Keys 1.. are further draws from the distribution; their ids and whether they were
+      // stored are kept per slot for the answers' checks.
+      const size_t at = size_t{s} * w_.multiget;
+      for (uint32_t i = 0; i < w_.multiget; ++i) {
+        const uint64_t id = i == 0 ? op.key : streams_[c].next_key();
+        multi_ids_[at + i] = id;
+        multi_stored_[at + i] = runner_.stored_[id].load(std::memory_order_relaxed);
+        make_key(id, w_.key_size, &multi_keys_[i]);
+        multi_views_[i] = multi_keys_[i];
+      }
+      sl.multi_got = 0;
+      sl.posted_at = post_now();
+      ok = driver_.multi_get(first_ + c, multi_views_, Completion{this, s});
     } else {
       sl.posted_at = post_now();
       ok = driver_.get(first_ + c, b.key, Completion{this, s});
@@ -393,15 +421,16 @@ class Runner::LoadThread final : public CompletionSink {
     return ok;
   }
 
-  // A GET's answer: checked against the generator whatever the system.
-  void check_get(const Slot& sl, OpStatus s, std::string_view v, bool in) {
+  // A GET's answer (one key's, in a multi-get): checked against the generator whatever the
+  // system. `was_stored`: the key was known to be stored when the GET was posted.
+  void check_get(uint64_t id, bool was_stored, OpStatus s, std::string_view v, bool in) {
     if (in) r_.gets++;
     if (s == OpStatus::kOk) {
       r_.check.checked++;
-      if (!check_value(sl.id, w_, v)) r_.check.mismatches++;
+      if (!check_value(id, w_, v)) r_.check.mismatches++;
     } else if (s == OpStatus::kNotFound) {
       r_.check.misses++;
-      if (sl.was_stored) r_.check.unexpected_misses++;
+      if (was_stored) r_.check.unexpected_misses++;
     } else {
       fail(v);
     }
@@ -452,6 +481,11 @@ class Runner::LoadThread final : public CompletionSink {
   std::vector<OpStream> streams_;
   std::vector<uint32_t> in_flight_;
   std::vector<Slot> slots_;
+  // Multi-gets (w_.multiget > 1): per slot its keys' ids and stored flags; the keys being posted.
+  std::vector<uint64_t> multi_ids_;
+  std::vector<uint8_t> multi_stored_;
+  std::vector<std::string> multi_keys_;
+  std::vector<std::string_view> multi_views_;
   std::vector<uint32_t> free_;    // per client: a stack of its free slot indices
   std::vector<uint32_t> n_free_;  // per client: how many are on it
   uint64_t outstanding_ = 0;

@@ -86,30 +86,43 @@ int connect_tcp(const std::string& address, int timeout_ms) {
   return fd;
 }
 
+// A request awaiting its response: its completion, and for a multi-get its number of keys.
+struct Pending {
+  Completion done;
+  uint32_t keys = 0;  // 0: a single GET or PUT
+};
+
 // Requests awaiting their response on one connection, in order: a ring that only grows (a
 // deque would allocate and free a block every 32 requests).
 class CompletionQueue {
  public:
   bool empty() const { return count_ == 0; }
-  void push(Completion c) {
+  void push(Pending c) {
     if (count_ == ring_.size()) {
-      std::vector<Completion> bigger(std::max<size_t>(16, ring_.size() * 2));
+      std::vector<Pending> bigger(std::max<size_t>(16, ring_.size() * 2));
       for (size_t i = 0; i < count_; ++i) bigger[i] = ring_[(head_ + i) % ring_.size()];
       ring_.swap(bigger);
       head_ = 0;
     }
     ring_[(head_ + count_++) % ring_.size()] = c;
   }
-  Completion pop() {
-    const Completion c = ring_[head_];
+  const Pending& front() const { return ring_[head_]; }
+  Pending pop() {
+    const Pending c = ring_[head_];
     head_ = (head_ + 1) % ring_.size();
     count_--;
     return c;
   }
 
  private:
-  std::vector<Completion> ring_;
+  std::vector<Pending> ring_;
   size_t head_ = 0, count_ = 0;
+};
+
+// One key's answer within a multi-get's response.
+struct KeyAnswer {
+  OpStatus status;
+  std::string_view value;
 };
 
 // The shared machinery: buffers, in-order matching, failure reporting.
@@ -135,14 +148,25 @@ class SocketDriver : public Driver {
     Conn& k = conns_[c];
     if (k.fd < 0) return false;
     encode_get(key, &k.out);
-    k.pending.push(done);
+    k.pending.push({done});
+    return true;
+  }
+  bool supports_multi_get() const override { return true; }
+  bool multi_get(size_t c, std::span<const std::string_view> keys, Completion done) override {
+    Conn& k = conns_[c];
+    if (k.fd < 0 || keys.empty()) return false;
+    encode_multi_get(keys, &k.out);
+    std::string joined;
+    for (std::string_view key : keys) joined.append(key).push_back(' ');
+    k.multi.push_back(std::move(joined));
+    k.pending.push({done, static_cast<uint32_t>(keys.size())});
     return true;
   }
   bool put(size_t c, std::string_view key, std::string_view value, Completion done) override {
     Conn& k = conns_[c];
     if (k.fd < 0) return false;
     encode_put(key, value, &k.out);
-    k.pending.push(done);
+    k.pending.push({done});
     return true;
   }
 
@@ -168,10 +192,29 @@ class SocketDriver : public Driver {
       }
       size_t at = 0;
       while (!k.pending.empty() && at < k.in.size()) {
+        if (k.pending.front().keys > 0) {
+          // A multi-get: its answers are taken only once the whole response is there.
+          const uint32_t n = k.pending.front().keys;
+          k.answers.clear();
+          bool malformed = false;
+          const size_t used = parse_multi(std::string_view(k.in).substr(at), k.multi.front(), n,
+                                          &k.answers, &malformed);
+          if (malformed)
+            return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
+          if (used == 0) break;
+          const Completion done = k.pending.pop().done;
+          k.multi.pop_front();
+          // The callbacks may post more (appending to k.out and k.multi), not parse: the
+          // answers (views into k.in) stay put.
+          for (const KeyAnswer& a : k.answers) done(a.status, a.value);
+          ran += n;
+          at += used;
+          continue;
+        }
         Parsed p = parse(std::string_view(k.in).substr(at));
         if (p.malformed) return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
         if (p.consumed == 0) break;
-        const Completion done = k.pending.pop();
+        const Completion done = k.pending.pop().done;
         // The callback may post more requests on this connection (appending to k.out): the
         // input buffer and `at` are untouched by that.
         if (p.status == OpStatus::kError) {
@@ -219,6 +262,11 @@ class SocketDriver : public Driver {
   virtual void encode_get(std::string_view key, std::string* out) = 0;
   virtual void encode_put(std::string_view key, std::string_view value, std::string* out) = 0;
   virtual Parsed parse(std::string_view in) = 0;
+  virtual void encode_multi_get(std::span<const std::string_view> keys, std::string* out) = 0;
+  // The response to a multi-get of `n` keys (`keys`: each followed by one space) at the front of
+  // `in`: the bytes it takes and one answer per key in order, or 0 while incomplete.
+  virtual size_t parse_multi(std::string_view in, std::string_view keys, uint32_t n,
+                             std::vector<KeyAnswer>* out, bool* malformed) = 0;
 
   static std::string printable(std::string_view s) {
     std::string r;
@@ -232,6 +280,8 @@ class SocketDriver : public Driver {
     std::string out, in;
     size_t out_pos = 0;
     CompletionQueue pending;
+    std::deque<std::string> multi;  // the keys of the pending multi-gets, in order
+    std::vector<KeyAnswer> answers;  // a multi-get's answers while they are handed out
   };
 
   // The connection is unusable: everything pending fails (callbacks run with kError).
@@ -242,10 +292,13 @@ class SocketDriver : public Driver {
     k.fd = -1;
     size_t n = 0;
     while (!k.pending.empty()) {
-      const Completion done = k.pending.pop();
-      done(OpStatus::kError, reason);
-      ++n;
+      const Pending p = k.pending.pop();
+      for (uint32_t i = 0; i < std::max<uint32_t>(1, p.keys); ++i) {
+        p.done(OpStatus::kError, reason);
+        ++n;
+      }
     }
+    k.multi.clear();
     return n;
   }
   // The first failure; clients may be driven from several threads.
@@ -281,6 +334,57 @@ class MemcachedDriver final : public SocketDriver {
   void encode_put(std::string_view key, std::string_view value, std::string* out) override {
     fmt::format_to(std::back_inserter(*out), "set {} 0 0 {}\r\n", key, value.size());
     out->append(value).append("\r\n");
+  }
+  void encode_multi_get(std::span<const std::string_view> keys, std::string* out) override {
+    out->append("get");
+    for (std::string_view key : keys) out->append(" ").append(key);
+    out->append("\r\n");
+  }
+  // "VALUE <key> <flags> <bytes>\r\n<data>\r\n" per hit, in the keys' order, then "END\r\n":
+  // a requested key without a VALUE is a miss (a key asked twice is answered twice).
+  size_t parse_multi(std::string_view in, std::string_view keys, uint32_t n,
+                     std::vector<KeyAnswer>* out, bool* malformed) override {
+    size_t at = 0;
+    while (true) {
+      const size_t eol = in.find("\r\n", at);
+      if (eol == std::string_view::npos) {
+        *malformed = in.size() - at > 1024;
+        return 0;
+      }
+      const std::string_view line = in.substr(at, eol - at);
+      if (line == "END") {
+        at = eol + 2;
+        break;
+      }
+      // VALUE <key> <flags> <bytes>: the key, then the requested keys it skipped were misses.
+      const size_t sp1 = line.find(' '), sp2 = line.find(' ', sp1 + 1), sp3 = line.rfind(' ');
+      uint64_t bytes = 0;
+      if (!line.starts_with("VALUE ") || sp2 == std::string_view::npos || sp3 == sp2 ||
+          !parse_u64(line.substr(sp3 + 1), &bytes)) {
+        *malformed = true;
+        return 0;
+      }
+      if (in.size() < eol + 2 + bytes + 2) return 0;
+      if (in.substr(eol + 2 + bytes, 2) != "\r\n") {
+        *malformed = true;
+        return 0;
+      }
+      const std::string_view key = line.substr(sp1 + 1, sp2 - sp1 - 1);
+      while (true) {
+        if (keys.empty()) {  // a VALUE for a key not asked for (or out of order)
+          *malformed = true;
+          return 0;
+        }
+        const std::string_view want = keys.substr(0, keys.find(' '));
+        keys.remove_prefix(want.size() + 1);
+        if (want == key) break;
+        out->push_back({OpStatus::kNotFound, {}});
+      }
+      out->push_back({OpStatus::kOk, in.substr(eol + 2, bytes)});
+      at = eol + 2 + bytes + 2;
+    }
+    while (out->size() < n) out->push_back({OpStatus::kNotFound, {}});
+    return at;
   }
   Parsed parse(std::string_view in) override {
     Parsed r;
@@ -326,6 +430,39 @@ class RedisDriver final : public SocketDriver {
   void encode_get(std::string_view key, std::string* out) override {
     fmt::format_to(std::back_inserter(*out), "*2\r\n$3\r\nGET\r\n${}\r\n", key.size());
     out->append(key).append("\r\n");
+  }
+  void encode_multi_get(std::span<const std::string_view> keys, std::string* out) override {
+    fmt::format_to(std::back_inserter(*out), "*{}\r\n$4\r\nMGET\r\n", keys.size() + 1);
+    for (std::string_view key : keys) {
+      fmt::format_to(std::back_inserter(*out), "${}\r\n", key.size());
+      out->append(key).append("\r\n");
+    }
+  }
+  // "*<n>\r\n" and one bulk string (or "$-1", a miss) per key.
+  size_t parse_multi(std::string_view in, std::string_view, uint32_t n,
+                     std::vector<KeyAnswer>* out, bool* malformed) override {
+    const size_t eol = in.find("\r\n");
+    if (eol == std::string_view::npos) {
+      *malformed = in.size() > 1024;
+      return 0;
+    }
+    uint64_t count = 0;
+    if (in[0] != '*' || !parse_u64(in.substr(1, eol - 1), &count) || count != n) {
+      *malformed = true;
+      return 0;
+    }
+    size_t at = eol + 2;
+    for (uint32_t i = 0; i < n; ++i) {
+      const Parsed p = parse(in.substr(at));
+      if (p.malformed || p.status == OpStatus::kError) {
+        *malformed = true;
+        return 0;
+      }
+      if (p.consumed == 0) return 0;
+      out->push_back({p.status, p.value});
+      at += p.consumed;
+    }
+    return at;
   }
   void encode_put(std::string_view key, std::string_view value, std::string* out) override {
     fmt::format_to(std::back_inserter(*out), "*3\r\n$3\r\nSET\r\n${}\r\n", key.size());

@@ -61,6 +61,10 @@ void validate(const WorkloadSpec& s) {
   if (s.value_size_max != 0 && s.value_size_max < s.value_size)
     throw std::invalid_argument(fmt::format("--value-size-max {} is below --value-size {}",
                                             s.value_size_max, s.value_size));
+  if (s.multiget < 1 || s.multiget > 100)
+    throw std::invalid_argument(fmt::format("--multiget {} is not in 1..100", s.multiget));
+  if (s.multiget > 1 && s.read_modify_write)
+    throw std::invalid_argument("--multiget: workload F reads one record before each update");
   if (s.value_size < kMinValueSize)
     throw std::invalid_argument(fmt::format("--value-size {} is below {} (values carry their "
                                             "version so GETs can be checked)", s.value_size,
@@ -235,9 +239,12 @@ OpStream::OpStream(const WorkloadSpec& spec, std::shared_ptr<const ScrambledZipf
     throw std::invalid_argument("zipfian workload without its generator");
 }
 
+uint64_t OpStream::next_key() {
+  return spec_.distribution == Distribution::kUniform ? rng_.below(spec_.keys) : zipf_->next(rng_);
+}
+
 Op OpStream::next() {
-  uint64_t key = spec_.distribution == Distribution::kUniform ? rng_.below(spec_.keys)
-                                                              : zipf_->next(rng_);
+  const uint64_t key = next_key();
   bool read = rng_.next_double() < spec_.read_ratio;
   OpKind kind = read ? OpKind::kGet
                      : (spec_.read_modify_write ? OpKind::kReadModifyWrite : OpKind::kPut);

@@ -33,6 +33,9 @@ struct WorkloadSpec {
   // [value_size, value_size_max], drawn per (key, version) so that a reader can recompute them.
   uint32_t value_size_max = 0;
   uint64_t seed = 0x5eed;    // client c draws from stream seed + c
+  // Keys per GET: above 1 every GET is a multi-get of that many keys, each drawn from the
+  // distribution (memcached's `get k1 k2 ...`, redis's MGET; drivers that have one).
+  uint32_t multiget = 1;
 };
 
 // A value starts with its version in 8 hex digits, so a reader can recompute the rest.
@@ -128,6 +131,8 @@ class OpStream {
  public:
   OpStream(const WorkloadSpec& spec, std::shared_ptr<const ScrambledZipfian> zipf, uint32_t client);
   Op next();
+  // One more key from the distribution (a multi-get's further keys), nothing else drawn.
+  uint64_t next_key();
   // A fresh version for this client's next PUT (unique per client; values carry it).
   uint32_t next_version() { return ++puts_ * 1024u + client_ % 1024u; }
 

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   app.add_option("--value-size-max", o.base.value_size_max,
                  "value sizes uniform in [--value-size, this] (fixed per key and version); 0: fixed")
       ->capture_default_str();
+  app.add_option("--multiget", o.base.multiget, "keys per GET: every GET is one multi-get of N "
+                 "keys (memcached, fabkv:memcached, redis)")->capture_default_str();
   app.add_option("--seed", o.base.seed, "workload seed (client c uses seed+c)")->capture_default_str();
   app.add_option("--clients", clients, "logical clients, each its own connection/endpoint "
                  "(list: a sweep) [8]")->delimiter(',');

@@ -145,6 +145,8 @@ TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
       {"--systems fabkv:herd --server " + gone, "fabkv server at"},
       {"--frobnicate", "frobnicate"},
       {"--systems fabkv:herd --server " + gone + " --server-arg=--window", "--server-arg"},
+      {"--systems fabkv:herd --multiget 4", "has no multi-get"},
+      {"--systems memcached --multiget 0", "--multiget 0"},
       {"calibrate --fetch-sizes 60", "fetch size 60"},
       {"calibrate --delays-us -1", "--delays-us"},
       {"calibrate --server " + gone, "drop --server"},

@@ -5,6 +5,7 @@
 // run must check every GET clean and give a record that validates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "bench/driver.h"
@@ -41,6 +42,13 @@ Started start(const std::string& system, size_t clients, uint32_t window, size_t
     d.address = s.server->address();
     d.server_pid = s.server->pid();
     s.driver = make_fabkv_driver(d);
+  } else if (system == "fabkv-memcached") {  // fabkv-server's memcached front end
+    ss.memcached = true;
+    ss.max_value = "1M";
+    s.server = LocalServer::start_fabkv(ss);
+    d.address = s.server->memcached_address();
+    d.server_pid = s.server->pid();
+    s.driver = make_memcached_driver(d, "fabkv", "memcached");
   } else if (system == "null") {
     s.driver = make_null_driver(d);
   } else if (system == "memcached") {
@@ -227,6 +235,103 @@ INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcac
 
 // --threads: the clients split over load threads, each with its own slots, histogram and
 // checks; the merged result must add up exactly and every GET must still be checked clean.
+// Multi-gets (fabkv-bench --multiget) against the real servers: each key's answer, in the keys'
+// order, with hits, misses and a key asked twice in one request, pipelined on two connections.
+class MultiGet : public DriverTest {};
+
+// Records every key's answer of each multi-get (tag = the request's number).
+class KeyAnswers final : public CompletionSink {
+ public:
+  void complete(uint64_t tag, OpStatus s, std::string_view v) override {
+    got[tag].push_back({s, std::string(v)});
+  }
+  std::map<uint64_t, std::vector<std::pair<OpStatus, std::string>>> got;
+};
+
+TEST_P(MultiGet, AnswersEveryKeyInOrderWithHitsMissesAndRepeats) {
+  auto s = start(GetParam(), 2, 4);
+  Driver& d = *s.driver;
+  ASSERT_TRUE(d.supports_multi_get());
+  const uint32_t key_size = 16, value_size = 24;
+  const uint64_t n = 64;  // even ids are written, odd ones never
+  Callbacks cb;
+  run_all(d, n / 2, 4, [&](size_t c, size_t i, Callbacks::Fn done) {
+    std::string v;
+    make_value(2 * i, 7, value_size, &v);
+    return d.put(c, make_key(2 * i, key_size), v, cb([done](OpStatus st, std::string_view x) {
+      EXPECT_EQ(st, OpStatus::kOk);
+      done(st, x);
+    }));
+  });
+  // Request r asks for 16 keys: ids (r * 5 + j * 3) % n, and its first key again at the end;
+  // 40 requests, up to 4 in flight on each of the two connections.
+  const size_t requests = 40, per = 16;
+  auto ids_of = [&](size_t r) {
+    std::vector<uint64_t> ids;
+    for (size_t j = 0; j + 1 < per; ++j) ids.push_back((r * 5 + j * 3) % n);
+    ids.push_back(ids[0]);
+    return ids;
+  };
+  KeyAnswers answers;
+  std::vector<uint32_t> in_flight(d.clients(), 0);
+  std::vector<std::vector<size_t>> mine(d.clients());  // requests posted on each client
+  size_t next = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto complete = [&] { return answers.got.size() == requests &&
+                               std::all_of(answers.got.begin(), answers.got.end(),
+                                           [&](const auto& a) { return a.second.size() >= per; }); };
+  while (!complete()) {
+    for (size_t c = 0; c < d.clients(); ++c) {
+      // Requests end in order per connection: a request's last answer frees its window slot.
+      while (!mine[c].empty() && answers.got.count(mine[c].front()) &&
+             answers.got[mine[c].front()].size() == per) {
+        mine[c].erase(mine[c].begin());
+        in_flight[c]--;
+      }
+      while (in_flight[c] < 4 && next < requests) {
+        std::vector<std::string> keys;
+        for (uint64_t id : ids_of(next)) keys.push_back(make_key(id, key_size));
+        std::vector<std::string_view> views(keys.begin(), keys.end());
+        ASSERT_TRUE(d.multi_get(c, views, Completion{&answers, next})) << d.error();
+        mine[c].push_back(next++);
+        in_flight[c]++;
+      }
+      d.poll(c);
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "multi-gets did not complete: "
+                                                          << d.error();
+  }
+  size_t hits = 0, misses = 0;
+  for (size_t r = 0; r < requests; ++r) {
+    const std::vector<uint64_t> ids = ids_of(r);
+    const auto& got = answers.got.at(r);
+    ASSERT_EQ(got.size(), per) << "request " << r;
+    for (size_t j = 0; j < per; ++j) {
+      if (ids[j] % 2 == 0) {
+        std::string expect;
+        make_value(ids[j], 7, value_size, &expect);
+        EXPECT_EQ(got[j].first, OpStatus::kOk) << "request " << r << " key " << j;
+        EXPECT_EQ(got[j].second, expect) << "request " << r << " key " << j;
+        hits++;
+      } else {
+        EXPECT_EQ(got[j].first, OpStatus::kNotFound) << "request " << r << " key " << j;
+        misses++;
+      }
+    }
+  }
+  EXPECT_GT(hits, 0u);
+  EXPECT_GT(misses, 0u);
+  EXPECT_EQ(d.error(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Systems, MultiGet,
+                         ::testing::Values("memcached", "fabkv-memcached", "redis"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string name = p.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
 class ThreadedRun : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ThreadedRun, TwoLoadThreadsMergeConsistentCountsAndCheckEveryGet) {
