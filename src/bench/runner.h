@@ -50,7 +50,7 @@ struct GetCheck {
 
 struct RunResult {
   uint64_t ops = 0;       // completed in the interval (a read-modify-write is one op)
-  uint64_t requests = 0;  // GETs + PUTs completed in the interval (RMW counts two)
+  uint64_t requests = 0;  // GETs + PUTs completed in the interval (RMW counts two, a multi-get one)
   uint64_t gets = 0, puts = 0;
   double elapsed_s = 0;   // the measured interval, as it really was
   std::vector<uint64_t> per_client_ops;

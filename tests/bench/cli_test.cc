@@ -58,6 +58,18 @@ class BenchCli : public ::testing::Test {
   fs::path dir_;
 };
 
+// The records of a results file, each checked against the record schema.
+std::vector<nlohmann::json> valid_records(const fs::path& json) {
+  std::ifstream f(json);
+  std::string line;
+  std::vector<nlohmann::json> out;
+  while (std::getline(f, line)) {
+    out.push_back(nlohmann::json::parse(line));
+    EXPECT_EQ(validate_record(out.back()), std::vector<std::string>{}) << line;
+  }
+  return out;
+}
+
 // Small and quick: what every bad-input case adds to an otherwise valid command.
 const std::string kQuick = " --provider shm --keys 1000 --duration 0.3 --warmup 0.1 --clients 2 "
                            "--client-core -1 --server-core -1 --server-memory 32M --quiet";
@@ -68,12 +80,8 @@ TEST_F(BenchCli, ARunWritesOneValidJsonLinePerSystemAndRun) {
   fs::path json = dir_ / "r.jsonl";
   Ran r = run("--systems fabkv:herd --read-ratio 0.95,0.5 --json " + json.string() + kQuick);
   ASSERT_EQ(r.status, 0) << r.err;
-  std::ifstream f(json);
-  std::string line;
   int n = 0;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    EXPECT_EQ(validate_record(j), std::vector<std::string>{}) << line;
+  for (const nlohmann::json& j : valid_records(json)) {
     EXPECT_EQ(j["system"], "fabkv");
     EXPECT_EQ(j["protocol"], "herd");
     EXPECT_EQ(j["per_client_ops"].size(), 2u);
@@ -91,12 +99,9 @@ TEST_F(BenchCli, TwoLoadThreadsAgainstTheNullTargetAndFabkv) {
   fs::path json = dir_ / "r.jsonl";
   Ran r = run("--systems null,fabkv:herd --threads 2 --window 2 --json " + json.string() + kQuick);
   ASSERT_EQ(r.status, 0) << r.err;
-  std::ifstream f(json);
-  std::string line;
   std::vector<std::string> systems;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    EXPECT_EQ(validate_record(j), std::vector<std::string>{}) << line;
+  for (const nlohmann::json& j : valid_records(json)) {
+    const std::string line = j.dump();
     systems.push_back(j["system"]);
     EXPECT_EQ(j["load_threads"], 2);
     EXPECT_EQ(j["clients"], 2);  // kQuick's: one per thread
@@ -220,16 +225,33 @@ TEST_F(BenchCli, CalibrateWritesAnRfrpcTableTheServerLoads) {
         << r.out;
   }
   // Every run is recorded: 2 delays x (fetch, reply) + 2 fetch sizes, each a valid record.
-  std::ifstream f(json);
-  std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    auto j = nlohmann::json::parse(line);
-    EXPECT_EQ(validate_record(j), std::vector<std::string>{}) << line;
-    EXPECT_EQ(j["protocol"], "rfrpc") << line;
-    n++;
+  const std::vector<nlohmann::json> records = valid_records(json);
+  EXPECT_EQ(records.size(), 6u);
+  for (const nlohmann::json& j : records) EXPECT_EQ(j["protocol"], "rfrpc") << j.dump();
+}
+
+// Multi-gets of 4 keys against memcached and the front end: a request is one op of 4 checked
+// keys, and the record's counts say so.
+TEST_F(BenchCli, MultiGetRunsCountRequestsAndKeys) {
+  fs::path json = dir_ / "r.jsonl";
+  Ran r = run("--systems memcached,fabkv:memcached --multiget 4 --read-ratio 0.9 --json " +
+              json.string() + kQuick);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<nlohmann::json> records = valid_records(json);
+  ASSERT_EQ(records.size(), 2u);
+  for (const nlohmann::json& j : records) {
+    const std::string line = j.dump();
+    EXPECT_EQ(j["workload"]["multiget"], 4) << line;
+    const uint64_t gets = j["gets"], puts = j["puts"], ops = j["ops"];
+    EXPECT_EQ(gets % 4, 0u) << line;
+    EXPECT_EQ(ops, gets / 4 + puts) << line;
+    EXPECT_EQ(j["requests"].get<uint64_t>(), ops) << line;
+    EXPECT_GT(j["check"]["gets_checked"].get<uint64_t>(), 0u) << line;
+    EXPECT_EQ(j["check"]["ok"], true) << line;
+    EXPECT_NEAR(j["throughput_keys"].get<double>() * j["duration_s"].get<double>(),
+                double(gets + puts), 1.0) << line;
   }
-  EXPECT_EQ(n, 6);
+  EXPECT_NE(r.out.find("keys/s"), std::string::npos) << r.out;
 }
 
 TEST_F(BenchCli, ReportRendersFromARecordedResultsFile) {
