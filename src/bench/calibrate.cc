@@ -60,11 +60,13 @@ namespace {
 
 // One fabkv:rfrpc run against a fresh server with `server_args`; its JSON record.
 nlohmann::json one_run(const BenchOptions& base, uint32_t value_size,
-                       std::vector<std::string> server_args, const std::string& what) {
+                       const std::vector<std::string>& server_args, const std::string& what) {
   BenchOptions o = base;
   o.systems = {"fabkv:rfrpc"};
   o.value_sizes = {value_size};
-  o.server_args = std::move(server_args);
+  // The user's --server-arg (say, --config or --workers), then this run's rfrpc knobs;
+  // fabkv-server refuses a flag given twice, and the run fails saying so.
+  o.server_args.insert(o.server_args.end(), server_args.begin(), server_args.end());
   o.quiet = true;
   std::printf("  %s\n", what.c_str());
   std::fflush(stdout);

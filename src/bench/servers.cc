@@ -66,11 +66,13 @@ std::string temp_log(const std::string& name) {
       .string();
 }
 
+// The last line of a server's log that says something (a command-line error is followed by
+// CLI11's "Run with --help for more information.", which does not).
 std::string last_line(const std::string& path) {
   std::ifstream f(path);
   std::string line, last;
   while (std::getline(f, line))
-    if (!line.empty()) last = line;
+    if (!line.empty() && !line.starts_with("Run with --help")) last = line;
   return last.empty() ? "(no output)" : last;
 }
 

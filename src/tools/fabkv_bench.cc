@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
   calibrate->add_option("--fetch-sizes", cal.fetch_sizes, "fetch sizes F of the I(F) sweep")
       ->delimiter(',')->capture_default_str();
   app.add_option("--server-arg", o.server_args, "one more argument for the fabkv-servers it "
-                 "starts (repeat it: --server-arg=--rfrpc-mode --server-arg=fetch)");
+                 "starts, for a flag it does not set itself (repeat it: --server-arg=--rfrpc-mode "
+                 "--server-arg=fetch)");
   app.require_subcommand(0, 1);
 
   try {
