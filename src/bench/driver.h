@@ -58,7 +58,7 @@ static_assert(std::is_trivially_copyable_v<Completion> && sizeof(Completion) == 
 struct ServerSample {
   std::optional<fabric::VerbSnapshot> verbs;  // fabkv only: summed over its workers
   std::optional<double> cpu_s;                // when we know the server's pid
-  uint64_t evictions = 0;                     // cache engine: items lost to eviction
+  uint64_t evictions = 0;  // cache engine: items lost to eviction (log wrap or a full index bucket)
   std::optional<uint64_t> rounds;             // fabkv: worker poll rounds (summed over workers)
 };
 

@@ -139,7 +139,11 @@ class FabkvDriver final : public Driver {
     uint64_t rounds = 0;
     for (const auto& w : st.value("workers", nlohmann::json::array())) {
       if (w.contains("verbs")) v += verbs_from_json(w["verbs"]);
-      if (w.contains("engine")) s.evictions += w["engine"].value("evictions", uint64_t{0});
+      // Both are items the lossy cache engine gave up: log space written over (evictions) and
+      // the oldest entry of a full index bucket (index_drops, MICA's lossy index).
+      if (w.contains("engine"))
+        s.evictions += w["engine"].value("evictions", uint64_t{0}) +
+                       w["engine"].value("index_drops", uint64_t{0});
       rounds += w.value("rounds", uint64_t{0});
     }
     s.verbs = v;
