@@ -99,6 +99,7 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
   store::EngineOptions so;
   so.memory_bytes = o.memory / o.workers;
   so.max_value_size = o.max_value;
+  so.index_buckets = o.index_buckets;
   // A server of protocols without key-value data only (the sequencers) runs without an engine.
   const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
   for (auto& side : sides_)
