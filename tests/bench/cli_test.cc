@@ -55,6 +55,8 @@ class BenchCli : public ::testing::Test {
     r.err = slurp(dir_ / "err");
     return r;
   }
+  // A quick run (kQuick) that must succeed: its records, each checked against the schema.
+  std::vector<nlohmann::json> run_ok(const std::string& args, Ran* ran = nullptr);
   fs::path dir_;
 };
 
@@ -73,6 +75,14 @@ std::vector<nlohmann::json> valid_records(const fs::path& json) {
 // Small and quick: what every bad-input case adds to an otherwise valid command.
 const std::string kQuick = " --provider shm --keys 1000 --duration 0.3 --warmup 0.1 --clients 2 "
                            "--client-core -1 --server-core -1 --server-memory 32M --quiet";
+
+std::vector<nlohmann::json> BenchCli::run_ok(const std::string& args, Ran* ran) {
+  const fs::path json = dir_ / "r.jsonl";
+  const Ran r = run(args + " --json " + json.string() + kQuick);
+  if (ran != nullptr) *ran = r;
+  EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+  return r.status == 0 ? valid_records(json) : std::vector<nlohmann::json>{};
+}
 
 }  // namespace
 
@@ -234,11 +244,8 @@ TEST_F(BenchCli, CalibrateWritesAnRfrpcTableTheServerLoads) {
 // 1000 keys) gives up entries of full buckets: GETs of keys that were stored then miss, and that is
 // the lossy cache's right, counted (index_drops) and reported as server_evictions, not a failure.
 TEST_F(BenchCli, MissesFromACacheIndexThatDropsEntriesAreExplained) {
-  fs::path json = dir_ / "r.jsonl";
-  Ran r = run("--systems fabkv:herd --server-arg=--index-buckets --server-arg=16 --json " +
-              json.string() + kQuick);
-  ASSERT_EQ(r.status, 0) << r.err;
-  const std::vector<nlohmann::json> records = valid_records(json);
+  const std::vector<nlohmann::json> records =
+      run_ok("--systems fabkv:herd --server-arg=--index-buckets --server-arg=16");
   ASSERT_EQ(records.size(), 1u);
   const nlohmann::json& j = records[0];
   EXPECT_GT(j["check"]["unexpected_misses"].get<uint64_t>(), 0u) << j.dump();
@@ -250,11 +257,9 @@ TEST_F(BenchCli, MissesFromACacheIndexThatDropsEntriesAreExplained) {
 // Multi-gets of 4 keys against memcached and the front end: a request is one op of 4 checked
 // keys, and the record's counts say so.
 TEST_F(BenchCli, MultiGetRunsCountRequestsAndKeys) {
-  fs::path json = dir_ / "r.jsonl";
-  Ran r = run("--systems memcached,fabkv:memcached --multiget 4 --read-ratio 0.9 --json " +
-              json.string() + kQuick);
-  ASSERT_EQ(r.status, 0) << r.err;
-  const std::vector<nlohmann::json> records = valid_records(json);
+  Ran r;
+  const std::vector<nlohmann::json> records =
+      run_ok("--systems memcached,fabkv:memcached --multiget 4 --read-ratio 0.9", &r);
   ASSERT_EQ(records.size(), 2u);
   for (const nlohmann::json& j : records) {
     const std::string line = j.dump();
