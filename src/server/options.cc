@@ -38,9 +38,9 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
   s.number("index_buckets", "--index-buckets", &o->index_buckets,
-           "index buckets per worker of the cache, store and hydradb engines, rounded down to a power of "
-           "two (0: 1/8 of the worker's memory); a cache whose full bucket takes a new key gives "
-           "up its oldest entry (index_drops)")
+           "index buckets per worker of the cache, store and hydradb engines, rounded down to "
+           "a power of two (0: 1/8 of the worker's memory); a cache whose full bucket takes a "
+           "new key gives up its oldest entry (index_drops)")
       .range(0, uint32_t{1} << 30);
   s.list("protocols", "--protocols", &o->protocols,
          "access protocols to serve, any of " + proto::names(",") + " (all reach the same data)");

@@ -33,8 +33,8 @@ struct ServerOptions : proto::ProtocolOptions {
   std::string engine;
   size_t memory = size_t{256} << 20;     // engine bytes, split evenly across workers
   size_t max_value = 64 * 1024;          // largest value accepted
-  // Index buckets per worker of the cache, store and hydradb engines, rounded down to a power of two;
-  // 0: the engine's default (1/8 of the worker's memory in buckets, store/engine.h).
+  // Index buckets per worker of the cache, store and hydradb engines, rounded down to a power
+  // of two; 0: the engine's default (1/8 of the worker's memory in buckets, store/engine.h).
   uint32_t index_buckets = 0;
   // Any mix of proto/registry.h's protocols: all of them reach the same engine (the same data).
   std::vector<std::string> protocols = {proto::info(proto::kDefault).name};
