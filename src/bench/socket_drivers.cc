@@ -86,10 +86,12 @@ int connect_tcp(const std::string& address, int timeout_ms) {
   return fd;
 }
 
-// A request awaiting its response: its completion, and for a multi-get its number of keys.
+// A request awaiting its response: its completion, and for a multi-get its number of keys and
+// the bytes its keys take in the connection's key list.
 struct Pending {
   Completion done;
-  uint32_t keys = 0;  // 0: a single GET or PUT
+  uint32_t keys = 0;        // 0: a single GET or PUT
+  uint32_t key_bytes = 0;
 };
 
 // Requests awaiting their response on one connection, in order: a ring that only grows (a
@@ -156,10 +158,10 @@ class SocketDriver : public Driver {
     Conn& k = conns_[c];
     if (k.fd < 0 || keys.empty()) return false;
     encode_multi_get(keys, &k.out);
-    std::string joined;
-    for (std::string_view key : keys) joined.append(key).push_back(' ');
-    k.multi.push_back(std::move(joined));
-    k.pending.push({done, static_cast<uint32_t>(keys.size())});
+    const size_t before = k.multi.size();
+    for (std::string_view key : keys) k.multi.append(key).push_back(' ');
+    k.pending.push({done, static_cast<uint32_t>(keys.size()),
+                    static_cast<uint32_t>(k.multi.size() - before)});
     return true;
   }
   bool put(size_t c, std::string_view key, std::string_view value, Completion done) override {
@@ -194,16 +196,26 @@ class SocketDriver : public Driver {
       while (!k.pending.empty() && at < k.in.size()) {
         if (k.pending.front().keys > 0) {
           // A multi-get: its answers are taken only once the whole response is there.
-          const uint32_t n = k.pending.front().keys;
+          const Pending& front = k.pending.front();
+          const uint32_t n = front.keys;
           k.answers.clear();
           bool malformed = false;
-          const size_t used = parse_multi(std::string_view(k.in).substr(at), k.multi.front(), n,
-                                          &k.answers, &malformed);
+          const size_t used = parse_multi(std::string_view(k.in).substr(at),
+                                          std::string_view(k.multi).substr(k.multi_off, front.key_bytes),
+                                          n, &k.answers, &malformed);
           if (malformed)
             return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
           if (used == 0) break;
-          const Completion done = k.pending.pop().done;
-          k.multi.pop_front();
+          const Pending p = k.pending.pop();
+          const Completion done = p.done;
+          k.multi_off += p.key_bytes;
+          if (k.multi_off == k.multi.size()) {  // nothing pending: start the list over
+            k.multi.clear();
+            k.multi_off = 0;
+          } else if (k.multi_off > 4096) {  // always some pending: drop what was consumed
+            k.multi.erase(0, k.multi_off);
+            k.multi_off = 0;
+          }
           // The callbacks may post more (appending to k.out and k.multi), not parse: the
           // answers (views into k.in) stay put.
           for (const KeyAnswer& a : k.answers) done(a.status, a.value);
@@ -280,7 +292,10 @@ class SocketDriver : public Driver {
     std::string out, in;
     size_t out_pos = 0;
     CompletionQueue pending;
-    std::deque<std::string> multi;  // the keys of the pending multi-gets, in order
+    // The keys of the pending multi-gets, in order, each followed by a space; consumed from
+    // multi_off (one buffer that is reused: posting a multi-get allocates nothing once warm).
+    std::string multi;
+    size_t multi_off = 0;
     std::vector<KeyAnswer> answers;  // a multi-get's answers while they are handed out
   };
 
@@ -299,6 +314,7 @@ class SocketDriver : public Driver {
       }
     }
     k.multi.clear();
+    k.multi_off = 0;
     return n;
   }
   // The first failure; clients may be driven from several threads.

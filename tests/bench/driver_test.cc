@@ -233,8 +233,6 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
 INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcached", "redis", "null"),
                          [](const auto& info) { return info.param; });
 
-// --threads: the clients split over load threads, each with its own slots, histogram and
-// checks; the merged result must add up exactly and every GET must still be checked clean.
 // Multi-gets (fabkv-bench --multiget) against the real servers: each key's answer, in the keys'
 // order, with hits, misses and a key asked twice in one request, pipelined on two connections.
 class MultiGet : public DriverTest {};
@@ -332,6 +330,8 @@ INSTANTIATE_TEST_SUITE_P(Systems, MultiGet,
                            return name;
                          });
 
+// --threads: the clients split over load threads, each with its own slots, histogram and
+// checks; the merged result must add up exactly and every GET must still be checked clean.
 class ThreadedRun : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ThreadedRun, TwoLoadThreadsMergeConsistentCountsAndCheckEveryGet) {
