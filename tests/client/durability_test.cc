@@ -275,8 +275,12 @@ TEST_P(Durability, EveryAcknowledgedPutSurvivesASigkill) {
                                << " acknowledged writes lost, first: " << bad.front();
     }
     Writer writer(c, *server, rng());
-    const int kill_after_ms = 200 + static_cast<int>(rng() % 1000);
-    writer.read_until(Deadline::after_ms(kill_after_ms));
+    // Some acknowledged writes first (a sanitizer build is slow to start), then the kill at a
+    // random instant.
+    const Deadline started = Deadline::after_ms(30000);
+    while (writer.acked().size() < 10 && !started.expired() && !writer.gone())
+      writer.read_until(Deadline::after_ms(10));
+    writer.read_until(Deadline::after_ms(static_cast<int>(rng() % 1000)));
     ASSERT_FALSE(writer.gone()) << "the writer stopped before the kill";
     server->kill();
     writer.drain();
@@ -338,6 +342,7 @@ TEST_P(DurabilityPerEngine, AKillDuringARewriteLosesNothing) {
   Server last(c, log_);
   std::vector<std::string> bad = check_all(c, last, all);
   EXPECT_TRUE(bad.empty()) << bad.size() << " lost, first: " << bad.front();
+  EXPECT_EQ(last.stop(), 0);
 }
 
 // A crash in the middle of a write leaves a torn record at the end of the last segment: the
@@ -366,6 +371,7 @@ TEST_P(DurabilityPerEngine, ATornLastRecordIsCutAndTheRestKept) {
   EXPECT_EQ(fs::file_size(segs[0]), size);  // cut back to the last whole record
   std::vector<std::string> bad = check_all(c, server, acked);
   EXPECT_TRUE(bad.empty()) << bad.size() << " lost, first: " << bad.front();
+  EXPECT_EQ(server.stop(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Protocols, Durability, ::testing::ValuesIn(cases()),
