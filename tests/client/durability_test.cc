@@ -158,12 +158,15 @@ class Writer {
       std::istringstream in(line);
       std::string word, key;
       in >> word;
-      if (word == "ACK") {
+      if (word == "STARTED") {
+        started_ = true;
+      } else if (word == "ACK") {
         Acked a;
         in >> key >> a.n >> a.version >> a.flags;
         acked_[key] = a;
       } else if (word == "GONE") {
         in >> unanswered_;
+        std::getline(in, how_);
         gone_ = true;
         return false;
       }
@@ -172,20 +175,23 @@ class Writer {
   }
   // Everything the writer prints before it notices the server is gone (bounded).
   void drain() {
-    const Deadline d = Deadline::after_ms(20000);
+    const Deadline d = Deadline::after_ms(60000);
     while (!gone_ && !d.expired() && read_until(d)) {
     }
     proc_->wait(Deadline::after_ms(5000));
   }
   const std::map<std::string, Acked>& acked() const { return acked_; }
   bool gone() const { return gone_; }
+  bool started() const { return started_; }
+  const std::string& how() const { return how_; }  // how the writer saw the server go
   size_t unanswered() const { return unanswered_; }
 
  private:
   std::unique_ptr<perf::ChildProcess> proc_;
   std::map<std::string, Acked> acked_;
-  bool gone_ = false;
+  bool gone_ = false, started_ = false;
   size_t unanswered_ = 0;
+  std::string how_;
 };
 
 // Every acknowledged write, read back from the restarted server; returns those missing or
@@ -265,7 +271,10 @@ TEST_P(Durability, EveryAcknowledgedPutSurvivesASigkill) {
   std::mt19937_64 rng(std::random_device{}());
   std::map<std::string, Acked> all;
   size_t unanswered = 0;
-  for (int run = 0; run < runs(); ++run) {
+  std::string hows;  // what each writer saw of the kill
+  // A kill that lands while the writer, its answers all in, waits for a core finds nothing in
+  // flight (seen on a loaded host): more runs, until one kill did, at most 8 more.
+  for (int run = 0; run < runs() || (unanswered == 0 && run < runs() + 8); ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
     auto server = std::make_unique<Server>(c, log_);
     if (!all.empty()) {
@@ -278,19 +287,21 @@ TEST_P(Durability, EveryAcknowledgedPutSurvivesASigkill) {
     // Some acknowledged writes first (a sanitizer build is slow to start), then the kill at a
     // random instant.
     const Deadline started = Deadline::after_ms(30000);
-    while (writer.acked().size() < 10 && !started.expired() && !writer.gone())
+    while (!writer.started() && !started.expired() && !writer.gone())
       writer.read_until(Deadline::after_ms(10));
+    ASSERT_TRUE(writer.started()) << "no acknowledged write in 30 s";
     writer.read_until(Deadline::after_ms(static_cast<int>(rng() % 1000)));
     ASSERT_FALSE(writer.gone()) << "the writer stopped before the kill";
     server->kill();
     writer.drain();
     // The premise: the kill found writes in flight, and many had been acknowledged.
     ASSERT_TRUE(writer.gone()) << "the writer never noticed the server's death";
-    EXPECT_GT(writer.acked().size(), 10u);
+    EXPECT_GE(writer.acked().size(), 10u);
     unanswered += writer.unanswered();
+    hows += " [" + std::to_string(writer.unanswered()) + writer.how() + "]";
     all.insert(writer.acked().begin(), writer.acked().end());
   }
-  EXPECT_GT(unanswered, 0u) << "no kill landed with a write in flight";
+  EXPECT_GT(unanswered, 0u) << "no kill landed with a write in flight:" << hows;
   Server last(c, log_);
   const std::vector<std::string> bad = check_all(c, last, all);
   EXPECT_TRUE(bad.empty()) << bad.size() << " of " << all.size()

@@ -2,12 +2,13 @@
 // tests SIGKILL at a random instant, and writes down every PUT the server acknowledged.
 //   fabkv-durable-writer SERVER PROVIDER PROTOCOL SEED VALUE_BYTES
 // PROTOCOL is a fabkv protocol, or "memcached" (SERVER is then the front end's HOST:PORT and
-// each write is a text-protocol `set` with flags). Prints "READY", then one line per
-// acknowledged write, as soon as its answer arrived:
+// each write is a text-protocol `set` with flags). Prints "READY", and one line per
+// acknowledged write:
 //   ACK <key> <n> <version> <flags>
-// (the value is value_for(key, n, VALUE_BYTES), tests/client/server_fixture.h; version 0 for
-// memcached). fabkv protocols keep up to kWindow PUTs in flight. When the server is gone it
-// prints "GONE <n>": how many PUTs were sent and never answered, and exits 0.
+// (the value is value_for(key, n, VALUE_BYTES), tests/client/values.h; version 0 for
+// memcached), "STARTED" once kStartedAfter writes were acknowledged. fabkv protocols keep up to
+// kWindow PUTs in flight. When the server is gone it prints the ACK lines, then "GONE <n>": how
+// many PUTs were sent and never answered, and exits 0.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -26,10 +27,26 @@
 namespace {
 
 constexpr size_t kWindow = 8;
+constexpr uint64_t kStartedAfter = 10;  // acknowledgements before "STARTED"
+
+// The acknowledgements are kept here and printed once the server is gone: a writer that
+// printed each one could block on a full pipe while the test is busy, and a kill would then
+// find nothing in flight.
+std::string acks;
+uint64_t acked = 0;
 
 void ack(const std::string& key, uint64_t n, uint64_t version, uint32_t flags) {
-  std::printf("ACK %s %llu %llu %u\n", key.c_str(), static_cast<unsigned long long>(n),
-              static_cast<unsigned long long>(version), flags);
+  acks += "ACK " + key + " " + std::to_string(n) + " " + std::to_string(version) + " " +
+          std::to_string(flags) + "\n";
+  if (++acked == kStartedAfter) {
+    std::printf("STARTED\n");
+    std::fflush(stdout);
+  }
+}
+
+void report(uint64_t unanswered, const std::string& why) {
+  std::fwrite(acks.data(), 1, acks.size(), stdout);
+  std::printf("GONE %llu %s\n", static_cast<unsigned long long>(unanswered), why.c_str());
   std::fflush(stdout);
 }
 
@@ -44,30 +61,36 @@ int run_fabkv(const fabkv::ClientOptions& o, const std::string& prefix, size_t b
   std::printf("READY\n");
   std::fflush(stdout);
   bool gone = false;
-  size_t unanswered = 0;  // PUTs sent whose answer never came (the server died first)
+  uint64_t posted = 0;
+  std::string why;  // how the writer learnt that the server was gone
   for (uint64_t n = 0; !gone;) {
     while (!gone && c->in_flight() < kWindow) {
       const std::string key = prefix + std::to_string(n);
       const std::string value = fabkv::testing::value_for(key, n, bytes);
-      auto done = [&gone, &unanswered, key, n](fabkv::Status s, std::string_view,
-                                               uint64_t version) {
+      auto done = [&gone, &why, key, n](fabkv::Status s, std::string_view, uint64_t version) {
         if (s == fabkv::Status::kOk) {
           ack(key, n, version, 0);
-        } else if (s == fabkv::Status::kServerGone || s == fabkv::Status::kTimeout) {
-          gone = true;
-          unanswered++;
+        } else if (!gone) {
+          gone = true;  // before the kill every PUT succeeds
+          why = std::string("answer:") + fabkv::to_string(s);
         }
       };
       const fabkv::Status s = c->put_async(key, value, done);
-      if (s == fabkv::Status::kServerGone || s == fabkv::Status::kTimeout) gone = true;
-      else if (s != fabkv::Status::kOk) break;
+      if (s == fabkv::Status::kServerGone || s == fabkv::Status::kTimeout) {
+        if (!gone) why = std::string("post:") + fabkv::to_string(s) + ":in_flight=" +
+                         std::to_string(c->in_flight());
+        gone = true;
+      } else if (s != fabkv::Status::kOk) {
+        break;
+      }
+      else posted++;
       n++;
     }
     c->poll();
   }
   c->flush();  // the rest of what was out when the server went
-  std::printf("GONE %zu\n", unanswered);
-  std::fflush(stdout);
+  // Sent and never acknowledged: in flight when the server died.
+  report(posted - acked, why + ":posted=" + std::to_string(posted));
   return 0;
 }
 
@@ -106,6 +129,7 @@ int run_memcached(const std::string& server, const std::string& prefix, size_t b
   std::fflush(stdout);
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::string in;
+  uint64_t unanswered = 0;  // a set sent and not answered
   for (uint64_t n = 0;; n++) {
     const std::string key = prefix + std::to_string(n);
     const std::string value = fabkv::testing::value_for(key, n, bytes);
@@ -113,6 +137,7 @@ int run_memcached(const std::string& server, const std::string& prefix, size_t b
     const std::string cmd = "set " + key + " " + std::to_string(flags) + " 0 " +
                             std::to_string(value.size()) + "\r\n" + value + "\r\n";
     if (send(fd, cmd.data(), cmd.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(cmd.size())) break;
+    unanswered = 1;
     bool stored = false;
     for (;;) {
       const size_t eol = in.find("\r\n");
@@ -127,11 +152,11 @@ int run_memcached(const std::string& server, const std::string& prefix, size_t b
       in.append(buf, static_cast<size_t>(r));
     }
     if (!stored) break;
+    unanswered = 0;
     ack(key, n, 0, flags);
   }
   close(fd);
-  std::printf("GONE 1\n");  // the last set was sent and not answered
-  std::fflush(stdout);
+  report(unanswered, "memcached");
   return 0;
 }
 
@@ -152,6 +177,8 @@ int main(int argc, char** argv) {
   o.server = argv[1];
   o.provider = argv[2];
   o.protocol = protocol;
-  o.timeout_ms = 3000;
+  // An fdatasync behind other processes' writes was seen to take 3 s on a busy CI disk; a
+  // dead server is noticed at once anyway (its control connection closes).
+  o.timeout_ms = 20000;
   return run_fabkv(o, prefix, bytes);
 }
