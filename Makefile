@@ -44,8 +44,9 @@ test-asan: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600 -E '/"?tcp'
 
-# The threaded parts (control channel server thread, op log writer thread, the memcached front
-# end's forwarding between workers, in the server processes its tests start) under ThreadSanitizer.
+# The threaded parts (control channel server thread, op log writer and rewriter threads, the
+# memcached front end's forwarding between workers, answers held for the op log, in the server
+# processes its tests start) under ThreadSanitizer.
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
@@ -53,8 +54,9 @@ test-tsan: deps
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target fabkv_control_server_test fabkv_control_wire_test fabkv_oplog_test
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L control -E fuzz --timeout 300
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^OpLogTest\.' --timeout 300
-	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target fabkv-server fabkv_memcached_text_test fabkv_memcached_frontend_test
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target fabkv-server fabkv_memcached_text_test fabkv_memcached_frontend_test fabkv_durability_test
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L memcached -E 'fuzz|memccapable_w1' --timeout 600
+	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 FABKV_DURABILITY_RUNS=1 ctest --output-on-failure -j $(JOBS) -R '/Durability' --timeout 600
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

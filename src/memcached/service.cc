@@ -16,6 +16,7 @@
 #include <deque>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -441,8 +442,10 @@ Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::st
   if (c.req.kind == Kind::kFlush && c.req.expire_at != 0 && c.req.expire_at > now_s()) {
     s.flush_at = c.req.expire_at;  // later (run_st watches it)
     r.outcome = Outcome::kOk;
+  } else if (c.req.kind == Kind::kFlush) {
+    s.flush_at = 0;
+    r.outcome = w.clear_st() ? Outcome::kOk : Outcome::kNotSupported;  // logged (--oplog)
   } else {
-    if (c.req.kind == Kind::kFlush) s.flush_at = 0;
     r = execute_st(c.req, w.engine(), mutate, scratch);
   }
   const bool hit = r.outcome != Outcome::kNotFound && r.outcome != Outcome::kNotStored;
@@ -502,6 +505,7 @@ class Connections {
   void update_events(Conn& c);
   void take_inbox();
   void send_outboxes();
+  void hold_until_durable(uint64_t barrier, Op* op);
   void stats_text(Conn& c, std::span<const std::string_view> args);
   void stats_binary(Conn& c, const Call& call);
   std::vector<std::pair<std::string, std::string>> stat_lines();
@@ -549,20 +553,21 @@ Service::Service(const ServiceOptions& o, std::vector<server::Worker*> workers)
 }
 
 Service::~Service() {
+  // An op can be in a queue and in its connection's answers at once (forwarded, or held for
+  // the op log): each is deleted once.
+  std::unordered_set<Op*> ops;
   for (auto& s : shards_) {
     for (auto& c : s->conns)
-      if (c) close(c->fd);
-    for (Op* op : s->inbox) delete op;
-    for (auto& box : s->outbox)
-      for (Op* op : box) delete op;
+      if (c) {
+        close(c->fd);
+        ops.insert(c->pending.begin(), c->pending.end());
+      }
+    ops.insert(s->inbox.begin(), s->inbox.end());
+    for (auto& box : s->outbox) ops.insert(box.begin(), box.end());
     close(s->listen_fd);
     close(s->epoll_fd);
   }
-  // Forwarded ops still queued in connections are owned by them.
-  for (auto& s : shards_)
-    for (auto& c : s->conns)
-      if (c)
-        for (Op* op : c->pending) delete op;
+  for (Op* op : ops) delete op;
 }
 
 std::string Service::address() const { return fmt::format("{}:{}", host_, port_); }
@@ -582,7 +587,7 @@ bool Service::run_st(server::Worker& w) {
 bool Connections::run() {
   if (s_.flush_at != 0 && now_s() >= s_.flush_at) {
     s_.flush_at = 0;
-    w_.engine().clear();
+    w_.clear_st();
   }
   take_inbox();
   if (!s_.resume.empty()) {
@@ -746,6 +751,25 @@ void Connections::submit(Conn& c, Call& call) {
                                              static_cast<uint32_t>(workers_.size()));
   if (owner == s_.index) {
     Result r = run_on_owner(s_, w_, call, s_.scratch);
+    if (const uint64_t barrier = w_.log_barrier_st(); barrier != 0) {
+      // --oplog-sync always: the answer waits for the log (docs/durability.md), in its place
+      // among the connection's answers, as a forwarded one waits for its owner; it comes back
+      // through this shard's inbox once the log has it.
+      std::string answer;
+      format(call, r, &answer);
+      if (answer.empty()) return;  // noreply
+      Op* op = new Op;
+      op->origin = s_.index;
+      op->fd = c.fd;
+      op->conn_id = c.id;
+      op->ready = true;
+      op->done = true;
+      op->in_pending = true;
+      op->res_value = std::move(answer);
+      c.pending.push_back(op);
+      hold_until_durable(barrier, op);
+      return;
+    }
     if (c.pending.empty()) {
       format(call, r, &c.out);  // straight from the engine's memory, before any later put
     } else {
@@ -861,6 +885,10 @@ void Connections::take_inbox() {
         op->res.value = op->res_value;
       }
       op->done = true;
+      if (const uint64_t barrier = w_.log_barrier_st(); barrier != 0) {
+        hold_until_durable(barrier, op);  // --oplog-sync always: home once the log has it
+        continue;
+      }
       s_.outbox[op->origin].push_back(op);
       continue;
     }
@@ -878,6 +906,14 @@ void Connections::take_inbox() {
     if (!s_.conns[c->fd] || s_.conns[c->fd].get() != c) continue;
     flush_out(*c);
   }
+}
+
+// Sends `op` home (to its connection's shard, this one included) once the worker's log is
+// durable up to `barrier`. The worker runs the release before this service's next run, which
+// sends the outboxes.
+void Connections::hold_until_durable(uint64_t barrier, Op* op) {
+  Service::Shard* s = &s_;
+  w_.when_durable_st(barrier, [s, op] { s->outbox[op->origin].push_back(op); });
 }
 
 void Connections::send_outboxes() {

@@ -8,13 +8,18 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
@@ -23,16 +28,19 @@
 namespace fabkv::server {
 namespace {
 
+namespace fs = std::filesystem;
+
 static_assert(std::endian::native == std::endian::little,
               "the op log is written in host order, which must be little-endian");
 
-constexpr size_t kRecordOverhead = OpLog::kHeaderSize + OpLog::kTrailerSize;
 constexpr size_t kReadChunk = size_t{1} << 20;
 // After a burst, a writer batch buffer larger than this is freed rather than kept for reuse.
 constexpr size_t kKeepCapacity = size_t{4} << 20;
 constexpr int kRetriesWhenStopping = 5;
 constexpr auto kFirstBackoff = std::chrono::milliseconds(1);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(1000);
+// Sync::kEverySec: the longest a written byte waits for its fdatasync (Redis's everysec).
+constexpr auto kSyncInterval = std::chrono::seconds(1);
 
 [[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
   throw std::runtime_error("op log " + path + ": " + what + ": " + std::strerror(err));
@@ -89,13 +97,21 @@ class Reader {
   bool eof_ = false;
 };
 
-// Walks the records of an open file, calling put/del (when set) for each valid one.
-OpLog::ReplayResult scan(int fd, const std::string& path, const OpLog::PutFn* put,
-                         const OpLog::DelFn* del) {
-  OpLog::ReplayResult res;
+// One file's valid records: what they are, where they end.
+struct FileScan {
+  uint64_t records = 0;
+  uint64_t valid_bytes = 0;
+  bool torn_tail = false;
+};
+
+// Walks the records of an open file, calling `each(record, offset, size)` for every valid one
+// (format 1 or 2), until the end or the first bytes that are not a valid record.
+template <class Each>
+FileScan scan_file(int fd, const std::string& path, Each&& each) {
+  FileScan res;
   Reader rd(fd, path);
   for (;;) {
-    if (!rd.ensure(OpLog::kHeaderSize)) {
+    if (!rd.ensure(OpLog::kHeaderSizeV1)) {
       res.torn_tail = rd.available() > 0;
       break;
     }
@@ -107,31 +123,44 @@ OpLog::ReplayResult scan(int fd, const std::string& path, const OpLog::PutFn* pu
     const auto value_len = load<uint32_t>(h + 4);
     const auto version = load<uint64_t>(h + 8);
     const auto expire_at = load<uint32_t>(h + 16);
-    bool ok = magic == OpLog::kMagic && reserved == 0 && key_len >= 1 &&
-              key_len <= store::kMaxKeySize;
-    if (op == OpLog::kOpPut) ok = ok && value_len <= store::kMaxValueSizeLimit;
-    else if (op == OpLog::kOpDel) ok = ok && value_len == 0 && version == 0 && expire_at == 0;
-    else ok = false;
+    const bool v2 = magic == OpLog::kMagic;
+    const size_t header = v2 ? OpLog::kHeaderSize : OpLog::kHeaderSizeV1;
+    bool ok = (v2 || magic == OpLog::kMagicV1) && reserved == 0;
+    OpLog::Record rec;
+    rec.op = static_cast<OpLog::Op>(op);
+    rec.version = version;
+    rec.expire_at = expire_at;
+    if (rec.op == OpLog::Op::kPut)
+      ok = ok && key_len >= 1 && key_len <= store::kMaxKeySize &&
+           value_len <= store::kMaxValueSizeLimit;
+    else if (rec.op == OpLog::Op::kDel)
+      ok = ok && key_len >= 1 && key_len <= store::kMaxKeySize && value_len == 0 &&
+           version == 0 && expire_at == 0;
+    else if (rec.op == OpLog::Op::kClear)
+      ok = ok && v2 && key_len == 0 && value_len == 0 && version == 0 && expire_at == 0;
+    else
+      ok = false;
     // The length fields are checked before they size a read, so garbage cannot ask for more
     // than one maximal record.
     const size_t body = size_t{key_len} + value_len;
-    const size_t n = kRecordOverhead + body;
+    const size_t n = header + body + OpLog::kTrailerSize;
     if (!ok || !rd.ensure(n)) {
       res.torn_tail = true;
       break;
     }
     const char* r = rd.data();  // ensure() may have moved the window
-    if (XXH3_64bits(r, OpLog::kHeaderSize + body) != load<uint64_t>(r + OpLog::kHeaderSize + body)) {
+    if (XXH3_64bits(r, header + body) != load<uint64_t>(r + header + body)) {
       res.torn_tail = true;
       break;
     }
-    std::string_view key(r + OpLog::kHeaderSize, key_len);
-    if (op == OpLog::kOpPut) {
-      if (put && *put) (*put)(key, std::string_view(r + OpLog::kHeaderSize + key_len, value_len),
-                              version, expire_at);
-    } else {
-      if (del && *del) (*del)(key);
+    rec.flags = v2 ? load<uint32_t>(r + 20) : 0;
+    if (v2 && rec.op != OpLog::Op::kPut && rec.flags != 0) {
+      res.torn_tail = true;
+      break;
     }
+    rec.key = std::string_view(r + header, key_len);
+    rec.value = std::string_view(r + header + key_len, value_len);
+    each(rec, res.valid_bytes, n);
     rd.consume(n);
     res.records++;
     res.valid_bytes += n;
@@ -139,16 +168,153 @@ OpLog::ReplayResult scan(int fd, const std::string& path, const OpLog::PutFn* pu
   return res;
 }
 
-void sync_parent_dir(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+int open_or_fail(const std::string& path, int flags, mode_t mode = 0644) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (fd < 0) fail("open", path, errno);
+  return fd;
+}
+
+// Makes a directory entry change (a new file, a rename, an unlink) durable.
+void sync_dir_of(const std::string& path) {
+  fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return;  // best effort: the file itself is synced on every batch
-  ::fsync(dfd);
+  if (dfd < 0) fail("open its directory", path, errno);
+  const int rc = ::fsync(dfd);
+  const int err = errno;
   ::close(dfd);
+  if (rc != 0) fail("fsync its directory", path, err);
+}
+
+bool parse_u64(std::string_view s, uint64_t* out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// The files of a log, as a directory listing shows them.
+struct Files {
+  std::vector<uint64_t> bases;     // N of every "<stem>.<N>.base", ascending
+  std::vector<uint64_t> segments;  // K of every "<stem>.<K>.incr", ascending
+  std::vector<std::string> temporaries;  // "<stem>.<N>.base.tmp": a rewrite cut short
+  bool legacy = false;             // "<stem>" itself: the one-file layout of earlier fabkv
+
+  uint64_t base() const { return bases.empty() ? 0 : bases.back(); }
+  // The segments the base does not cover.
+  std::vector<uint64_t> live_segments() const {
+    std::vector<uint64_t> out;
+    for (uint64_t k : segments)
+      if (k > base()) out.push_back(k);
+    return out;
+  }
+};
+
+Files list_files(const std::string& stem) {
+  Files f;
+  const fs::path p(stem);
+  fs::path dir = p.parent_path();
+  if (dir.empty()) dir = ".";
+  const std::string name = p.filename().string();
+  std::error_code ec;
+  f.legacy = fs::is_regular_file(p, ec);
+  fs::directory_iterator it(dir, ec);
+  if (ec) {
+    if (ec == std::errc::no_such_file_or_directory) return f;
+    fail("list its directory", stem, ec.value());
+  }
+  for (const fs::directory_entry& e : it) {
+    const std::string n = e.path().filename().string();
+    if (n.size() <= name.size() + 1 || n.compare(0, name.size(), name) != 0 || n[name.size()] != '.')
+      continue;
+    std::string_view rest = std::string_view(n).substr(name.size() + 1);  // "<K>.incr", ...
+    const size_t dot = rest.find('.');
+    if (dot == std::string_view::npos) continue;
+    uint64_t num = 0;
+    if (!parse_u64(rest.substr(0, dot), &num) || num == 0) continue;
+    const std::string_view kind = rest.substr(dot + 1);
+    if (kind == "incr") f.segments.push_back(num);
+    else if (kind == "base") f.bases.push_back(num);
+    else if (kind == "base.tmp") f.temporaries.push_back(e.path().string());
+  }
+  std::sort(f.bases.begin(), f.bases.end());
+  std::sort(f.segments.begin(), f.segments.end());
+  return f;
+}
+
+uint32_t now_unix() { return static_cast<uint32_t>(std::time(nullptr)); }
+
+void remove_file(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    spdlog::warn("op log: cannot remove {}: {}", path, std::strerror(errno));
+}
+
+// Replays one file; `last` says whether a torn tail is a crash's doing (the last segment) or
+// corruption (anything else: refused).
+FileScan replay_file(const std::string& path, bool last, const OpLog::ApplyFn& apply) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return {};
+    fail("open", path, errno);
+  }
+  FileScan s;
+  try {
+    s = scan_file(fd, path, [&](const OpLog::Record& r, uint64_t, size_t) {
+      if (apply) apply(r);
+    });
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  if (s.torn_tail && !last)
+    throw std::runtime_error(fmt::format(
+        "op log {}: corrupt after {} records (byte {}); only the last segment may end torn. "
+        "Move the log away to start empty, or cut the file at that byte to keep what is before",
+        path, s.records, s.valid_bytes));
+  return s;
+}
+
+// Replays base and live segments in order into `apply`; adds up what it read.
+OpLog::ReplayResult replay_files(const std::string& stem, const Files& f,
+                                 const OpLog::ApplyFn& apply) {
+  OpLog::ReplayResult r;
+  const std::vector<uint64_t> segs = f.live_segments();
+  auto add = [&](const FileScan& s) {
+    r.files++;
+    r.records += s.records;
+    r.valid_bytes += s.valid_bytes;
+    r.torn_tail |= s.torn_tail;
+  };
+  if (f.base() != 0) add(replay_file(OpLog::base_path(stem, f.base()), false, apply));
+  for (size_t i = 0; i < segs.size(); ++i)
+    add(replay_file(OpLog::segment_path(stem, segs[i]), i + 1 == segs.size(), apply));
+  return r;
 }
 
 }  // namespace
+
+std::string OpLog::segment_path(const std::string& stem, uint64_t k) {
+  return fmt::format("{}.{}.incr", stem, k);
+}
+std::string OpLog::base_path(const std::string& stem, uint64_t n) {
+  return fmt::format("{}.{}.base", stem, n);
+}
+
+const char* OpLog::to_string(Sync s) {
+  switch (s) {
+    case Sync::kAlways: return "always";
+    case Sync::kEverySec: return "everysec";
+    case Sync::kNo: return "no";
+  }
+  return "?";
+}
+
+std::optional<OpLog::Sync> OpLog::sync_from_string(std::string_view s) {
+  if (s == "always") return Sync::kAlways;
+  if (s == "everysec") return Sync::kEverySec;
+  if (s == "no") return Sync::kNo;
+  return std::nullopt;
+}
 
 char* OpLog::Buffer::grow(size_t n) {
   if (size + n > capacity) {
@@ -163,35 +329,82 @@ char* OpLog::Buffer::grow(size_t n) {
   return p;
 }
 
-OpLog::OpLog(const std::string& path, bool fsync) : OpLog(path, Options{.fsync = fsync}) {}
-
-OpLog::OpLog(const std::string& path, Options options)
-    : path_(path), options_(std::move(options)) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("open", path_, errno);
+OpLog::OpLog(const std::string& stem, Options options, const ApplyFn& apply)
+    : stem_(stem), options_(std::move(options)) {
+  const std::string lock_path = stem_ + ".lock";
+  lock_fd_ = open_or_fail(lock_path, O_RDWR | O_CREAT);
   try {
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EWOULDBLOCK) fail("in use by another OpLog (flock)", lock_path, errno);
+      fail("flock", lock_path, errno);
+    }
+    Files f = list_files(stem_);
+    if (f.legacy) {
+      // The one-file layout: the file becomes segment 1 (only when nothing else is there: a
+      // stem that has both is not one log).
+      if (!f.bases.empty() || !f.segments.empty())
+        throw std::runtime_error(fmt::format(
+            "op log {}: both the file {} and segments of the same name exist; move one away",
+            stem_, stem_));
+      if (::rename(stem_.c_str(), segment_path(stem_, 1).c_str()) != 0)
+        fail("rename to " + segment_path(stem_, 1), stem_, errno);
+      sync_dir_of(stem_);
+      f.segments.push_back(1);
+    }
+    // What a rewrite cut short or finished without cleaning up leaves behind.
+    for (const std::string& t : f.temporaries) remove_file(t);
+    const uint64_t base = f.base();
+    for (uint64_t n : f.bases)
+      if (n != base) remove_file(base_path(stem_, n));
+    for (uint64_t k : f.segments)
+      if (k <= base) remove_file(segment_path(stem_, k));
+    recovered_ = replay_files(stem_, f, apply);
+    const std::vector<uint64_t> segs = f.live_segments();
+    bool created = false;
+    if (segs.empty()) {
+      segment_ = base + 1;
+      fd_ = open_or_fail(segment_path(stem_, segment_), O_RDWR | O_CREAT | O_APPEND);
+      created = true;
+    } else {
+      segment_ = segs.back();
+      fd_ = open_or_fail(segment_path(stem_, segment_), O_RDWR | O_APPEND);
+    }
     struct stat st;
-    if (::fstat(fd_, &st) != 0) fail("stat", path_, errno);
-    if (!S_ISREG(st.st_mode)) fail("not a regular file", path_, EINVAL);
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      if (errno == EWOULDBLOCK) fail("in use by another OpLog (flock)", path_, errno);
-      fail("flock", path_, errno);
-    }
-    recovered_ = scan(fd_, path_, nullptr, nullptr);
+    if (::fstat(fd_, &st) != 0) fail("stat", current_segment(), errno);
+    segment_size_ = static_cast<uint64_t>(st.st_size);
     if (recovered_.torn_tail) {
-      if (::ftruncate(fd_, static_cast<off_t>(recovered_.valid_bytes)) != 0)
-        fail("truncate the torn tail", path_, errno);
-      spdlog::warn("op log {}: cut a torn tail after {} records ({} valid bytes)", path_,
-                   recovered_.records, recovered_.valid_bytes);
+      // The valid prefix of the last segment: its size less what the scan did not accept.
+      int rfd = open_or_fail(current_segment(), O_RDONLY);
+      FileScan s = scan_file(rfd, current_segment(), [](const Record&, uint64_t, size_t) {});
+      ::close(rfd);
+      if (::ftruncate(fd_, static_cast<off_t>(s.valid_bytes)) != 0)
+        fail("truncate the torn tail", current_segment(), errno);
+      if (::fdatasync(fd_) != 0) fail("fdatasync", current_segment(), errno);
+      spdlog::warn("op log {}: cut a torn tail after {} records ({} valid bytes)",
+                   current_segment(), s.records, s.valid_bytes);
+      segment_size_ = s.valid_bytes;
     }
-    file_size_ = recovered_.valid_bytes;
-    if (options_.fsync) {
-      if (recovered_.torn_tail && ::fdatasync(fd_) != 0) fail("fdatasync", path_, errno);
-      sync_parent_dir(path_);  // a newly created file's directory entry
-    }
+    if (created || f.legacy) sync_dir_of(stem_);
+    uint64_t total = segment_size_;
+    if (base != 0) total += fs::file_size(base_path(stem_, base));
+    for (uint64_t k : segs)
+      if (k != segment_) total += fs::file_size(segment_path(stem_, k));
+    file_bytes_.store(total);
+    base_bytes_.store(total);
+    last_sync_ = std::chrono::steady_clock::now();
+    rewriter_ = std::thread([this] { rewriter_main(); });
     writer_ = std::thread([this] { writer_main(); });
   } catch (...) {
-    ::close(fd_);
+    if (rewriter_.joinable()) {
+      {
+        std::lock_guard lk(rw_mu_);
+        rw_stop_ = true;
+      }
+      rw_cv_.notify_one();
+      rewriter_.join();
+    }
+    if (fd_ >= 0) ::close(fd_);
+    ::close(lock_fd_);
     throw;
   }
 }
@@ -204,24 +417,39 @@ OpLog::~OpLog() {
   }
   work_cv_.notify_one();
   writer_.join();
+  {
+    std::lock_guard lk(rw_mu_);
+    rw_stop_ = true;
+  }
+  rw_cv_.notify_one();
+  rewriter_.join();
   ::close(fd_);
+  ::close(lock_fd_);
 }
+
+std::string OpLog::current_segment() const { return segment_path(stem_, segment_); }
 
 void OpLog::append_put(std::string_view key, std::string_view value, uint64_t version,
-                       uint32_t expire_at) {
-  append(kOpPut, key, value, version, expire_at);
-}
-
-void OpLog::append_del(std::string_view key) { append(kOpDel, key, {}, 0, 0); }
-
-void OpLog::append(uint8_t op, std::string_view key, std::string_view value, uint64_t version,
-                   uint32_t expire_at) {
+                       uint32_t expire_at, uint32_t flags) {
   if (key.empty() || key.size() > store::kMaxKeySize)
     throw std::invalid_argument("op log: key length out of range");
+  append(Op::kPut, key, value, version, expire_at, flags);
+}
+
+void OpLog::append_del(std::string_view key) {
+  if (key.empty() || key.size() > store::kMaxKeySize)
+    throw std::invalid_argument("op log: key length out of range");
+  append(Op::kDel, key, {}, 0, 0, 0);
+}
+
+void OpLog::append_clear() { append(Op::kClear, {}, {}, 0, 0, 0); }
+
+void OpLog::append(Op op, std::string_view key, std::string_view value, uint64_t version,
+                   uint32_t expire_at, uint32_t flags) {
   if (value.size() > store::kMaxValueSizeLimit)
     throw std::invalid_argument("op log: value too large");
   const size_t body = key.size() + value.size();
-  const size_t n = kRecordOverhead + body;
+  const size_t n = kHeaderSize + body + kTrailerSize;
   bool wake;
   {
     std::unique_lock lk(mu_);
@@ -234,54 +462,70 @@ void OpLog::append(uint8_t op, std::string_view key, std::string_view value, uin
     wake = active_.size == 0;
     char* p = active_.grow(n);
     store_at<uint8_t>(p + 0, kMagic);
-    store_at<uint8_t>(p + 1, op);
+    store_at<uint8_t>(p + 1, static_cast<uint8_t>(op));
     store_at<uint8_t>(p + 2, static_cast<uint8_t>(key.size()));
     store_at<uint8_t>(p + 3, 0);
     store_at<uint32_t>(p + 4, static_cast<uint32_t>(value.size()));
     store_at<uint64_t>(p + 8, version);
     store_at<uint32_t>(p + 16, expire_at);
+    store_at<uint32_t>(p + 20, flags);
     std::memcpy(p + kHeaderSize, key.data(), key.size());
     if (!value.empty()) std::memcpy(p + kHeaderSize + key.size(), value.data(), value.size());
     store_at<uint64_t>(p + kHeaderSize + body, XXH3_64bits(p, kHeaderSize + body));
     pending_ += n;
+    appended_ += n;
   }
   records_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(n, std::memory_order_relaxed);
   if (wake) work_cv_.notify_one();
 }
 
-OpLog::ReplayResult OpLog::replay(const std::string& path, const PutFn& put, const DelFn& del) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return {};
-    fail("open", path, errno);
-  }
-  try {
-    ReplayResult r = scan(fd, path, &put, &del);
-    ::close(fd);
-    return r;
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
+OpLog::ReplayResult OpLog::replay(const std::string& stem, const ApplyFn& apply) {
+  return replay_files(stem, list_files(stem), apply);
 }
 
 OpLog::Stats OpLog::stats() const {
-  return Stats{records_.load(std::memory_order_relaxed), bytes_.load(std::memory_order_relaxed),
-               flushes_.load(std::memory_order_relaxed), stalls_.load(std::memory_order_relaxed),
-               write_errors_.load(std::memory_order_relaxed)};
+  auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return Stats{r(records_), r(bytes_),    r(flushes_),        r(syncs_),
+               r(stalls_),  r(write_errors_), r(rewrites_), r(rewrite_errors_),
+               r(file_bytes_), r(base_bytes_)};
 }
 
 void OpLog::writer_main() {
   Buffer batch;
   std::unique_lock lk(mu_);
   for (;;) {
-    work_cv_.wait(lk, [&] { return active_.size > 0 || stop_; });
-    if (active_.size == 0) return;  // stop_ and nothing left
-    std::swap(batch, active_);      // active_ gets the emptied buffer of the last batch
+    // Everysec: written bytes wait at most kSyncInterval for their fdatasync, even when no
+    // further record comes.
+    if (options_.sync == Sync::kEverySec && unsynced_) {
+      work_cv_.wait_until(lk, last_sync_ + kSyncInterval,
+                          [&] { return active_.size > 0 || stop_; });
+    } else {
+      work_cv_.wait(lk, [&] { return active_.size > 0 || stop_; });
+    }
+    if (active_.size == 0) {
+      if (stop_) {
+        lk.unlock();
+        if (unsynced_) sync_now();  // at close, every mode
+        return;
+      }
+      lk.unlock();
+      sync_now();  // everysec, a quiet second
+      lk.lock();
+      continue;
+    }
+    std::swap(batch, active_);  // active_ gets the emptied buffer of the last batch
+    const uint64_t end = appended_;
     lk.unlock();
     if (options_.before_write) options_.before_write();
     write_batch(batch);
+    const auto now = std::chrono::steady_clock::now();
+    if (options_.sync == Sync::kAlways ||
+        (options_.sync == Sync::kEverySec && now - last_sync_ >= kSyncInterval))
+      sync_now();
+    durable_.store(end, std::memory_order_seq_cst);  // see Worker::open_oplog
+    if (options_.on_durable) options_.on_durable();
+    maybe_rotate();
     const size_t n = batch.size;
     batch.size = 0;
     if (batch.capacity > kKeepCapacity) batch = Buffer{};
@@ -291,7 +535,29 @@ void OpLog::writer_main() {
   }
 }
 
-// Writes one batch at the end of the file, retrying until it is there (see the header).
+void OpLog::sync_now() {
+  if (::fdatasync(fd_) != 0) {
+    const int err = errno;
+    write_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.sync == Sync::kAlways) {
+      // Not retried: after a failed fdatasync() Linux may report the pages clean, so a second
+      // call proves nothing, and answers held for this batch could never be sent truthfully.
+      // Stop here, as PostgreSQL does: a restart replays what did reach the disk.
+      spdlog::critical("op log {}: fdatasync failed: {}; stopping the server (--oplog-sync "
+                       "always cannot promise what it acknowledges any more)",
+                       current_segment(), std::strerror(err));
+      std::abort();
+    }
+    spdlog::error("op log {}: fdatasync failed: {}", current_segment(), std::strerror(err));
+  } else {
+    syncs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  unsynced_ = false;
+  last_sync_ = std::chrono::steady_clock::now();
+}
+
+// Writes one batch at the end of the current segment, retrying until it is there (see the
+// header).
 void OpLog::write_batch(const Buffer& batch) {
   const char* p = batch.data.get();
   const size_t n = batch.size;
@@ -309,30 +575,206 @@ void OpLog::write_batch(const Buffer& batch) {
     write_errors_.fetch_add(1, std::memory_order_relaxed);
     if (failures++ == 0)
       spdlog::error("op log {}: write failed ({}); retrying, appends wait once {} bytes are "
-                    "pending", path_, std::strerror(err), options_.max_pending_bytes);
+                    "pending", current_segment(), std::strerror(err), options_.max_pending_bytes);
     // Cut off the part of the batch that did reach the file, so that a retry does not leave a
     // torn record in the middle of the log. If that fails, resume where the write stopped.
     if (done > 0) {
-      if (::ftruncate(fd_, static_cast<off_t>(file_size_)) == 0) done = 0;
+      if (::ftruncate(fd_, static_cast<off_t>(segment_size_)) == 0) done = 0;
       else write_errors_.fetch_add(1, std::memory_order_relaxed);
     }
     if (stopping_.load(std::memory_order_relaxed) && failures >= kRetriesWhenStopping) {
-      spdlog::error("op log {}: giving up at shutdown, {} bytes not logged", path_, n - done);
-      if (done > 0) file_size_ += done;
+      spdlog::error("op log {}: giving up at shutdown, {} bytes not logged", current_segment(),
+                    n - done);
+      segment_size_ += done;
       return;
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
-  file_size_ += n;
-  if (failures > 0) spdlog::info("op log {}: write succeeded after {} failures", path_, failures);
-  if (options_.fsync && ::fdatasync(fd_) != 0) {
-    // Not retried: after a failed fdatasync() Linux may report the pages clean, so a second
-    // call proves nothing. Counted and logged.
-    write_errors_.fetch_add(1, std::memory_order_relaxed);
-    spdlog::error("op log {}: fdatasync failed: {}", path_, std::strerror(errno));
-  }
+  segment_size_ += n;
+  file_bytes_.fetch_add(n, std::memory_order_relaxed);
+  unsynced_ = true;
+  if (failures > 0)
+    spdlog::info("op log {}: write succeeded after {} failures", current_segment(), failures);
   flushes_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Writer thread, after a batch: has the log grown enough for a rewrite (Options)? Then close
+// the current segment and start the next, and hand the rewriter the closed ones.
+void OpLog::maybe_rotate() {
+  if (options_.rewrite_percentage == 0) return;
+  const uint64_t total = file_bytes_.load(std::memory_order_relaxed);
+  const uint64_t base = base_bytes_.load(std::memory_order_relaxed);
+  if (total < options_.rewrite_min_size || total < retry_at_bytes_.load() ||
+      total < base * (100 + options_.rewrite_percentage) / 100)
+    return;
+  {
+    std::lock_guard lk(rw_mu_);
+    if (rewriting_) return;
+  }
+  // The closed segment is complete on disk before anything replaces it; the new one's
+  // directory entry is durable before a record in it is acknowledged.
+  if (unsynced_) sync_now();
+  const uint64_t next = segment_ + 1;
+  int fd = ::open(segment_path(stem_, next).c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    write_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("op log {}: cannot start a new segment: {}", segment_path(stem_, next),
+                  std::strerror(errno));
+    retry_at_bytes_.store(total + options_.rewrite_min_size);
+    return;
+  }
+  try {
+    sync_dir_of(stem_);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+  }
+  const uint64_t closed = segment_;
+  ::close(fd_);
+  fd_ = fd;
+  segment_ = next;
+  segment_size_ = 0;
+  {
+    std::lock_guard lk(rw_mu_);
+    rewriting_ = true;
+    rewrite_through_ = closed;
+  }
+  rw_cv_.notify_one();
+}
+
+void OpLog::rewriter_main() {
+  std::unique_lock lk(rw_mu_);
+  for (;;) {
+    rw_cv_.wait(lk, [&] { return rewrite_through_ != 0 || rw_stop_; });
+    if (rewrite_through_ == 0) return;
+    const uint64_t through = rewrite_through_;
+    lk.unlock();
+    bool ok = false;
+    try {
+      ok = rewrite(through);
+    } catch (const std::exception& e) {
+      spdlog::error("op log {}: rewrite failed: {}", stem_, e.what());
+    }
+    if (!ok) rewrite_errors_.fetch_add(1, std::memory_order_relaxed);
+    lk.lock();
+    rewrite_through_ = 0;
+    rewriting_ = false;
+    if (!ok) retry_at_bytes_.store(file_bytes_.load() + options_.rewrite_min_size);
+  }
+}
+
+// Writes the live items of the base and segments <= through into a new base, then removes
+// what it replaces. Reads only closed files.
+bool OpLog::rewrite(uint64_t through) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Files f = list_files(stem_);
+  std::vector<std::string> inputs;
+  if (f.base() != 0) inputs.push_back(base_path(stem_, f.base()));
+  for (uint64_t k : f.segments)
+    if (k > f.base() && k <= through) inputs.push_back(segment_path(stem_, k));
+  // Each key's last record: where it is (file, offset, size). DELETE drops the key, CLEAR
+  // everything before it.
+  struct Loc {
+    uint32_t file;
+    uint32_t size;
+    uint64_t offset;
+    uint32_t expire_at;
+  };
+  std::unordered_map<std::string, Loc> live;
+  std::vector<int> fds;
+  auto close_all = [&] {
+    for (int fd : fds) ::close(fd);
+  };
+  uint64_t in_bytes = 0;
+  try {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      fds.push_back(open_or_fail(inputs[i], O_RDONLY));
+      FileScan s = scan_file(fds.back(), inputs[i], [&](const Record& r, uint64_t off, size_t n) {
+        if (r.op == Op::kPut)
+          live.insert_or_assign(std::string(r.key),
+                                Loc{static_cast<uint32_t>(i), static_cast<uint32_t>(n), off,
+                                    r.expire_at});
+        else if (r.op == Op::kDel)
+          live.erase(std::string(r.key));
+        else
+          live.clear();
+      });
+      if (s.torn_tail)
+        throw std::runtime_error(fmt::format("{} is corrupt after byte {}", inputs[i],
+                                             s.valid_bytes));
+      in_bytes += s.valid_bytes;
+    }
+    // In log order, so that replay restores versions in the order they were handed out
+    // (store::PutOptions::restore_version). Expired items are left out.
+    const uint32_t now = now_unix();
+    std::vector<Loc> keep;
+    keep.reserve(live.size());
+    for (const auto& [k, loc] : live)
+      if (loc.expire_at == 0 || loc.expire_at > now) keep.push_back(loc);
+    live.clear();
+    std::sort(keep.begin(), keep.end(), [](const Loc& a, const Loc& b) {
+      return a.file != b.file ? a.file < b.file : a.offset < b.offset;
+    });
+    const std::string out = base_path(stem_, through);
+    const std::string tmp = out + ".tmp";
+    int ofd = open_or_fail(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    fds.push_back(ofd);
+    std::vector<char> buf;
+    buf.reserve(kReadChunk + kHeaderSize + store::kMaxKeySize + store::kMaxValueSizeLimit);
+    uint64_t out_bytes = 0;
+    auto flush = [&] {
+      size_t done = 0;
+      while (done < buf.size()) {
+        ssize_t w = ::write(ofd, buf.data() + done, buf.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) fail("write", tmp, w < 0 ? errno : EIO);
+        done += static_cast<size_t>(w);
+      }
+      out_bytes += buf.size();
+      buf.clear();
+    };
+    for (const Loc& loc : keep) {
+      const size_t at = buf.size();
+      buf.resize(at + loc.size);
+      size_t got = 0;
+      while (got < loc.size) {
+        ssize_t r = ::pread(fds[loc.file], buf.data() + at + got, loc.size - got,
+                            static_cast<off_t>(loc.offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) fail("read", inputs[loc.file], r < 0 ? errno : EIO);
+        got += static_cast<size_t>(r);
+      }
+      if (buf.size() >= kReadChunk) flush();
+    }
+    flush();
+    if (::fdatasync(ofd) != 0) fail("fdatasync", tmp, errno);
+    if (options_.before_rename) options_.before_rename();
+    // The new base is complete and durable: make it the log's, then drop what it replaces.
+    if (::rename(tmp.c_str(), out.c_str()) != 0) fail("rename to " + out, tmp, errno);
+    sync_dir_of(out);
+    close_all();
+    fds.clear();
+    uint64_t removed = 0;
+    for (const std::string& in : inputs) {
+      std::error_code ec;
+      removed += fs::file_size(in, ec);
+      remove_file(in);
+    }
+    sync_dir_of(out);
+    file_bytes_.fetch_sub(std::min(removed, file_bytes_.load()), std::memory_order_relaxed);
+    file_bytes_.fetch_add(out_bytes, std::memory_order_relaxed);
+    base_bytes_.store(out_bytes, std::memory_order_relaxed);
+    rewrites_.fetch_add(1, std::memory_order_relaxed);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - t0).count();
+    spdlog::info("op log {}: rewrote {} bytes in {} file(s) as {} ({} items, {} bytes) in {} ms",
+                 stem_, in_bytes, inputs.size(), out, keep.size(), out_bytes, ms);
+    return true;
+  } catch (...) {
+    close_all();
+    remove_file(base_path(stem_, through) + ".tmp");
+    throw;
+  }
 }
 
 }  // namespace fabkv::server

@@ -48,9 +48,22 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
            "Nc: clients at once (request region = workers x Nc x W x slot size)")
       .range(1, 4096);
   s.text("oplog", "--oplog", &o->oplog,
-         "log every PUT/DELETE asynchronously to FILE.<worker> and replay it at start (Pilaf "
-         "sec. 4); off by default");
-  s.flag("oplog_fsync", "--oplog-fsync", &o->oplog_fsync, "fdatasync every written batch of the log");
+         "log every acknowledged PUT/DELETE to files named FILE.<worker>.* and replay them at "
+         "start (Pilaf sec. 4; docs/durability.md); off by default");
+  s.text("oplog_sync", "--oplog-sync", &o->oplog_sync,
+         "when the log reaches the disk, as Redis's appendfsync: always (a write is answered "
+         "only once its record is on stable storage; one fdatasync per batch of writes) | "
+         "everysec (default: at most about a second of acknowledged writes lost to a machine "
+         "crash) | no (the page cache decides; a crash of the process loses nothing)")
+      .one_of({"always", "everysec", "no"});
+  s.flag("oplog_fsync", "--oplog-fsync", &o->oplog_fsync, "the older spelling of --oplog-sync always");
+  s.number("oplog_rewrite_percentage", "--oplog-rewrite-percentage", &o->oplog_rewrite_percentage,
+           "rewrite the log as its live items once it has grown by this % since the last "
+           "rewrite (Redis's auto-aof-rewrite-percentage; 0: never): restart time and disk use "
+           "stay bounded by the live data, at the price of re-reading the log in the background")
+      .range(0, 100000);
+  s.bytes("oplog_rewrite_min_size", "--oplog-rewrite-min-size", &o->oplog_rewrite_min_size,
+          "no rewrite while the log holds less than this (Redis's auto-aof-rewrite-min-size)");
   s.text("data_dir", "--data-dir", &o->data_dir,
          "directory for state that survives a restart (the sequencers' high-water mark, "
          "docs/sequencer.md); required when a sequencer is served");
@@ -116,9 +129,13 @@ const char* engine_for(proto::EngineNeed need) {
 
 void resolve_defaults(ServerOptions* o) {
   if (o->engine.empty()) o->engine = engine_for(needed_engine(*o));
+  if (o->oplog_sync.empty()) o->oplog_sync = o->oplog_fsync ? "always" : "everysec";
 }
 
 void validate(const ServerOptions& o) {
+  if (o.oplog_fsync && o.oplog_sync != "always" && !o.oplog_sync.empty())
+    throw std::invalid_argument(fmt::format(
+        "--oplog-fsync is --oplog-sync always; it contradicts --oplog-sync {}", o.oplog_sync));
   {
     // Every knob's own range, on a copy (the knobs bind the variables they check).
     ServerOptions copy = o;

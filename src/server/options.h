@@ -46,10 +46,19 @@ struct ServerOptions : proto::ProtocolOptions {
   // idle; a request after an idle stretch pays a wake-up (measured, docs/server.md).
   PollOptions poll{.mode = PollMode::kAdaptive};
   std::string log_level = "info";
-  // Asynchronous log of every PUT/DELETE (Pilaf sec. 4), one file per worker:
-  // "<oplog>.<worker>"; replayed at start. "" = off (the default).
+  // Log of every acknowledged PUT/DELETE (Pilaf sec. 4), one per worker, in files named after
+  // "<oplog>.<worker>" (server/oplog.h); replayed at start. "" = off (the default).
   std::string oplog;
-  bool oplog_fsync = false;  // fdatasync each written batch (durable, slower)
+  // Redis's appendfsync (docs/durability.md): "always" (an answer leaves only once its record
+  // is on stable storage: group commit), "everysec" (at most about a second of acknowledged
+  // writes lost to a machine crash), "no" (the page cache decides). "" = everysec, or always
+  // with oplog_fsync, its older spelling.
+  std::string oplog_sync;
+  bool oplog_fsync = false;
+  // Rewrite the log (compaction) once it has grown by this % since the last rewrite and holds
+  // at least oplog_rewrite_min_size bytes (Redis's auto-aof-rewrite-*); 0 = never.
+  uint32_t oplog_rewrite_percentage = 100;
+  size_t oplog_rewrite_min_size = size_t{64} << 20;
   // Where the server keeps state that must survive a restart: the sequencers' high-water mark
   // ("<data_dir>/sequence.hwm", docs/sequencer.md). Required when a sequencer is served.
   std::string data_dir;

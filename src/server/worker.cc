@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -110,23 +111,7 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
   }
   if (!o.oplog.empty() && engineless && index_ == 0)
     spdlog::info("--oplog ignored: no protocol served keeps key-value data");
-  if (!o.oplog.empty() && !engineless) {
-    // Replay first (the engine starts with what the log says), then append to the same file.
-    std::string path = fmt::format("{}.{}", o.oplog, index_);
-    auto put = [&](std::string_view k, std::string_view v, uint64_t version, uint32_t expire_at) {
-      store::PutOptions p;
-      p.expire_at = expire_at;
-      p.restore_version = version;  // the logged CAS version; the engine's counter moves past it
-      engine_->put(k, v, p);
-    };
-    auto del = [&](std::string_view k) { engine_->del(k); };
-    OpLog::ReplayResult rr = OpLog::replay(path, put, del);
-    if (rr.records > 0 || rr.torn_tail)
-      spdlog::info("worker {}: replayed {} records from {}{}", index_, rr.records, path,
-                   rr.torn_tail ? fmt::format(" (ignored a torn tail after byte {})", rr.valid_bytes)
-                                : std::string());
-    oplog_ = std::make_unique<OpLog>(path, o.oplog_fsync);
-  }
+  if (!o.oplog.empty() && !engineless) open_oplog();
   bool messages = false;
   for (auto& side : sides_) {
     side->open();
@@ -160,6 +145,54 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
     client_names_.resize(o.max_clients);
   }
   if (adaptive_) waiter_ = std::make_unique<fabric::Waiter>();
+}
+
+// Replays the log into the engine (the engine starts with what the log says), then appends to
+// it (server/oplog.h).
+void Worker::open_oplog() {
+  const std::string stem = fmt::format("{}.{}", o_.oplog, index_);
+  OpLog::Options lo;
+  lo.sync = OpLog::sync_from_string(o_.oplog_sync).value_or(OpLog::Sync::kEverySec);
+  lo.rewrite_percentage = o_.oplog_rewrite_percentage;
+  lo.rewrite_min_size = o_.oplog_rewrite_min_size;
+  // Tests only (tests/client/durability_test.cc kills a server in the middle of a rewrite):
+  // every rewrite waits this long before it renames its new base into place.
+  if (const char* pause = std::getenv("FABKV_TEST_REWRITE_PAUSE_MS"))
+    lo.before_rename = [ms = std::atoi(pause)] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    };
+  hold_answers_ = lo.sync == OpLog::Sync::kAlways;
+  if (hold_answers_)
+    lo.on_durable = [this] {
+      // seq_cst with block_st's store of sleeping_ and its look at the log: either it sees the
+      // new position before it blocks, or we see it asleep and wake it.
+      if (sleeping_.load(std::memory_order_seq_cst)) wake();
+    };
+  uint64_t refused = 0;
+  auto apply = [&](const OpLog::Record& r) {
+    switch (r.op) {
+      case OpLog::Op::kPut: {
+        store::PutOptions p;
+        p.expire_at = r.expire_at;
+        p.flags = r.flags;
+        p.restore_version = r.version;  // the logged CAS version; the engine's counter moves past it
+        if (engine_->put(r.key, r.value, p) != store::Status::kOk) refused++;
+        break;
+      }
+      case OpLog::Op::kDel: engine_->del(r.key); break;
+      case OpLog::Op::kClear: engine_->clear(); break;
+    }
+  };
+  const auto t0 = Clock::now();
+  oplog_ = std::make_unique<OpLog>(stem, std::move(lo), apply);
+  const OpLog::ReplayResult& rr = oplog_->recovered();
+  if (rr.records > 0 || rr.torn_tail)
+    spdlog::info("worker {}: replayed {} records from {} file(s) of {} in {} ms{}{}", index_,
+                 rr.records, rr.files, stem,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(),
+                 rr.torn_tail ? " (cut a torn tail)" : "",
+                 refused > 0 ? fmt::format("; the engine refused {} PUTs (too small?)", refused)
+                             : std::string());
 }
 
 Worker::~Worker() {
@@ -418,10 +451,14 @@ void Worker::run_st(const std::atomic<bool>& stop) {
     const bool active = round_st();
     if (adaptive_) idle_st(active || events, stop);
   }
-  // Finish what is in hand: answer collected requests and let the last answers go out.
+  // Finish what is in hand: answer collected requests (those waiting for the log too, once it
+  // has them) and let the last answers go out.
   round_st();
   Deadline d = Deadline::after_ms(200);
-  while (!d.expired()) poll_cqs_st();
+  while (!d.expired()) {
+    poll_cqs_st();
+    if (release_durable_st()) send_replies_st();
+  }
 }
 
 void Worker::periodic_st() {
@@ -437,13 +474,14 @@ void Worker::periodic_st() {
 bool Worker::round_st() {
   const uint64_t answers = answers_;
   const bool completions = poll_cqs_st() > 0;
+  const bool released = release_durable_st();
   for (auto& side : sides_) side->poll_st();
   for (auto& side : sides_)
     if (side->has_work_st()) side->flush_st();
   if (!out_.empty() || any_backlog_) send_replies_st();
   repost_rx_st();
   const bool local = local_ != nullptr && local_->run_st(*this);
-  return completions || answers_ != answers || any_backlog_ || local;
+  return completions || released || answers_ != answers || any_backlog_ || local;
 }
 
 // --poll adaptive: after poll.spin_us without a sign of work, block (or sleep) once. The
@@ -535,7 +573,8 @@ void Worker::block_st(const std::atomic<bool>& stop) {
   }
   sleeping_.store(true, std::memory_order_seq_cst);
   if (events_pending_.load(std::memory_order_seq_cst) || stop.load(std::memory_order_relaxed) ||
-      (local_ != nullptr && local_->pending_st(*this))) {
+      (local_ != nullptr && local_->pending_st(*this)) ||
+      (!held_.empty() && oplog_->durable() >= held_.front().position)) {
     sleeping_.store(false, std::memory_order_relaxed);  // an event came in: not now
     idle_rounds_ = 0;
     return;
@@ -577,17 +616,51 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
     return;
   }
   // Pilaf sec. 4: every acknowledged PUT/DELETE goes to the log before its answer is built
-  // (the log's writer thread reaches the disk later).
+  // (the log's writer thread reaches the disk later; log_barrier_st says when).
   engine_->run_batch(reqs, [&](size_t i, const store::Response& r) {
     const store::Request& req = reqs[i];
     if (r.status == store::Status::kOk) {
       if (req.op == store::Op::kPut)
-        oplog_->append_put(req.key, req.value, r.version, req.put.expire_at);
+        oplog_->append_put(req.key, req.value, r.version, req.put.expire_at, req.put.flags);
       else if (req.op == store::Op::kDel)
         oplog_->append_del(req.key);
     }
     done(i, r);
   });
+}
+
+bool Worker::clear_st() {
+  if (!engine_ || !engine_->clear()) return false;
+  if (oplog_) oplog_->append_clear();
+  return true;
+}
+
+uint64_t Worker::log_barrier_st() const {
+  if (!hold_answers_) return 0;
+  const uint64_t appended = oplog_->appended();
+  return appended > oplog_->durable() ? appended : 0;
+}
+
+void Worker::when_durable_st(uint64_t position, std::function<void()> fn) {
+  if (position == 0 || (held_.empty() && oplog_->durable() >= position)) {
+    fn();
+    return;
+  }
+  held_.push_back({position, std::move(fn)});
+}
+
+// What waited for the log and may go now; true when anything did.
+bool Worker::release_durable_st() {
+  if (held_.empty()) return false;
+  const uint64_t durable = oplog_->durable();
+  bool any = false;
+  while (!held_.empty() && held_.front().position <= durable) {
+    std::function<void()> fn = std::move(held_.front().fn);
+    held_.pop_front();
+    fn();
+    any = true;
+  }
+  return any;
 }
 
 // Polls every endpoint in use and hands each completion to `handle`: the shared ones, and
@@ -882,6 +955,20 @@ nlohmann::json Worker::stats() const {
     by_protocol[p.name] = std::move(ps);
   }
   j["protocols"] = std::move(by_protocol);
+  if (oplog_) {
+    const OpLog::Stats ls = oplog_->stats();
+    j["oplog"] = {{"sync", OpLog::to_string(oplog_->sync())},
+                  {"records", ls.records},
+                  {"bytes", ls.bytes},
+                  {"flushes", ls.flushes},
+                  {"syncs", ls.syncs},
+                  {"stalls", ls.stalls},
+                  {"write_errors", ls.write_errors},
+                  {"rewrites", ls.rewrites},
+                  {"rewrite_errors", ls.rewrite_errors},
+                  {"file_bytes", ls.file_bytes},
+                  {"base_bytes", ls.base_bytes}};
+  }
   return j;
 }
 

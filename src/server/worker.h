@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -115,6 +116,16 @@ class Worker {
   // Runs requests through the engine's prefetch pipeline (HERD sec. 4.1.1) and logs every
   // acknowledged PUT/DELETE to the op log before `done` sees it (Pilaf sec. 4).
   void execute_st(std::span<const store::Request> reqs, store::CompletionFn done);
+  // Empties the engine (memcached's flush_all) and logs it; false where the engine cannot.
+  bool clear_st();
+  // --oplog-sync always (docs/durability.md): the op log position an answer built now must
+  // wait for before anyone sees it, or 0 when it may leave at once (no log, another sync mode,
+  // or everything logged is durable already). Every answer built after a logged write waits,
+  // GETs included, so that no answer shows a write that a crash could still take back.
+  uint64_t log_barrier_st() const;
+  // Runs `fn` on this thread once the log is durable up to `position` (a log_barrier_st()
+  // value), in the order of the calls; at once when it is already. The worker wakes for it.
+  void when_durable_st(uint64_t position, std::function<void()> fn);
   store::Engine& engine() { return *engine_; }
   // An answer to client c: sent as a message, or WRITten to (raddr, rkey) in its memory. It
   // leaves at the end of the round (all of a round's answers together), or waits in the
@@ -199,6 +210,8 @@ class Worker {
     return local_fd_ >= 0 ? std::span<const int>(&local_fd_, 1) : std::span<const int>();
   }
   uint64_t remote_ops_st();
+  void open_oplog();
+  bool release_durable_st();
 
   const uint32_t index_;
   const ServerOptions o_;
@@ -215,6 +228,12 @@ class Worker {
   fabric::VerbSnapshot closed_verbs_;  // what closed client endpoints had counted
   std::unique_ptr<store::Engine> engine_;
   std::unique_ptr<OpLog> oplog_;
+  bool hold_answers_ = false;  // --oplog-sync always
+  struct Held {
+    uint64_t position;
+    std::function<void()> fn;
+  };
+  std::deque<Held> held_;  // when_durable_st's, in position order
   // One server side per distinct Info::server among the served protocols.
   std::vector<std::unique_ptr<proto::ServerProtocol>> sides_;
   std::vector<proto::ServerProtocol*> side_of_;  // by proto::Id; nullptr = not served

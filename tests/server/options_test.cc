@@ -156,6 +156,40 @@ TEST(ServerOptions, FlagsParseAndOverrideTheFile) {
   EXPECT_EQ(o.pilaf.grace_ms, 100u) << "the file, no flag";
   EXPECT_TRUE(o.oplog_fsync);
 
+  // --oplog-sync: Redis's appendfsync words, everysec by default, --oplog-fsync its older
+  // spelling of always (and refused beside another mode).
+  o = ServerOptions();
+  parse(&o, {"--oplog", "/tmp/x"});
+  resolve_defaults(&o);
+  EXPECT_EQ(o.oplog_sync, "everysec");
+  o = ServerOptions();
+  parse(&o, {"--oplog", "/tmp/x", "--oplog-fsync"});
+  resolve_defaults(&o);
+  EXPECT_EQ(o.oplog_sync, "always");
+  o = ServerOptions();
+  parse(&o, {"--oplog-sync", "no", "--oplog-rewrite-percentage", "50",
+             "--oplog-rewrite-min-size", "1M"},
+        "oplog = \"/tmp/x\"\n");
+  resolve_defaults(&o);
+  EXPECT_EQ(o.oplog_sync, "no");
+  EXPECT_EQ(o.oplog_rewrite_percentage, 50u);
+  EXPECT_EQ(o.oplog_rewrite_min_size, size_t{1} << 20);
+  o = ServerOptions();
+  parse(&o, {}, "oplog = \"/tmp/x\"\noplog_sync = \"always\"\n");
+  EXPECT_EQ(o.oplog_sync, "always");
+  o = ServerOptions();
+  parse(&o, {"--oplog-fsync", "--oplog-sync", "everysec"});
+  resolve_defaults(&o);
+  try {
+    validate(o);
+    ADD_FAILURE() << "--oplog-fsync with --oplog-sync everysec accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("contradicts --oplog-sync everysec"), std::string::npos)
+        << e.what();
+  }
+  o = ServerOptions();
+  EXPECT_THROW(parse(&o, {"--oplog-sync", "sometimes"}), std::invalid_argument);
+
   o = ServerOptions();
   EXPECT_THROW(parse(&o, {"--pilaf-grace-ms", "soon"}), std::invalid_argument);
   EXPECT_THROW(parse(&o, {"--pilaf-grace-ms", "0"}), std::invalid_argument);

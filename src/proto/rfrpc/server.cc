@@ -280,6 +280,15 @@ class RfrpcServer final : public rpc::RpcServer {
         }
       });
     }
+    // --oplog-sync always: the result batch is published only once the log has what came
+    // before it (docs/durability.md); the client reuses this batch slot only after reading it.
+    if (const uint64_t barrier = worker_.log_barrier_st(); barrier != 0) {
+      worker_.when_durable_st(barrier, [this, c, b, seq, e = epochs_[c], res = bres_] {
+        if (worker_.serving_st(c, e))
+          write_result_batch_st(c, b, seq, static_cast<uint16_t>(res.size()), res);
+      });
+      return;
+    }
     write_result_batch_st(c, b, seq, static_cast<uint16_t>(bres_.size()), bres_);
   }
 
