@@ -2,7 +2,8 @@
 // must never cost other clients anything). A client of another fabric, and Hellos whose fabric
 // address the server cannot use (garbage, empty, oversized, another provider's), are refused
 // in the handshake with a message that says why; the slot and the address vector they would
-// have used come back clean, and the next correct client is served.
+// have used come back clean, and the next correct client is served. Also the control
+// channel's secret through fabkv-cli.
 #include <random>
 
 #include <gtest/gtest.h>
@@ -183,6 +184,35 @@ TEST_P(Admission, RefusedClientsLeaveTheirSlotsFree) {
   }
   ASSERT_EQ(a->put("a", "1"), Status::kOk);
   ASSERT_EQ(b->put("b", "2"), Status::kOk);
+}
+
+// The control channel's secret through the real binaries (docs/control-channel.md, "The
+// handshake"): fabkv-cli with the right secret is served; a wrong, a missing and an unexpected
+// one are refused with their reasons and exit 2.
+TEST(AdmissionSecret, FabkvCliProvesTheSecretOrIsToldWhy) {
+  ServerProcess with_secret("shm", {"--secret", "open sesame"});
+  ServerProcess without("shm");
+  auto cli = [](const ServerProcess& s, std::vector<std::string> secret) {
+    std::vector<std::string> a = {"--server", s.address(), "--provider", "shm"};
+    a.insert(a.end(), secret.begin(), secret.end());
+    a.insert(a.end(), {"put", "k", "v"});
+    return run_cli(a);
+  };
+  CliRun ok = cli(with_secret, {"--secret", "open sesame"});
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  for (const auto& [secret, reason] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--secret", "open sesamE"}, "wrong secret"},
+           {{}, "this server requires a secret and none was sent"}}) {
+    CliRun r = cli(with_secret, secret);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find(reason), std::string::npos) << r.out;
+  }
+  CliRun r = cli(without, {"--secret", "open sesame"});
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("this server has no secret, but the client has one"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(cli(without, {}).rc, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, Admission, ::testing::Values("shm", "tcp"),
