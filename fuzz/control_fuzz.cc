@@ -1,7 +1,8 @@
 // libFuzzer target for the control channel parsers (docs/control-channel.md, "Fuzzing").
-// Every input goes to parse_header, parse_hello, parse_welcome and parse_error; whatever
-// parses must re-encode to exactly the input (encodings are canonical) and parse again to
-// the same value. Any crash, sanitizer report or abort() below is a bug.
+// Every input goes to parse_header, parse_hello, parse_welcome, parse_challenge, parse_proof
+// and parse_error; whatever parses must re-encode to exactly the input (encodings are
+// canonical) and parse again to the same value. Any crash, sanitizer report or abort() below
+// is a bug.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (again.status != Status::kOk || !(again.welcome == w.welcome)) fail("welcome: round trip");
   } else if (w.error.empty()) {
     fail("welcome: rejected without a reason");
+  }
+
+  ChallengeParse c = parse_challenge(in);
+  if (c.status == Status::kOk) {
+    if (!c.error.empty()) fail("challenge: ok with an error text");
+    if (!check_limits(c.challenge).empty()) fail("challenge: parsed one over the limits");
+    if (encode(c.challenge) != bytes) fail("challenge: re-encoding differs from the input");
+    ChallengeParse again = parse_challenge(encode(c.challenge));
+    if (again.status != Status::kOk || !(again.challenge == c.challenge))
+      fail("challenge: round trip");
+  } else if (c.error.empty()) {
+    fail("challenge: rejected without a reason");
+  }
+
+  ProofParse p = parse_proof(in);
+  if (p.status == Status::kOk) {
+    if (!p.error.empty()) fail("proof: ok with an error text");
+    if (!check_limits(p.proof).empty()) fail("proof: parsed one over the limits");
+    if (encode(p.proof) != bytes) fail("proof: re-encoding differs from the input");
+    ProofParse again = parse_proof(encode(p.proof));
+    if (again.status != Status::kOk || !(again.proof == p.proof)) fail("proof: round trip");
+  } else if (p.error.empty()) {
+    fail("proof: rejected without a reason");
   }
 
   ErrorParse e = parse_error(in);

@@ -28,14 +28,14 @@ int main(int argc, char** argv) {
 
   write(dir, "hello-empty", encode(Hello{}));
   Hello h;
-  h.secret = "s3cret";
+  h.auth = AuthMethod::kHmacSha256;
   h.service = "perf";
   h.provider = "tcp;ofi_rxm";
   h.fabric_address = {0x02, 0x00, 0x1f, 0x90, 0x7f, 0x00, 0x00, 0x01};
   h.payload = {1, 2, 3, 4};
   write(dir, "hello-full", encode(h));
-  h.version = 2;
-  write(dir, "hello-v2", encode(h));
+  h.version = 3;
+  write(dir, "hello-v3", encode(h));
 
   write(dir, "welcome-empty", encode(Welcome{}));
   Welcome w;
@@ -49,8 +49,15 @@ int main(int argc, char** argv) {
   write(dir, "welcome-full", encode(w));
   Welcome rej;
   rej.status = Status::kBadVersion;
-  rej.message = "client speaks control protocol version 2, server speaks version 1";
+  rej.message = "client speaks control protocol version 1, server speaks version 2";
   write(dir, "welcome-reject", encode(rej));
+
+  Challenge c;
+  for (size_t i = 0; i < kNonceSize; ++i) c.nonce.push_back(static_cast<uint8_t>(i * 13 + 1));
+  write(dir, "challenge", encode(c));
+  Proof p;
+  for (size_t i = 0; i < kProofSize; ++i) p.mac.push_back(static_cast<uint8_t>(255 - i * 5));
+  write(dir, "proof", encode(p));
 
   write(dir, "error", encode_error(Status::kRejected, "this service takes no requests"));
   write(dir, "request", encode_frame(FrameType::kRequest, std::vector<uint8_t>{'s', 't'}));

@@ -10,7 +10,7 @@ PACKAGES=(
   autoconf automake libtool libibverbs-dev librdmacm-dev curl xz-utils ca-certificates
   libgtest-dev libbenchmark-dev libabsl-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
-  libxxhash-dev libisal-dev
+  libxxhash-dev libisal-dev libssl-dev
   memcached redis-server libmemcached-tools
   iproute2 python3 python3-matplotlib
   python3-dev pybind11-dev python3-pytest

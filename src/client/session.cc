@@ -84,12 +84,12 @@ void Session::handshake() {
   nlohmann::json payload = nlohmann::json::object();
   proto_->hello(&payload);
   control::Hello hello;
-  hello.secret = o_.secret;
   hello.service = proto::kService;
   hello.provider = fabric_->provider_name();
   hello.fabric_address = ep_->name();
   hello.payload = json_bytes(payload);
-  ctl_.emplace(control::ControlClient::connect(o_.server, hello, o_.connect_timeout_ms));
+  ctl_.emplace(
+      control::ControlClient::connect(o_.server, hello, o_.connect_timeout_ms, o_.secret));
   const control::Welcome& w = ctl_->welcome();
   try {
     layout_ = nlohmann::json::parse(w.payload.begin(), w.payload.end());

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 
+#include "control/auth.h"
+
 namespace fabkv::control {
 
 using detail::IoResult;
@@ -70,20 +72,23 @@ Frame read_frame(int fd, const Deadline& deadline, const std::string& what,
 }  // namespace
 
 ControlClient ControlClient::connect(const std::string& host_port, const Hello& hello,
-                                     int timeout_ms) {
-  std::string bad = check_limits(hello);
+                                     int timeout_ms, const std::string& secret) {
+  Hello h = hello;
+  h.auth = secret.empty() ? AuthMethod::kNone : AuthMethod::kHmacSha256;
+  std::string bad = check_limits(h);
   if (!bad.empty()) throw ControlError(Status::kMalformed, "control hello not sent: " + bad);
-  std::vector<uint8_t> frame = encode(hello);
-  return handshake(host_port, frame, timeout_ms);
+  std::vector<uint8_t> frame = encode(h);
+  return handshake(host_port, frame, timeout_ms, secret);
 }
 
 ControlClient ControlClient::connect_raw(const std::string& host_port,
                                          std::span<const uint8_t> first_bytes, int timeout_ms) {
-  return handshake(host_port, first_bytes, timeout_ms);
+  return handshake(host_port, first_bytes, timeout_ms, {});
 }
 
 ControlClient ControlClient::handshake(const std::string& host_port,
-                                       std::span<const uint8_t> first_bytes, int timeout_ms) {
+                                       std::span<const uint8_t> first_bytes, int timeout_ms,
+                                       const std::string& secret) {
   Deadline deadline = Deadline::after_ms(timeout_ms);
   std::string host;
   uint16_t port = 0;
@@ -110,6 +115,30 @@ ControlClient ControlClient::handshake(const std::string& host_port,
   } catch (const ControlError& e) {
     if (send_error.empty()) throw;
     throw ControlError(e.status(), std::string(e.what()) + " (send failed: " + send_error + ")");
+  }
+  if (f.header.type == static_cast<uint16_t>(FrameType::kChallenge) &&
+      f.header.version == kProtocolVersion) {
+    // A server with a secret: prove ours over its nonce and the Hello we sent.
+    if (secret.empty())
+      throw ControlError(Status::kMalformed, "control " + host_port +
+                                                 ": the server sent a challenge, but this "
+                                                 "client has no secret to answer it with");
+    ChallengeParse cp = parse_challenge(f.bytes);
+    if (cp.status != Status::kOk)
+      throw ControlError(cp.status, "control " + host_port + ": bad challenge: " + cp.error);
+    Proof proof;
+    proof.mac = compute_proof(secret, cp.challenge.nonce, first_bytes);
+    r = detail::send_all(fd.get(), encode(proof), deadline);
+    // As for the Hello: a server that refuses may close before reading; its Welcome says why.
+    send_error = r.status == IoStatus::kOk ? "" : r.error;
+    if (r.status == IoStatus::kTimeout) throw_io(r, "sending proof", host_port);
+    try {
+      f = read_frame(fd.get(), deadline, "waiting for welcome", host_port);
+    } catch (const ControlError& e) {
+      if (send_error.empty()) throw;
+      throw ControlError(e.status(),
+                         std::string(e.what()) + " (send failed: " + send_error + ")");
+    }
   }
   WelcomeParse wp = parse_welcome(f.bytes);
   if (wp.status != Status::kOk)

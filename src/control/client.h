@@ -29,10 +29,12 @@ class ControlError : public std::runtime_error {
 
 class ControlClient {
  public:
-  // Connects to "host:port" / "[v6]:port", sends `hello`, waits for the Welcome. The whole
-  // handshake shares one deadline of timeout_ms. Throws ControlError.
+  // Connects to "host:port" / "[v6]:port", sends `hello`, waits for the Welcome. With a
+  // `secret`, the Hello says so (hello.auth is set from it) and the client answers the
+  // server's challenge with a proof of it (control/auth.h); the secret itself is never sent.
+  // The whole handshake shares one deadline of timeout_ms. Throws ControlError.
   static ControlClient connect(const std::string& host_port, const Hello& hello,
-                               int timeout_ms = 5000);
+                               int timeout_ms = 5000, const std::string& secret = {});
   // Like connect() but sends `first_bytes` verbatim instead of an encoded Hello (and may
   // then stay silent) and reads the server's answer: for tests and protocol probes that
   // need to send a wrong or truncated handshake.
@@ -63,7 +65,8 @@ class ControlClient {
   ControlClient(detail::Fd fd, Welcome w, std::string peer)
       : fd_(std::move(fd)), welcome_(std::move(w)), peer_(std::move(peer)) {}
   static ControlClient handshake(const std::string& host_port,
-                                 std::span<const uint8_t> first_bytes, int timeout_ms);
+                                 std::span<const uint8_t> first_bytes, int timeout_ms,
+                                 const std::string& secret);
 
   detail::Fd fd_;
   Welcome welcome_;

@@ -17,6 +17,7 @@
 
 #include "common/deadline.h"
 #include "common/log.h"
+#include "control/auth.h"
 #include "control/socket.h"
 
 namespace fabkv::control {
@@ -24,17 +25,6 @@ namespace fabkv::control {
 using detail::Fd;
 
 namespace {
-
-// Compares in time that depends only on the length of the client's guess, never on where
-// the first difference is, so the secret cannot be found byte by byte by timing.
-bool secret_matches(const std::string& expected, const std::string& got) {
-  volatile uint8_t diff = expected.size() == got.size() ? 0 : 1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    uint8_t e = expected.empty() ? 0 : static_cast<uint8_t>(expected[i % expected.size()]);
-    diff = diff | (e ^ static_cast<uint8_t>(got[i]));
-  }
-  return diff == 0;
-}
 
 // How long a rejected connection may take to read our answer before we close it. We shut
 // down our write side and drain the client's leftovers instead of closing at once, because
@@ -46,7 +36,10 @@ constexpr int kAcceptBackoffMs = 100;
 // Bytes read from one connection per poll round, so one fast sender cannot starve others.
 constexpr size_t kReadBudget = 256 * 1024;
 
-enum class Phase { kHandshake, kEstablished, kClosing };
+// kHandshake waits for the Hello; kChallenged (a server with a secret) for the Proof that
+// answers our Challenge. Both run under the handshake deadline.
+enum class Phase { kHandshake, kChallenged, kEstablished, kClosing };
+bool handshaking(Phase p) { return p == Phase::kHandshake || p == Phase::kChallenged; }
 
 struct Connection {
   Fd fd;
@@ -60,6 +53,11 @@ struct Connection {
   std::vector<uint8_t> in;
   std::vector<uint8_t> out;
   size_t out_off = 0;
+  // kChallenged: the Hello as parsed and as received (the Proof covers its bytes), and the
+  // nonce we sent.
+  Hello hello;
+  std::vector<uint8_t> hello_frame;
+  std::vector<uint8_t> nonce;
 };
 
 }  // namespace
@@ -279,7 +277,9 @@ class ControlServer::Impl {
   }
 
   void on_peer_gone(Connection& c, const std::string& why) {
-    if (c.phase == Phase::kHandshake) {
+    if (c.phase == Phase::kChallenged) {
+      spdlog::warn("control: {} {} before answering the secret's challenge", c.peer, why);
+    } else if (c.phase == Phase::kHandshake) {
       // Went away before completing a Hello: a probe, or a client that gave up.
       if (!c.in.empty()) {
         count([](ControlServerStats& s) { ++s.malformed; });
@@ -308,12 +308,13 @@ class ControlServer::Impl {
         std::string msg = "client speaks control protocol version " +
                           std::to_string(h.version) + ", server speaks version " +
                           std::to_string(kProtocolVersion);
-        if (c.phase == Phase::kHandshake)
-          count([](ControlServerStats& s) { ++s.rejected_version; });
+        if (handshaking(c.phase)) count([](ControlServerStats& s) { ++s.rejected_version; });
         protocol_error(c, Status::kBadVersion, msg);
         return;
       }
-      FrameType want = c.phase == Phase::kHandshake ? FrameType::kHello : FrameType::kRequest;
+      FrameType want = c.phase == Phase::kHandshake    ? FrameType::kHello
+                       : c.phase == Phase::kChallenged ? FrameType::kProof
+                                                       : FrameType::kRequest;
       if (h.type != static_cast<uint16_t>(want)) {
         protocol_error(c, Status::kMalformed,
                        "expected a " + std::string(to_string(want)) + " frame, got type " +
@@ -325,6 +326,8 @@ class ControlServer::Impl {
       std::span<const uint8_t> frame = std::span(c.in).first(need);
       if (c.phase == Phase::kHandshake)
         handle_hello(c, frame);
+      else if (c.phase == Phase::kChallenged)
+        handle_proof(c, frame);
       else
         handle_request(c, frame.subspan(kFrameHeaderSize));
       // A rejected Hello moved the connection to kClosing, which already dropped the input.
@@ -338,7 +341,7 @@ class ControlServer::Impl {
   void protocol_error(Connection& c, Status status, const std::string& msg) {
     if (status == Status::kMalformed)
       count([](ControlServerStats& s) { ++s.malformed; });
-    if (c.phase == Phase::kHandshake) {
+    if (handshaking(c.phase)) {
       reject(c, status, msg);
     } else {
       spdlog::warn("control: session {} ({}) protocol error, closing: {}", c.session_id,
@@ -357,17 +360,80 @@ class ControlServer::Impl {
       reject(c, p.status, p.error);
       return;
     }
-    if (!opt_.secret.empty() && !secret_matches(opt_.secret, p.hello.secret)) {
+    // The secret never travels (docs/control-channel.md, "The handshake"): a client that has
+    // one says so, and proves it by answering a fresh nonce.
+    const bool client_has_secret = p.hello.auth != AuthMethod::kNone;
+    if (!opt_.secret.empty() && !client_has_secret) {
       count([](ControlServerStats& s) { ++s.rejected_secret; });
-      reject(c, Status::kBadSecret,
-             p.hello.secret.empty() ? "this server requires a secret and none was sent"
-                                    : "wrong secret");
+      reject(c, Status::kBadSecret, "this server requires a secret and none was sent");
       return;
     }
+    if (opt_.secret.empty() && client_has_secret) {
+      // Refused rather than ignored: the client believes it talks to a server that keeps
+      // others out, and this one does not.
+      count([](ControlServerStats& s) { ++s.rejected_secret; });
+      reject(c, Status::kBadSecret,
+             "this server has no secret, but the client has one: start the client without it");
+      return;
+    }
+    if (!client_has_secret) {
+      admit(c, p.hello);
+      return;
+    }
+    try {
+      c.nonce = make_nonce();
+    } catch (const std::exception& e) {
+      spdlog::error("control: no challenge for {}: {}", c.peer, e.what());
+      reject(c, Status::kRejected, std::string("server error: ") + e.what());
+      return;
+    }
+    c.hello = std::move(p.hello);
+    c.hello_frame.assign(frame.begin(), frame.end());
+    c.phase = Phase::kChallenged;
+    Challenge ch;
+    ch.nonce = c.nonce;
+    queue(c, encode(ch));
+  }
+
+  // The answer to our Challenge: HMAC-SHA256 keyed by the secret over the nonce we sent and
+  // the Hello as we received it, compared in constant time (control/auth.h). A Proof made
+  // for another nonce (a captured handshake played again) does not match.
+  void handle_proof(Connection& c, std::span<const uint8_t> frame) {
+    ProofParse p = parse_proof(frame);
+    if (p.status != Status::kOk) {
+      if (p.status == Status::kMalformed) count([](ControlServerStats& s) { ++s.malformed; });
+      else if (p.status == Status::kBadVersion)
+        count([](ControlServerStats& s) { ++s.rejected_version; });
+      reject(c, p.status, p.error);
+      return;
+    }
+    bool matches = false;
+    try {
+      matches = proof_matches(compute_proof(opt_.secret, c.nonce, c.hello_frame), p.proof.mac);
+    } catch (const std::exception& e) {
+      spdlog::error("control: cannot check {}'s proof: {}", c.peer, e.what());
+      reject(c, Status::kRejected, std::string("server error: ") + e.what());
+      return;
+    }
+    c.nonce.clear();  // one answer per nonce
+    c.hello_frame.clear();
+    if (!matches) {
+      count([](ControlServerStats& s) { ++s.rejected_secret; });
+      reject(c, Status::kBadSecret, "wrong secret");
+      return;
+    }
+    Hello hello = std::move(c.hello);
+    c.hello = Hello{};
+    admit(c, hello);
+  }
+
+  // A client that may come in (right version, secret proven where there is one): the
+  // service's on_hello decides, and its Welcome goes out.
+  void admit(Connection& c, const Hello& hello) {
     Welcome w;
     if (h_.on_hello) {
       try {
-        w = h_.on_hello(c.session_id, p.hello);
+        w = h_.on_hello(c.session_id, hello);
       } catch (const std::exception& e) {
         spdlog::error("control: on_hello for {} threw: {}", c.peer, e.what());
         w = Welcome{};
@@ -378,7 +444,7 @@ class ControlServer::Impl {
     std::string over = check_limits(w);
     if (!over.empty()) {
       spdlog::error("control: welcome for {} (service '{}') exceeds wire limits: {}", c.peer,
-                    p.hello.service, over);
+                    hello.service, over);
       w = Welcome{};
       w.status = Status::kRejected;
       w.message = "server error: welcome exceeds wire limits: " + over;
@@ -401,7 +467,7 @@ class ControlServer::Impl {
     });
     queue(c, encode(w));
     spdlog::debug("control: session {} established with {} (service '{}', provider '{}')",
-                  c.session_id, c.peer, p.hello.service, p.hello.provider);
+                  c.session_id, c.peer, hello.service, hello.provider);
   }
 
   void handle_request(Connection& c, std::span<const uint8_t> body) {
@@ -469,7 +535,7 @@ class ControlServer::Impl {
   // Counters change before the frame goes out, so a client that has read its answer sees
   // them in stats().
   void start_closing(Connection& c, std::vector<uint8_t> last_words) {
-    if (c.phase == Phase::kHandshake) count([](ControlServerStats& s) { --s.handshaking; });
+    if (handshaking(c.phase)) count([](ControlServerStats& s) { --s.handshaking; });
     c.phase = Phase::kClosing;
     c.in.clear();
     c.deadline = Clock::now() + std::chrono::milliseconds(
@@ -487,7 +553,11 @@ class ControlServer::Impl {
       count([](ControlServerStats& s) { ++s.timed_out; });
       reject(c, Status::kTimeout,
              "handshake not completed within " + std::to_string(opt_.handshake_timeout_ms) +
-                 " ms (received " + std::to_string(c.in.size()) + " bytes)");
+                 " ms (" +
+                 (c.phase == Phase::kChallenged
+                      ? std::string("no answer to the secret's challenge")
+                      : "received " + std::to_string(c.in.size()) + " bytes") +
+                 ")");
     }
   }
 
@@ -504,7 +574,7 @@ class ControlServer::Impl {
 
   // Last words for a connection: counters and on_close for a session that had handshaken.
   void finish(Connection& c) {
-    if (c.phase == Phase::kHandshake) count([](ControlServerStats& s) { --s.handshaking; });
+    if (handshaking(c.phase)) count([](ControlServerStats& s) { --s.handshaking; });
     if (!c.established) return;
     count([](ControlServerStats& s) {
       ++s.closed;

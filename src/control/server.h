@@ -20,8 +20,10 @@ struct ControlServerOptions {
   std::string host = "127.0.0.1";
   // 0 = ephemeral; read the chosen one with port().
   uint16_t port = 0;
-  // Shared secret every Hello must carry; empty = no secret required (any is accepted).
-  // Travels in clear: use on trusted networks only.
+  // Shared secret a client must prove it knows: the server answers its Hello with a random
+  // nonce and checks an HMAC-SHA256 keyed by the secret (control/auth.h); the secret never
+  // travels. Empty: no secret, and a client that has one is refused (it would believe others
+  // are kept out). The data path is not encrypted (docs/control-channel.md, "Security").
   std::string secret;
   // A connection must deliver a complete Hello within this time or it gets kTimeout and is
   // closed. Longer tolerates slower links; shorter frees fds of silent peers sooner.
@@ -35,7 +37,7 @@ struct ControlServerStats {
   uint64_t accepted = 0;          // TCP connections accepted
   uint64_t handshakes_ok = 0;     // Welcome with kOk sent
   uint64_t rejected_version = 0;  // kBadVersion
-  uint64_t rejected_secret = 0;   // kBadSecret
+  uint64_t rejected_secret = 0;   // kBadSecret: none, a wrong one, or one the server lacks
   uint64_t malformed = 0;         // bad magic, oversize, truncated/garbage body, wrong type
   uint64_t timed_out = 0;         // no complete Hello within handshake_timeout_ms
   uint64_t closed = 0;            // established sessions that ended (on_close fired)
@@ -51,9 +53,10 @@ class ControlServer {
  public:
   struct Handlers {
     // Called on the server's control thread for a well-formed Hello with the right version
-    // and secret. Return a Welcome; a non-kOk status rejects the client (sent, then the
-    // connection is closed). The server fills session_id. If it throws, or returns a Welcome
-    // over the wire limits, the client gets kRejected. Null = an empty kOk Welcome.
+    // whose client has proven the secret (where the server has one). Return a Welcome; a
+    // non-kOk status rejects the client (sent, then the connection is closed). The server
+    // fills session_id. If it throws, or returns a Welcome over the wire limits, the client
+    // gets kRejected. Null = an empty kOk Welcome.
     std::function<Welcome(uint64_t session_id, const Hello&)> on_hello;
     // Optional: a framed request after the handshake; the returned bytes are the reply body.
     // Null (or a throw) answers with an Error frame (kRejected); the session stays open.

@@ -28,6 +28,8 @@ const char* to_string(FrameType t) {
     case FrameType::kRequest: return "request";
     case FrameType::kReply: return "reply";
     case FrameType::kError: return "error";
+    case FrameType::kChallenge: return "challenge";
+    case FrameType::kProof: return "proof";
   }
   return "unknown frame type";
 }
@@ -191,7 +193,8 @@ bool read_status(BodyReader& r, Status* status) {
 
 std::vector<uint8_t> encode(const Hello& h) {
   FrameWriter w(FrameType::kHello, h.version);
-  w.str(h.secret);
+  w.u16(static_cast<uint16_t>(h.auth));
+  w.u16(0);
   w.str(h.service);
   w.str(h.provider);
   w.bytes(h.fabric_address);
@@ -220,6 +223,20 @@ std::vector<uint8_t> encode(const Welcome& m) {
   return w.finish();
 }
 
+std::vector<uint8_t> encode(const Challenge& c) {
+  FrameWriter w(FrameType::kChallenge, kProtocolVersion);
+  w.u16(static_cast<uint16_t>(c.method));
+  w.u16(0);
+  w.bytes(c.nonce);
+  return w.finish();
+}
+
+std::vector<uint8_t> encode(const Proof& p) {
+  FrameWriter w(FrameType::kProof, kProtocolVersion);
+  w.bytes(p.mac);
+  return w.finish();
+}
+
 std::vector<uint8_t> encode_frame(FrameType type, std::span<const uint8_t> body) {
   FrameWriter w(type, kProtocolVersion);
   std::vector<uint8_t> out = w.finish();
@@ -245,16 +262,33 @@ std::string over(const char* field, size_t n, size_t max) {
 }  // namespace
 
 std::string check_limits(const Hello& h) {
-  if (h.secret.size() > kMaxSecretSize) return over("secret", h.secret.size(), kMaxSecretSize);
+  if (static_cast<uint16_t>(h.auth) > kMaxAuthMethod)
+    return "auth method " + std::to_string(static_cast<uint16_t>(h.auth)) + " is unknown";
   if (h.service.size() > kMaxServiceSize)
     return over("service", h.service.size(), kMaxServiceSize);
   if (h.provider.size() > kMaxProviderSize)
     return over("provider", h.provider.size(), kMaxProviderSize);
   if (h.fabric_address.size() > kMaxAddressSize)
     return over("fabric_address", h.fabric_address.size(), kMaxAddressSize);
-  size_t body = 5 * 4 + h.secret.size() + h.service.size() + h.provider.size() +
-                h.fabric_address.size() + h.payload.size();
+  size_t body = 2 + 2 + 4 * 4 + h.service.size() + h.provider.size() + h.fabric_address.size() +
+                h.payload.size();
   if (body > kMaxFrameSize) return over("hello body", body, kMaxFrameSize);
+  return {};
+}
+
+std::string check_limits(const Challenge& c) {
+  if (c.method != AuthMethod::kHmacSha256)
+    return "challenge method " + std::to_string(static_cast<uint16_t>(c.method)) +
+           " is not HMAC-SHA256";
+  if (c.nonce.size() != kNonceSize)
+    return "nonce has " + std::to_string(c.nonce.size()) + " bytes, not " +
+           std::to_string(kNonceSize);
+  return {};
+}
+
+std::string check_limits(const Proof& p) {
+  if (p.mac.size() != kProofSize)
+    return "mac has " + std::to_string(p.mac.size()) + " bytes, not " + std::to_string(kProofSize);
   return {};
 }
 
@@ -323,7 +357,11 @@ HelloParse parse_hello(std::span<const uint8_t> frame) {
     return r;
   }
   BodyReader b(frame.subspan(kFrameHeaderSize));
-  r.hello.secret = b.str("secret", kMaxSecretSize);
+  uint16_t auth = b.u16("auth");
+  uint16_t reserved = b.u16("reserved");
+  if (b.ok() && auth > kMaxAuthMethod) b.fail("auth", "unknown method " + std::to_string(auth));
+  if (b.ok() && reserved != 0) b.fail("reserved", "must be zero");
+  r.hello.auth = static_cast<AuthMethod>(b.ok() ? auth : 0);
   r.hello.service = b.str("service", kMaxServiceSize);
   r.hello.provider = b.str("provider", kMaxProviderSize);
   r.hello.fabric_address = b.byte_vec("fabric_address", kMaxAddressSize);
@@ -389,6 +427,60 @@ WelcomeParse parse_welcome(std::span<const uint8_t> frame) {
     r.error = "welcome: " + b.error();
     r.welcome = Welcome{};
   }
+  return r;
+}
+
+ChallengeParse parse_challenge(std::span<const uint8_t> frame) {
+  ChallengeParse r{Status::kOk, {}, {}};
+  FrameHeader h;
+  if (!check_frame(frame, FrameType::kChallenge, &r, &h)) return r;
+  if (h.version != kProtocolVersion) {
+    r.status = Status::kBadVersion;
+    r.error = version_mismatch(h.version, "server");
+    return r;
+  }
+  BodyReader b(frame.subspan(kFrameHeaderSize));
+  uint16_t method = b.u16("method");
+  uint16_t reserved = b.u16("reserved");
+  if (b.ok() && method != static_cast<uint16_t>(AuthMethod::kHmacSha256))
+    b.fail("method", "unknown method " + std::to_string(method));
+  if (b.ok() && reserved != 0) b.fail("reserved", "must be zero");
+  std::span<const uint8_t> nonce = b.bytes("nonce", kNonceSize);
+  if (b.ok() && nonce.size() != kNonceSize)
+    b.fail("nonce", "has " + std::to_string(nonce.size()) + " bytes, not " +
+                        std::to_string(kNonceSize));
+  b.expect_end();
+  if (!b.ok()) {
+    r.status = Status::kMalformed;
+    r.error = "challenge: " + b.error();
+    return r;
+  }
+  r.challenge.method = AuthMethod::kHmacSha256;
+  r.challenge.nonce.assign(nonce.begin(), nonce.end());
+  return r;
+}
+
+ProofParse parse_proof(std::span<const uint8_t> frame) {
+  ProofParse r{Status::kOk, {}, {}};
+  FrameHeader h;
+  if (!check_frame(frame, FrameType::kProof, &r, &h)) return r;
+  if (h.version != kProtocolVersion) {
+    r.status = Status::kBadVersion;
+    r.error = version_mismatch(h.version, "client");
+    return r;
+  }
+  BodyReader b(frame.subspan(kFrameHeaderSize));
+  std::span<const uint8_t> mac = b.bytes("mac", kProofSize);
+  if (b.ok() && mac.size() != kProofSize)
+    b.fail("mac", "has " + std::to_string(mac.size()) + " bytes, not " +
+                      std::to_string(kProofSize));
+  b.expect_end();
+  if (!b.ok()) {
+    r.status = Status::kMalformed;
+    r.error = "proof: " + b.error();
+    return r;
+  }
+  r.proof.mac.assign(mac.begin(), mac.end());
   return r;
 }
 

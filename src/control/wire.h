@@ -22,6 +22,11 @@
 //   v1 (fabkv 0.1): Hello {secret, service, provider, fabric_address, payload};
 //                   Welcome {status, message, session_id, provider, fabric_addresses, regions,
 //                   payload}; Request/Reply carry opaque bodies; Error {status, message}.
+//   v2 (issue #24): the secret no longer travels. Hello {auth, reserved, service, provider,
+//                   fabric_address, payload}; a server with a secret answers a Hello with
+//                   auth = HMAC-SHA256 by a Challenge {method, reserved, nonce}, the client
+//                   with a Proof {mac} (control/auth.h), then the Welcome. Welcome, Request,
+//                   Reply and Error are as in v1.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +37,7 @@
 
 namespace fabkv::control {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;
 
 // "FKVC" read as a little-endian u32.
 inline constexpr uint32_t kFrameMagic = 0x43564B46u;
@@ -43,7 +48,6 @@ inline constexpr size_t kMaxFrameSize = 1 << 20;
 
 // Per-field limits. The parser rejects (kMalformed) anything above them, so a peer cannot make
 // the other side allocate more than the frame it actually sent.
-inline constexpr size_t kMaxSecretSize = 256;
 inline constexpr size_t kMaxServiceSize = 64;
 inline constexpr size_t kMaxProviderSize = 128;   // "verbs;ofi_rxm" etc.
 inline constexpr size_t kMaxAddressSize = 4096;   // fi_getname output; verbs/tcp are < 100 B
@@ -52,6 +56,9 @@ inline constexpr size_t kMaxRegions = 256;
 inline constexpr size_t kMaxRegionNameSize = 64;
 inline constexpr size_t kMaxMessageSize = 1024;   // Welcome/Error human-readable reason
 inline constexpr size_t kMaxPayloadSize = kMaxFrameSize;  // bounded by the frame anyway
+// The Challenge's nonce and the Proof's MAC (HMAC-SHA256): exactly these sizes.
+inline constexpr size_t kNonceSize = 32;
+inline constexpr size_t kProofSize = 32;
 
 enum class FrameType : uint16_t {
   kHello = 1,    // client -> server, first frame
@@ -59,6 +66,8 @@ enum class FrameType : uint16_t {
   kRequest = 3,  // client -> server after the handshake, opaque body
   kReply = 4,    // server -> client, answer to a Request, opaque body
   kError = 5,    // server -> client after the handshake: {status u16, reserved u16, message}
+  kChallenge = 6,  // server -> client, answer to a Hello with auth (v2): {method, nonce}
+  kProof = 7,      // client -> server, answer to a Challenge (v2): {mac}
 };
 const char* to_string(FrameType);
 
@@ -103,13 +112,20 @@ struct RegionDescriptor {
   bool operator==(const RegionDescriptor&) const = default;
 };
 
-// Client -> server, the first frame. Body (v1):
-//   secret str<=256 | service str<=64 | provider str<=128 | fabric_address bytes<=4096 |
-//   payload bytes
+// How a client proves that it knows the shared secret (Hello.auth, Challenge.method).
+enum class AuthMethod : uint16_t {
+  kNone = 0,        // the client has no secret
+  kHmacSha256 = 1,  // Challenge/Proof: HMAC-SHA256(secret, label || nonce || Hello frame)
+};
+inline constexpr uint16_t kMaxAuthMethod = static_cast<uint16_t>(AuthMethod::kHmacSha256);
+
+// Client -> server, the first frame. Body (v2):
+//   auth u16 (AuthMethod) | reserved u16 (0) | service str<=64 | provider str<=128 |
+//   fabric_address bytes<=4096 | payload bytes
 // `version` travels in the frame header.
 struct Hello {
   uint16_t version = kProtocolVersion;
-  std::string secret;                    // empty when none
+  AuthMethod auth = AuthMethod::kNone;   // kHmacSha256: the client has a secret to prove
   std::string service;                   // e.g. "perf", "herd"
   std::string provider;                  // client's libfabric provider, e.g. "tcp;ofi_rxm"
   std::vector<uint8_t> fabric_address;   // client's endpoint name (may be empty)
@@ -132,10 +148,28 @@ struct Welcome {
   bool operator==(const Welcome&) const = default;
 };
 
+// Server -> client, after a Hello with auth = kHmacSha256 when the server has a secret.
+// Body (v2): method u16 (AuthMethod, kHmacSha256) | reserved u16 (0) | nonce bytes (exactly
+// kNonceSize; fresh from a CSPRNG for every connection).
+struct Challenge {
+  AuthMethod method = AuthMethod::kHmacSha256;
+  std::vector<uint8_t> nonce;
+  bool operator==(const Challenge&) const = default;
+};
+
+// Client -> server, the answer to a Challenge. Body (v2): mac bytes (exactly kProofSize):
+// HMAC-SHA256(secret, kProofLabel || nonce || the Hello frame as sent; control/auth.h).
+struct Proof {
+  std::vector<uint8_t> mac;
+  bool operator==(const Proof&) const = default;
+};
+
 // Whole frames (header included). encode(Hello) writes hello.version into the header, so a
 // test can speak another version.
 std::vector<uint8_t> encode(const Hello&);
 std::vector<uint8_t> encode(const Welcome&);
+std::vector<uint8_t> encode(const Challenge&);
+std::vector<uint8_t> encode(const Proof&);
 // A Request, Reply or Error frame around an opaque body.
 std::vector<uint8_t> encode_frame(FrameType type, std::span<const uint8_t> body);
 // An Error frame: body = status u16 | reserved u16 | message str.
@@ -147,6 +181,8 @@ std::vector<uint8_t> encode_error(Status status, const std::string& message);
 // kMaxMessageSize.
 std::string check_limits(const Hello&);
 std::string check_limits(const Welcome&);
+std::string check_limits(const Challenge&);
+std::string check_limits(const Proof&);
 
 // Parsers: one per format. Each takes a whole frame, checks it completely (magic, version,
 // type, exact length, per-field limits, no trailing bytes), rejects with kMalformed or
@@ -176,6 +212,20 @@ struct WelcomeParse {
   Welcome welcome;
 };
 WelcomeParse parse_welcome(std::span<const uint8_t> frame);
+
+struct ChallengeParse {
+  Status status;
+  std::string error;
+  Challenge challenge;
+};
+ChallengeParse parse_challenge(std::span<const uint8_t> frame);
+
+struct ProofParse {
+  Status status;
+  std::string error;
+  Proof proof;
+};
+ProofParse parse_proof(std::span<const uint8_t> frame);
 
 struct ErrorParse {
   Status status;       // kOk if the frame parsed; then `reported` is what the server said

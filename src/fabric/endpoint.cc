@@ -1,6 +1,9 @@
 // Endpoint set-up, address vectors and msg connection management. The data path is in
 // endpoint_datapath.cc.
+#include <sys/socket.h>
+
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -143,12 +146,93 @@ std::vector<uint8_t> Endpoint::name() const {
   return out;
 }
 
+namespace {
+
+// shm copies at most this many characters of a peer's name (docs/fault-isolation.md, "A client
+// of another fabric").
+constexpr size_t kMaxStringName = 255;
+
+uint16_t sockaddr_family(std::span<const uint8_t> name) {
+  sa_family_t family = 0;
+  std::memcpy(&family, name.data(), sizeof family);
+  return family;
+}
+
+}  // namespace
+
+// fi_av_insert is handed a pointer and no length, and libfabric 2.1's providers trust a name
+// to be theirs (docs/fault-isolation.md, "A client of another fabric, or an address that is no
+// address"): the rxm AV (tcp, verbs) sizes a name by its address family and then keeps that
+// size as its own address length, so one shm name made it refuse every correct tcp address
+// after it; shm runs strlen over whatever it gets. An empty name is a null pointer to both, a
+// short one is read past its end. So a peer's name must have our own name's shape: for
+// sockaddrs the same family and length, for strings a printable, terminated string of the
+// same scheme ("fi_shm://"), for any other format the same length.
+std::string peer_name_problem(const Fabric& fabric, std::span<const uint8_t> own,
+                              std::span<const uint8_t> peer) {
+  const std::string& prov = fabric.provider_name();
+  if (peer.empty()) return fmt::format("the address is empty (a {} address was expected)", prov);
+  switch (fabric.info()->addr_format) {
+    case FI_ADDR_STR: {
+      std::string_view s(reinterpret_cast<const char*>(peer.data()), peer.size());
+      if (s.back() == '\0') s.remove_suffix(1);
+      if (s.empty() || s.size() > kMaxStringName)
+        return fmt::format("a {} address is a string of 1 to {} characters, not {} bytes", prov,
+                           kMaxStringName, peer.size());
+      for (char ch : s)
+        if (ch < 0x21 || ch > 0x7e)
+          return fmt::format("a {} address is a printable string; this one ({} bytes) holds "
+                             "byte 0x{:02x}",
+                             prov, peer.size(), static_cast<uint8_t>(ch));
+      std::string_view mine(reinterpret_cast<const char*>(own.data()), own.size());
+      if (size_t scheme = mine.find("://"); scheme != std::string_view::npos) {
+        std::string_view prefix = mine.substr(0, scheme + 3);
+        if (!s.starts_with(prefix))
+          return fmt::format("a {} address starts with \"{}\"; this one does not", prov,
+                             prefix);
+      }
+      return {};
+    }
+    case FI_SOCKADDR:
+    case FI_SOCKADDR_IN:
+    case FI_SOCKADDR_IN6:
+    case FI_SOCKADDR_IB:
+      if (peer.size() != own.size() || peer.size() < sizeof(sa_family_t) ||
+          sockaddr_family(peer) != sockaddr_family(own))
+        return fmt::format(
+            "not a {} address: {} bytes{}, where this endpoint's are {} bytes of address "
+            "family {}",
+            prov, peer.size(),
+            peer.size() >= sizeof(sa_family_t)
+                ? fmt::format(" of address family {}", sockaddr_family(peer))
+                : std::string(),
+            own.size(), sockaddr_family(own));
+      return {};
+    default:
+      if (peer.size() != own.size())
+        return fmt::format("not a {} address: {} bytes, where this endpoint's are {}", prov,
+                           peer.size(), own.size());
+      return {};
+  }
+}
+
 PeerAddr Endpoint::insert_peer(std::span<const uint8_t> name) {
   if (av_ == nullptr) return kNoPeer;
-  fi_addr_t addr = FI_ADDR_UNSPEC;
-  int n = fi_av_insert(av_, name.data(), 1, &addr, 0, nullptr);
+  if (own_name_.empty()) own_name_ = this->name();
+  if (std::string why = peer_name_problem(fabric_, own_name_, name); !why.empty())
+    throw FabricError("fi_av_insert", why);
+  // A string name goes in with its terminator, whether or not the peer sent one.
+  std::vector<uint8_t> terminated;
+  const void* addr = name.data();
+  if (fabric_.info()->addr_format == FI_ADDR_STR && name.back() != 0) {
+    terminated.assign(name.begin(), name.end());
+    terminated.push_back(0);
+    addr = terminated.data();
+  }
+  fi_addr_t fi_addr = FI_ADDR_UNSPEC;
+  int n = fi_av_insert(av_, addr, 1, &fi_addr, 0, nullptr);
   if (n != 1) throw FabricError("fi_av_insert", n < 0 ? n : -FI_EINVAL);
-  return addr;
+  return fi_addr;
 }
 
 void Endpoint::remove_peer(PeerAddr peer) {

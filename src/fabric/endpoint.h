@@ -109,7 +109,9 @@ class Endpoint {
   const VerbCounters& counters() const { return counters_; }
   size_t inject_size() const { return inject_size_; }
 
-  // Address vector (rdm/dgram). Throws FabricError on a malformed name.
+  // Address vector (rdm/dgram). Throws FabricError, and leaves the AV as it was, for a name
+  // this endpoint cannot use: one of another provider or address format, or garbage
+  // (peer_name_problem says which), or one the provider refuses.
   PeerAddr insert_peer(std::span<const uint8_t> name);
   void remove_peer(PeerAddr peer);
 
@@ -183,6 +185,7 @@ class Endpoint {
   fid_ep* ep_ = nullptr;
   fid_cq* cq_ = nullptr;
   fid_av* av_ = nullptr;
+  std::vector<uint8_t> own_name_;  // name(), kept by insert_peer to check peers against
   fid_eq* eq_ = nullptr;  // msg only: connection events
   fid_cntr* remote_cntr_ = nullptr;  // waitable: inbound READs/WRITEs, where counted
   fid_cntr* write_cntr_ = nullptr;   // ofi_rxm: keeps its inlined WRITEs off a crashing path
@@ -213,6 +216,13 @@ class Listener {
   fid_pep* pep_ = nullptr;
   fid_eq* eq_ = nullptr;
 };
+
+// Why `peer` cannot be inserted into the address vector of an endpoint on `fabric` whose own
+// name is `own`, or "" when it can. fi_av_insert takes no length: a provider reads as many
+// bytes as its address format says, so only a name of our own shape may reach it (the rules
+// are in endpoint.cc, docs/fault-isolation.md "A client of another fabric").
+std::string peer_name_problem(const Fabric& fabric, std::span<const uint8_t> own,
+                              std::span<const uint8_t> peer);
 
 // Textual form of an endpoint name for logs ("fi_av_straddr").
 std::string address_to_string(Fabric& fabric, std::span<const uint8_t> name);

@@ -52,12 +52,11 @@ class PerfClient {
         slots_(s_.window),
         rng_(0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(::getpid())) {
     control::Hello hello;
-    hello.secret = o.secret;
     hello.service = kService;
     hello.provider = fabric_->provider_name();
     hello.fabric_address = ep_.name();
     hello.payload = json_bytes({{"spec", to_json(s_)}, {"region", region_to_json(mine_.remote())}});
-    ctl_.emplace(control::ControlClient::connect(o.server, hello, o.timeout_ms));
+    ctl_.emplace(control::ControlClient::connect(o.server, hello, o.timeout_ms, o.secret));
     const control::Welcome& w = ctl_->welcome();
     if (w.fabric_addresses.empty()) throw std::runtime_error("server sent no fabric address");
     server_ = ep_.insert_peer(w.fabric_addresses[0]);

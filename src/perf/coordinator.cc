@@ -64,9 +64,9 @@ class Coordinator {
     try {
       control::Hello hello;
       hello.service = kService;
-      hello.secret = o_.secret;
       hello.payload = json_bytes({{"observer", true}});
-      observer_.emplace(control::ControlClient::connect(address, hello, o_.timeout_ms));
+      observer_.emplace(
+          control::ControlClient::connect(address, hello, o_.timeout_ms, o_.secret));
     } catch (const std::exception& e) {
       fmt::print(stderr, "fabkv-perf: cannot reach the server at {}: {}\n", address, e.what());
       return 2;

@@ -19,7 +19,10 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "auto|shm|tcp|verbs: auto picks verbs with an RDMA device, else shm for a loopback "
          "--listen, else tcp");
   s.text("listen", "--listen", &o->listen, "control channel HOST:PORT (port 0: any free port)");
-  s.text("secret", "--secret", &o->secret, "shared secret clients must present (sent in clear)");
+  s.text("secret", "--secret", &o->secret,
+         "shared secret clients must prove they know (default: none). Never sent: a client answers "
+         "a random nonce with an HMAC-SHA256 of it; a client that has a secret is refused by a "
+         "server without one. The data path is not encrypted");
   s.number("workers", "--workers", &o->workers, "worker threads, one partition each (EREW)")
       .range(1, 64);
   s.list("cores", "--cores", &o->cores,

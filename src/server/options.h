@@ -23,7 +23,7 @@ struct ServerOptions : proto::ProtocolOptions {
   std::string provider = "auto";
   // Control channel address; port 0 picks a free one (printed in the READY line).
   std::string listen = "127.0.0.1:7000";
-  std::string secret;  // clients must present it (sent in clear: trusted networks only)
+  std::string secret;  // clients must prove it (challenge-response; docs/control-channel.md)
   // Worker threads, each owning one partition (EREW) and pinned to its own core.
   uint32_t workers = 1;
   std::vector<int> cores;  // worker i -> cores[i]; empty = core i; -1 = unpinned

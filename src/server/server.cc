@@ -1,9 +1,12 @@
 #include "server/server.h"
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "common/deadline.h"
 #include "common/log.h"
 #include "control/client.h"
 #include "proto/json.h"
@@ -14,6 +17,9 @@ namespace fabkv::server {
 
 namespace {
 
+// How long admission waits for a worker to open a client's endpoint or take its address: the
+// worker answers within a round, and a client's own connect deadline is 5 s by default.
+constexpr int kWorkerAnswerMs = 5000;
 
 // A worker replays only its own log file (FILE.<worker>) and keys are partitioned by worker
 // count, so a log is only valid for the worker count that wrote it: FILE.workers records it.
@@ -135,6 +141,15 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
       return refuse(control::Status::kRejected, std::string("bad staging region: ") + e.what());
     }
   }
+  // A client of another fabric cannot reach our endpoints, nor we its: tell it which provider
+  // to use, before anything is reserved for it. (Its address is checked again below: the
+  // provider it names is only what it says.)
+  if (!hello.provider.empty() && hello.provider != provider())
+    return refuse(control::Status::kRejected,
+                  fmt::format("this server's fabric provider is '{}' and the client's is '{}': "
+                              "start the client with --provider {}",
+                              provider(), hello.provider,
+                              provider().substr(0, provider().find(';'))));
   uint32_t index = 0;
   uint16_t epoch = 0;
   {
@@ -161,6 +176,21 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     clients_[index].used = false;
     admitted_--;
   };
+  // A refusal after the workers were asked to do something for the client: each forgets it
+  // (closes its endpoint, takes its address out of the AV), and the refusal leaves only once
+  // they have, so the index is free again for whoever comes next. A worker that is late
+  // already is not waited for again: the index stays out of use until it has caught up.
+  auto undo = [&](bool workers_answer) {
+    for (auto& wk : workers_) wk->remove_client(index);
+    Deadline d = Deadline::after_ms(workers_answer ? kWorkerAnswerMs : 0);
+    auto all_idle = [&] {
+      for (const auto& wk : workers_)
+        if (!wk->idle(index)) return false;
+      return true;
+    };
+    while (!all_idle() && !d.expired()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    give_back();
+  };
   // The protocol's server side on every worker checks the Hello and says what the client
   // needs (regions, layout keys).
   proto::WelcomeParts parts;
@@ -173,12 +203,15 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
   }
   // Isolated clients (shm) get endpoints of their own, opened by each worker on demand.
   for (auto& wk : workers_) {
-    if (wk->open_endpoint(index, 5000)) continue;
-    give_back();
+    if (wk->open_endpoint(index, kWorkerAnswerMs)) continue;
+    undo(false);
     return refuse(control::Status::kServerBusy,
                   fmt::format("worker {} could not open an endpoint for this client", wk->index()));
   }
-  // Workers learn of the client before it learns the layout, so its first request finds it.
+  // Workers learn of the client before it learns the layout, so its first request finds it,
+  // and each has put its address into its AV by then: one the fabric cannot use is refused
+  // here, in the handshake, and never reaches the data path (issue #24; it used to be found
+  // only by the worker, after the Welcome, with the client left waiting for nothing).
   for (auto& wk : workers_) {
     Worker::ClientInfo ci;
     ci.index = index;
@@ -186,7 +219,13 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     ci.protocol = p;
     ci.address = hello.fabric_address;
     ci.hello = req;
-    wk->add_client(std::move(ci));
+    bool late = false;
+    std::string why = wk->add_client(std::move(ci), kWorkerAnswerMs, &late);
+    if (why.empty()) continue;
+    undo(!late);
+    if (late) return refuse(control::Status::kServerBusy, why);
+    return refuse(control::Status::kRejected,
+                  fmt::format("the server cannot use this client's fabric address: {}", why));
   }
   w.provider = provider();
   for (auto& wk : workers_)

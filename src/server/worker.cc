@@ -218,7 +218,7 @@ bool Worker::open_endpoint(uint32_t c, int timeout_ms) {
   if (ready()) return true;
   ClientInfo info;
   info.index = c;
-  post_event({Event::Kind::kOpenEndpoint, std::move(info)});
+  post_event({Event::Kind::kOpenEndpoint, std::move(info), nullptr});
   Deadline d = Deadline::after_ms(timeout_ms);
   while (!ready()) {
     if (d.expired()) return false;
@@ -330,15 +330,28 @@ void Worker::notify() {
   if (sleeping_.load(std::memory_order_seq_cst)) wake();
 }
 
-void Worker::add_client(ClientInfo c) {
-  if (c.index < o_.max_clients) idle_[c.index].store(false, std::memory_order_relaxed);
-  post_event({Event::Kind::kAdd, std::move(c)});
+std::string Worker::add_client(ClientInfo c, int timeout_ms, bool* late) {
+  if (late != nullptr) *late = false;
+  if (c.index >= o_.max_clients) return fmt::format("no client index {} here", c.index);
+  idle_[c.index].store(false, std::memory_order_relaxed);
+  auto added = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> answer = added->get_future();
+  post_event({Event::Kind::kAdd, std::move(c), std::move(added)});
+  if (answer.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
+    if (late != nullptr) *late = true;
+    return fmt::format("worker {} did not take the client within {} ms", index_, timeout_ms);
+  }
+  try {
+    return answer.get();
+  } catch (const std::future_error&) {  // the worker stopped with the event still queued
+    return fmt::format("worker {} stopped", index_);
+  }
 }
 
 void Worker::remove_client(uint32_t index) {
   ClientInfo info;
   info.index = index;
-  post_event({Event::Kind::kRemove, std::move(info)});
+  post_event({Event::Kind::kRemove, std::move(info), nullptr});
 }
 
 bool Worker::drain_events_st() {
@@ -354,7 +367,7 @@ bool Worker::drain_events_st() {
   deferred_.clear();
   for (Event& e : events) {
     uint32_t c = e.info.index;
-    if (c >= o_.max_clients) continue;
+    if (c >= o_.max_clients) continue;  // add_client() refuses such an index before posting
     ClientState& s = clients_[c];
     if (e.kind == Event::Kind::kOpenEndpoint) {
       try {
@@ -381,6 +394,7 @@ bool Worker::drain_events_st() {
         close_client_endpoint_st(c);  // the index's next client gets a fresh one
         if (fabric::remove_dead_peer_region(*fabric_, s.address))
           counters_.regions_reclaimed.fetch_add(1, std::memory_order_relaxed);
+        s.address.clear();  // a client refused at admission has none to reclaim
       } else {
         // Its address stays in the AV a while (in-flight answers may still use it).
         retire_peer_st(s.peer);
@@ -393,16 +407,10 @@ bool Worker::drain_events_st() {
     }
     if (!isolated_) retire_peer_st(s.peer);
     s.peer = fabric::kNoPeer;
-    try {
-      fabric::PeerAddr peer = fabric::kNoPeer;
-      if (isolated_) {
-        if (!client_eps_[c]) throw std::runtime_error("its endpoint is not open");
-        peer = client_eps_[c]->insert_peer(e.info.address);
-      }
-      for (auto& ep : eps_) peer = ep->insert_peer(e.info.address);  // one AV per endpoint, same index
-      s.peer = peer;
-    } catch (const std::exception& ex) {
-      spdlog::warn("worker {}: client {} has an unusable address: {}", index_, c, ex.what());
+    if (std::string why = insert_peer_st(c, e.info.address, &s.peer); !why.empty()) {
+      // Refused at admission (Server::on_hello): the client is told why and never served.
+      spdlog::warn("worker {}: client {} has an unusable address: {}", index_, c, why);
+      if (e.added) e.added->set_value(std::move(why));
       continue;
     }
     if (!s.active) {
@@ -421,8 +429,38 @@ bool Worker::drain_events_st() {
     s.side = side_of_[static_cast<size_t>(e.info.protocol->id)];
     if (s.side->scans_memory()) scanning_clients_++;
     s.side->add_client_st(c, s.epoch, *e.info.protocol, e.info.hello);
+    if (e.added) e.added->set_value({});
   }
   return true;
+}
+
+// Client c's address into the address vector of every endpoint it talks to: its own
+// (isolated) or each shared one, where it gets the same index in each. All or nothing: a name
+// that one AV took and the next refused leaves the first again at once (it was never used, so
+// no operation of ours can still hold it, unlike a departed client's; retire_peer_st). The
+// fabric layer refuses a name of another provider's shape before libfabric sees it
+// (fabric::peer_name_problem).
+std::string Worker::insert_peer_st(uint32_t c, std::span<const uint8_t> address,
+                                   fabric::PeerAddr* peer) {
+  if (isolated_) {
+    if (!client_eps_[c]) return "its endpoint is not open";
+    try {
+      *peer = client_eps_[c]->insert_peer(address);
+      return {};
+    } catch (const std::exception& ex) {
+      return ex.what();
+    }
+  }
+  std::vector<fabric::PeerAddr> taken;
+  taken.reserve(eps_.size());
+  try {
+    for (auto& ep : eps_) taken.push_back(ep->insert_peer(address));
+  } catch (const std::exception& ex) {
+    for (size_t i = 0; i < taken.size(); ++i) eps_[i]->remove_peer(taken[i]);
+    return ex.what();
+  }
+  *peer = taken.empty() ? fabric::kNoPeer : taken.back();
+  return {};
 }
 
 // A departed client's address leaves the AV only a while later: the provider may still hold

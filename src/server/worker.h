@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -87,7 +88,12 @@ class Worker {
     std::vector<uint8_t> address;  // the client's endpoint name
     nlohmann::json hello;          // its Hello payload (for the protocol's add_client_st)
   };
-  void add_client(ClientInfo c);
+  // Hands the worker an admitted client and waits, up to `timeout_ms`, until it serves it: the
+  // client's address is in the worker's address vector(s) and its protocol knows it. Returns
+  // "" then, else why not: an address this fabric cannot use (nothing of it was kept), or no
+  // answer in time (`*late` is set; the worker takes the client whenever it gets to it). The
+  // caller then calls remove_client(), so that the index comes back clean either way.
+  std::string add_client(ClientInfo c, int timeout_ms, bool* late = nullptr);
   void remove_client(uint32_t index);
   // True once a client index is free on this worker: never used, or its removal has been
   // processed (protocols have cleared what it left). The server reuses an index only when
@@ -170,6 +176,8 @@ class Worker {
   struct Event {
     enum class Kind { kAdd, kRemove, kOpenEndpoint } kind = Kind::kAdd;
     ClientInfo info;
+    // kAdd: told "" once the client is served, or why it cannot be (add_client waits on it).
+    std::shared_ptr<std::promise<std::string>> added;
   };
   struct Retired {
     fabric::PeerAddr peer;
@@ -181,6 +189,8 @@ class Worker {
   size_t poll_endpoints_st(Handle&& handle);
   template <class Post>
   long post_twice_st(Post&& post);
+  std::string insert_peer_st(uint32_t c, std::span<const uint8_t> address,
+                             fabric::PeerAddr* peer);
   void open_client_endpoint_st(uint32_t c);
   void close_client_endpoint_st(uint32_t c);
   void post_rx_st(size_t b);

@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -63,9 +65,8 @@ Welcome test_welcome() {
   return w;
 }
 
-Hello good_hello(const std::string& secret = "") {
+Hello good_hello() {
   Hello h;
-  h.secret = secret;
   h.service = "perf";
   h.provider = "tcp;ofi_rxm";
   h.fabric_address = {1, 2, 3, 4};
@@ -117,7 +118,7 @@ void expect_rejected(const std::function<void()>& f, Status status, const std::s
 }
 
 void expect_good_handshake(Fixture& fx, const std::string& secret = "") {
-  ControlClient c = ControlClient::connect(fx.server.address(), good_hello(secret), 3000);
+  ControlClient c = ControlClient::connect(fx.server.address(), good_hello(), 3000, secret);
   Welcome want = test_welcome();
   want.session_id = c.welcome().session_id;
   EXPECT_EQ(c.welcome(), want);
@@ -272,11 +273,11 @@ TEST(ControlServer, BindFailureThrowsWithErrnoText) {
 TEST(ControlServer, WrongVersionIsRejectedThenGoodClientServed) {
   Fixture fx;
   Hello h = good_hello();
-  h.version = 2;
+  h.version = 3;
   expect_rejected([&] { ControlClient::connect(fx.server.address(), h, 3000); },
-                  Status::kBadVersion, "version 2");
+                  Status::kBadVersion, "version 3");
   expect_rejected([&] { ControlClient::connect(fx.server.address(), h, 3000); },
-                  Status::kBadVersion, "server speaks version 1");
+                  Status::kBadVersion, "server speaks version 2");
   EXPECT_EQ(fx.server.stats().rejected_version, 2u);
   expect_good_handshake(fx);
   EXPECT_EQ(fx.server.stats().handshakes_ok, 1u);
@@ -286,17 +287,31 @@ TEST(ControlServer, WrongOrMissingSecretIsRejected) {
   ControlServerOptions o;
   o.secret = "open sesame";
   Fixture fx(o);
-  expect_rejected(
-      [&] { ControlClient::connect(fx.server.address(), good_hello("open sesamE"), 3000); },
-      Status::kBadSecret, "wrong secret");
-  expect_rejected([&] { ControlClient::connect(fx.server.address(), good_hello(), 3000); },
-                  Status::kBadSecret, "requires a secret");
-  expect_rejected(
-      [&] { ControlClient::connect(fx.server.address(), good_hello("open sesame!"), 3000); },
-      Status::kBadSecret, "wrong secret");
-  EXPECT_EQ(fx.server.stats().rejected_secret, 3u);
+  auto with_secret = [&](const std::string& secret) {
+    return [&fx, secret] {
+      ControlClient::connect(fx.server.address(), good_hello(), 3000, secret);
+    };
+  };
+  expect_rejected(with_secret("open sesamE"), Status::kBadSecret, "wrong secret");
+  expect_rejected(with_secret(""), Status::kBadSecret,
+                  "this server requires a secret and none was sent");
+  expect_rejected(with_secret("open sesame!"), Status::kBadSecret, "wrong secret");
+  expect_rejected(with_secret(std::string(10000, 'x')), Status::kBadSecret, "wrong secret");
+  EXPECT_EQ(fx.server.stats().rejected_secret, 4u);
   EXPECT_EQ(fx.hellos.load(), 0);  // the service never saw them
   expect_good_handshake(fx, "open sesame");
+  EXPECT_EQ(fx.server.stats().handshaking, 0u);
+}
+
+// A client that has a secret is refused by a server that has none: it believes others are kept
+// out, and here they are not. A client without one is served as before.
+TEST(ControlServer, ASecretTheServerDoesNotHaveIsRefused) {
+  Fixture fx;
+  expect_rejected([&] { ControlClient::connect(fx.server.address(), good_hello(), 3000, "s"); },
+                  Status::kBadSecret, "this server has no secret, but the client has one");
+  EXPECT_EQ(fx.server.stats().rejected_secret, 1u);
+  EXPECT_EQ(fx.hellos.load(), 0);
+  expect_good_handshake(fx);
 }
 
 TEST(ControlServer, GarbageIsRejectedAsMalformed) {
@@ -316,7 +331,7 @@ TEST(ControlServer, GarbageIsRejectedAsMalformed) {
   // A well-framed Hello whose body is garbage.
   auto g = encode_frame(FrameType::kHello, std::vector<uint8_t>{0xff, 0xff, 0xff, 0xff, 1});
   expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), g, 3000); },
-                  Status::kMalformed, "secret");
+                  Status::kMalformed, "auth");
 
   // A request before the handshake.
   auto r = encode_frame(FrameType::kRequest, {});
@@ -396,15 +411,15 @@ TEST(ControlServer, RejectionsConcurrentWithGoodClients) {
   std::atomic<int> bad_tries{0};
   std::thread bad([&] {
     std::vector<uint8_t> junk = {'j', 'u', 'n', 'k', 0, 0, 0, 0, 0, 0, 0, 0};
-    Hello v = good_hello("k");
+    Hello v = good_hello();
     v.version = 9;
     int i = 0;
     while (!done.load()) {
       try {
         switch (i++ % 3) {
           case 0: ControlClient::connect_raw(fx.server.address(), junk, 3000); break;
-          case 1: ControlClient::connect(fx.server.address(), v, 3000); break;
-          default: ControlClient::connect(fx.server.address(), good_hello("x"), 3000); break;
+          case 1: ControlClient::connect(fx.server.address(), v, 3000, "k"); break;
+          default: ControlClient::connect(fx.server.address(), good_hello(), 3000, "x"); break;
         }
         ADD_FAILURE() << "bad client accepted";
       } catch (const ControlError&) {
@@ -620,6 +635,269 @@ TEST(ControlServer, ManyConcurrentClients) {
   held.clear();
   EXPECT_TRUE(wait_until([&] { return fx.closes.size() == size_t{kThreads * kPerThread}; }));
   EXPECT_EQ(fx.server.stats().active, 0u);
+}
+
+// ----------------------------------------------------------------- the secret's challenge
+
+// A TCP proxy for one connection to the server that keeps a copy of every byte each way: what
+// a client really puts on the wire.
+class RecordingProxy {
+ public:
+  explicit RecordingProxy(uint16_t server_port) : server_port_(server_port) {
+    listen_ = detail::Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(listen_.get(), reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(::listen(listen_.get(), 1), 0);
+    EXPECT_EQ(::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~RecordingProxy() {
+    stop_.store(true);
+    thread_.join();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  std::vector<uint8_t> from_client() {
+    std::lock_guard lock(mu_);
+    return up_;
+  }
+  std::vector<uint8_t> from_server() {
+    std::lock_guard lock(mu_);
+    return down_;
+  }
+
+ private:
+  void run() {
+    pollfd l{listen_.get(), POLLIN, 0};
+    while (!stop_.load() && ::poll(&l, 1, 20) <= 0) {
+    }
+    if (stop_.load()) return;
+    detail::Fd client(::accept(listen_.get(), nullptr, nullptr));
+    detail::Fd server = raw_connect(server_port_);
+    pollfd fds[2] = {{client.get(), POLLIN, 0}, {server.get(), POLLIN, 0}};
+    uint8_t buf[4096];
+    while (!stop_.load()) {
+      if (::poll(fds, 2, 20) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].revents == 0) continue;
+        ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, 0);
+        if (n <= 0) return;  // either side closed: so does the proxy
+        {
+          std::lock_guard lock(mu_);
+          auto& log = i == 0 ? up_ : down_;
+          log.insert(log.end(), buf, buf + n);
+        }
+        Deadline d = Deadline::after_ms(3000);
+        if (detail::send_all(fds[1 - i].fd, std::span<const uint8_t>(buf, n), d).status !=
+            detail::IoStatus::kOk)
+          return;
+      }
+    }
+  }
+
+  uint16_t server_port_;
+  uint16_t port_ = 0;
+  detail::Fd listen_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<uint8_t> up_, down_;
+  std::thread thread_;  // last: started once everything it uses exists
+};
+
+bool contains(const std::vector<uint8_t>& haystack, const std::string& needle) {
+  return std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end()) !=
+         haystack.end();
+}
+
+// Splits a byte stream into whole frames (header + body).
+std::vector<std::vector<uint8_t>> split_frames(const std::vector<uint8_t>& bytes) {
+  std::vector<std::vector<uint8_t>> frames;
+  size_t at = 0;
+  while (bytes.size() - at >= kFrameHeaderSize) {
+    HeaderParse hp = parse_header(std::span(bytes).subspan(at, kFrameHeaderSize));
+    if (hp.status != Status::kOk || bytes.size() - at - kFrameHeaderSize < hp.header.body_length)
+      break;
+    size_t n = kFrameHeaderSize + hp.header.body_length;
+    frames.emplace_back(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                        bytes.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  return frames;
+}
+
+// What a client with a secret sends is its Hello (which only says it has one) and an HMAC
+// over the server's nonce: the secret itself appears nowhere in the bytes, either way.
+TEST(ControlServer, TheSecretNeverAppearsOnTheWire) {
+  const std::string secret = "correct horse battery staple";
+  ControlServerOptions o;
+  o.secret = secret;
+  Fixture fx(o);
+  RecordingProxy proxy(fx.server.port());
+  {
+    ControlClient c = ControlClient::connect(proxy.address(), good_hello(), 3000, secret);
+    EXPECT_NE(c.session_id(), 0u);
+  }
+  EXPECT_TRUE(wait_until([&] { return fx.closes.size() == 1; }));
+  std::vector<uint8_t> up = proxy.from_client(), down = proxy.from_server();
+  // The capture is real: the Hello's service and provider are in it, as the Hello and the
+  // Proof frames, and the server's Challenge and Welcome came back.
+  EXPECT_TRUE(contains(up, "perf"));
+  EXPECT_TRUE(contains(up, "tcp;ofi_rxm"));
+  auto sent = split_frames(up);
+  ASSERT_EQ(sent.size(), 2u);
+  HelloParse hp = parse_hello(sent[0]);
+  ASSERT_EQ(hp.status, Status::kOk) << hp.error;
+  EXPECT_EQ(hp.hello.auth, AuthMethod::kHmacSha256);
+  EXPECT_EQ(parse_proof(sent[1]).status, Status::kOk);
+  auto got = split_frames(down);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(parse_challenge(got[0]).status, Status::kOk);
+  EXPECT_EQ(parse_welcome(got[1]).welcome.status, Status::kOk);
+  // Nor any part of it that a reader could start from.
+  for (const std::string& piece : {secret, std::string("correct horse"), std::string("staple")}) {
+    EXPECT_FALSE(contains(up, piece)) << piece;
+    EXPECT_FALSE(contains(down, piece)) << piece;
+  }
+}
+
+// A handshake captured on the wire and played again: the server's fresh nonce makes the old
+// Proof worthless, however exactly it is replayed.
+TEST(ControlServer, AReplayedProofIsRefused) {
+  const std::string secret = "open sesame";
+  ControlServerOptions o;
+  o.secret = secret;
+  Fixture fx(o);
+  std::vector<uint8_t> captured;
+  {
+    RecordingProxy proxy(fx.server.port());
+    ControlClient c = ControlClient::connect(proxy.address(), good_hello(), 3000, secret);
+    captured = proxy.from_client();
+  }
+  auto frames = split_frames(captured);
+  ASSERT_EQ(frames.size(), 2u);  // Hello, Proof
+  std::set<std::vector<uint8_t>> nonces;
+  for (int i = 0; i < 3; ++i) {
+    detail::Fd fd = raw_connect(fx.server.port());
+    ASSERT_EQ(::send(fd.get(), frames[0].data(), frames[0].size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(frames[0].size()));
+    ChallengeParse cp = parse_challenge(read_raw_frame(fd.get()));
+    ASSERT_EQ(cp.status, Status::kOk) << cp.error;
+    nonces.insert(cp.challenge.nonce);
+    ASSERT_EQ(::send(fd.get(), frames[1].data(), frames[1].size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(frames[1].size()));
+    WelcomeParse wp = parse_welcome(read_raw_frame(fd.get()));
+    ASSERT_EQ(wp.status, Status::kOk) << wp.error;
+    EXPECT_EQ(wp.welcome.status, Status::kBadSecret);
+    EXPECT_EQ(wp.welcome.message, "wrong secret");
+  }
+  EXPECT_EQ(nonces.size(), 3u);  // a fresh nonce for every connection
+  EXPECT_EQ(fx.server.stats().rejected_secret, 3u);
+  EXPECT_EQ(fx.hellos.load(), 1);  // only the real client reached the service
+  // The same Proof also proves nothing about another Hello: a proof covers the Hello it
+  // answers for, and a client that knows the secret is still served.
+  expect_good_handshake(fx, secret);
+}
+
+// Other frames in the wrong place: a Proof where a Hello belongs, a Proof of the wrong size, a
+// client that never answers the challenge. Each gets its answer and the server serves on.
+TEST(ControlServer, ChallengeMisusesGetClearAnswers) {
+  ControlServerOptions o = fast_options(300);
+  o.secret = "k";
+  Fixture fx(o);
+  Proof proof;
+  proof.mac.assign(kProofSize, 1);
+  expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), encode(proof), 3000); },
+                  Status::kMalformed, "expected a hello frame, got type 7");
+  Hello h = good_hello();
+  h.auth = AuthMethod::kHmacSha256;
+  {
+    detail::Fd fd = raw_connect(fx.server.port());
+    auto hello = encode(h);
+    ASSERT_EQ(::send(fd.get(), hello.data(), hello.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(hello.size()));
+    ASSERT_EQ(parse_challenge(read_raw_frame(fd.get())).status, Status::kOk);
+    auto short_proof = encode_frame(FrameType::kProof, std::vector<uint8_t>{3, 0, 0, 0, 1, 2, 3});
+    ASSERT_EQ(::send(fd.get(), short_proof.data(), short_proof.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(short_proof.size()));
+    WelcomeParse wp = parse_welcome(read_raw_frame(fd.get()));
+    EXPECT_EQ(wp.welcome.status, Status::kMalformed);
+    EXPECT_NE(wp.welcome.message.find("mac"), std::string::npos) << wp.welcome.message;
+  }
+  {
+    detail::Fd fd = raw_connect(fx.server.port());
+    auto hello = encode(h);
+    ASSERT_EQ(::send(fd.get(), hello.data(), hello.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(hello.size()));
+    ASSERT_EQ(parse_challenge(read_raw_frame(fd.get())).status, Status::kOk);
+    WelcomeParse wp = parse_welcome(read_raw_frame(fd.get()));  // after the 300 ms deadline
+    EXPECT_EQ(wp.welcome.status, Status::kTimeout);
+    EXPECT_NE(wp.welcome.message.find("no answer to the secret's challenge"), std::string::npos)
+        << wp.welcome.message;
+  }
+  auto s = fx.server.stats();
+  EXPECT_EQ(s.timed_out, 1u);
+  EXPECT_EQ(s.malformed, 2u);
+  EXPECT_EQ(fx.hellos.load(), 0);
+  expect_good_handshake(fx, "k");
+  EXPECT_TRUE(wait_until([&] { return fx.server.stats().handshaking == 0; }));
+}
+
+// Peers of the version before: a v1 client (its Hello carried the secret in clear) is told the
+// versions apart, and so is this client by a v1 server (whose refusal keeps the frozen prefix).
+TEST(ControlServer, Version1PeersAreRefusedWithBothVersions) {
+  ControlServerOptions o;
+  o.secret = "open sesame";
+  Fixture fx(o);
+  // A v1 Hello: secret, service, provider, fabric_address, payload, each a u32 length + bytes.
+  std::vector<uint8_t> v1 = {'F', 'K', 'V', 'C', 1, 0, 1, 0, 0, 0, 0, 0};
+  for (const std::string& field : {std::string("open sesame"), std::string("perf"),
+                                   std::string("tcp;ofi_rxm"), std::string(), std::string()}) {
+    for (int i = 0; i < 4; ++i) v1.push_back(static_cast<uint8_t>(field.size() >> (8 * i)));
+    v1.insert(v1.end(), field.begin(), field.end());
+  }
+  v1[8] = static_cast<uint8_t>(v1.size() - kFrameHeaderSize);
+  expect_rejected([&] { ControlClient::connect_raw(fx.server.address(), v1, 3000); },
+                  Status::kBadVersion,
+                  "client speaks control protocol version 1, server speaks version 2");
+  EXPECT_EQ(fx.server.stats().rejected_version, 1u);
+  expect_good_handshake(fx, "open sesame");
+
+  // A v1 server: it reads our header, answers a v1 Welcome that refuses us, and closes.
+  detail::Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(listener.get(), 1), 0);
+  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::thread v1_server([&] {
+    detail::Fd c(::accept(listener.get(), nullptr, nullptr));
+    std::vector<uint8_t> header(kFrameHeaderSize);
+    detail::set_nonblocking(c.get());
+    (void)detail::recv_exact(c.get(), header, Deadline::after_ms(3000));
+    Welcome w;
+    w.status = Status::kBadVersion;
+    w.message = "client speaks control protocol version 2, server speaks version 1";
+    auto f = encode(w);
+    f[4] = 1;
+    (void)detail::send_all(c.get(), f, Deadline::after_ms(3000));
+    ::shutdown(c.get(), SHUT_WR);
+    uint8_t drain[256];
+    Deadline d = Deadline::after_ms(1000);
+    while (!d.expired() && ::recv(c.get(), drain, sizeof drain, 0) != 0)
+      std::this_thread::sleep_for(1ms);
+  });
+  expect_rejected(
+      [&] {
+        ControlClient::connect("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), good_hello(),
+                               3000, "open sesame");
+      },
+      Status::kBadVersion, "server speaks version 1");
+  v1_server.join();
 }
 
 }  // namespace

@@ -4,15 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
+#include "control/auth.h"
 #include "control/client.h"
+#include "support/hex.h"
 
 namespace fabkv::control {
 namespace {
 
 Hello sample_hello() {
   Hello h;
-  h.secret = "s3cret";
+  h.auth = AuthMethod::kHmacSha256;
   h.service = "perf";
   h.provider = "tcp;ofi_rxm";
   h.fabric_address = {1, 2, 3, 4, 5, 6, 7, 8, 0, 255};
@@ -34,6 +37,18 @@ Welcome sample_welcome() {
   return w;
 }
 
+Challenge sample_challenge() {
+  Challenge c;
+  for (size_t i = 0; i < kNonceSize; ++i) c.nonce.push_back(static_cast<uint8_t>(0xa0 + i));
+  return c;
+}
+
+Proof sample_proof() {
+  Proof p;
+  for (size_t i = 0; i < kProofSize; ++i) p.mac.push_back(static_cast<uint8_t>(i * 7));
+  return p;
+}
+
 void set_u32(std::vector<uint8_t>& f, size_t off, uint32_t v) {
   for (int i = 0; i < 4; ++i) f[off + i] = static_cast<uint8_t>(v >> (8 * i));
 }
@@ -48,9 +63,79 @@ TEST(ControlWire, HeaderLayoutIsLittleEndianFkvc) {
   EXPECT_EQ(f[7], 0);
   uint32_t len = f[8] | f[9] << 8 | f[10] << 16 | f[11] << 24;
   EXPECT_EQ(len, f.size() - kFrameHeaderSize);
-  // First body field: the secret as u32 length + bytes.
-  EXPECT_EQ(f[12], 6);
-  EXPECT_EQ(std::string(f.begin() + 16, f.begin() + 22), "s3cret");
+  // v2: the body starts with auth u16 (1, HMAC-SHA256) and reserved u16, then the service
+  // as u32 length + bytes. No secret anywhere.
+  EXPECT_EQ(f[12], 1);
+  EXPECT_EQ(f[13], 0);
+  EXPECT_EQ(f[14], 0);
+  EXPECT_EQ(f[15], 0);
+  EXPECT_EQ(f[16], 4);
+  EXPECT_EQ(std::string(f.begin() + 20, f.begin() + 24), "perf");
+  // An empty Hello is 32 bytes, as the docs say.
+  EXPECT_EQ(encode(Hello{}).size(), 32u);
+}
+
+TEST(ControlWire, ChallengeAndProofLayouts) {
+  auto c = encode(sample_challenge());
+  ASSERT_EQ(c.size(), kFrameHeaderSize + 2 + 2 + 4 + kNonceSize);
+  EXPECT_EQ(c[6], static_cast<uint8_t>(FrameType::kChallenge));
+  EXPECT_EQ(c[12], 1);  // method: HMAC-SHA256
+  EXPECT_EQ(c[16], kNonceSize);
+  EXPECT_EQ(c[20], 0xa0);
+  auto p = encode(sample_proof());
+  ASSERT_EQ(p.size(), kFrameHeaderSize + 4 + kProofSize);
+  EXPECT_EQ(p[6], static_cast<uint8_t>(FrameType::kProof));
+  EXPECT_EQ(p[12], kProofSize);
+}
+
+TEST(ControlWire, ChallengeAndProofRoundTrip) {
+  auto c = encode(sample_challenge());
+  ChallengeParse cp = parse_challenge(c);
+  ASSERT_EQ(cp.status, Status::kOk) << cp.error;
+  EXPECT_EQ(cp.challenge, sample_challenge());
+  EXPECT_EQ(encode(cp.challenge), c);
+  EXPECT_TRUE(check_limits(cp.challenge).empty());
+  auto p = encode(sample_proof());
+  ProofParse pp = parse_proof(p);
+  ASSERT_EQ(pp.status, Status::kOk) << pp.error;
+  EXPECT_EQ(pp.proof, sample_proof());
+  EXPECT_EQ(encode(pp.proof), p);
+  EXPECT_TRUE(check_limits(pp.proof).empty());
+}
+
+TEST(ControlWire, ChallengeAndProofOfTheWrongSizeOrKindAreRejected) {
+  for (size_t n : {size_t{0}, kNonceSize - 1, kNonceSize + 1}) {
+    Challenge c = sample_challenge();
+    c.nonce.resize(n, 1);
+    ChallengeParse cp = parse_challenge(encode(c));
+    EXPECT_EQ(cp.status, Status::kMalformed) << n;
+    EXPECT_NE(cp.error.find("nonce"), std::string::npos) << cp.error;
+    EXPECT_FALSE(check_limits(c).empty());
+  }
+  for (size_t n : {size_t{0}, kProofSize - 1, kProofSize + 1}) {
+    Proof p = sample_proof();
+    p.mac.resize(n, 1);
+    ProofParse pp = parse_proof(encode(p));
+    EXPECT_EQ(pp.status, Status::kMalformed) << n;
+    EXPECT_NE(pp.error.find("mac"), std::string::npos) << pp.error;
+    EXPECT_FALSE(check_limits(p).empty());
+  }
+  auto c = encode(sample_challenge());
+  c[12] = 0;  // method none
+  EXPECT_EQ(parse_challenge(c).status, Status::kMalformed);
+  c = encode(sample_challenge());
+  c[14] = 1;  // reserved
+  EXPECT_EQ(parse_challenge(c).status, Status::kMalformed);
+  // Each parser takes its own frame type only.
+  EXPECT_EQ(parse_challenge(encode(sample_proof())).status, Status::kMalformed);
+  EXPECT_EQ(parse_proof(encode(sample_challenge())).status, Status::kMalformed);
+  EXPECT_EQ(parse_hello(encode(sample_proof())).status, Status::kMalformed);
+  // Another version's: refused by version.
+  auto p = encode(sample_proof());
+  p[4] = 1;
+  ProofParse pp = parse_proof(p);
+  EXPECT_EQ(pp.status, Status::kBadVersion);
+  EXPECT_NE(pp.error.find("version 1"), std::string::npos) << pp.error;
 }
 
 TEST(ControlWire, HelloRoundTrip) {
@@ -127,6 +212,10 @@ TEST(ControlWire, EveryTruncationIsRejected) {
   expect_every_truncation_rejected(encode(Welcome{}), [](auto s) { return parse_welcome(s); });
   expect_every_truncation_rejected(encode_error(Status::kTimeout, "late"),
                                    [](auto s) { return parse_error(s); });
+  expect_every_truncation_rejected(encode(sample_challenge()),
+                                   [](auto s) { return parse_challenge(s); });
+  expect_every_truncation_rejected(encode(sample_proof()),
+                                   [](auto s) { return parse_proof(s); });
 }
 
 TEST(ControlWire, TrailingBytesAreRejected) {
@@ -164,30 +253,40 @@ TEST(ControlWire, WrongVersionNamesBothVersions) {
   EXPECT_EQ(p.status, Status::kBadVersion);
   EXPECT_EQ(p.hello.version, 7);
   EXPECT_NE(p.error.find("version 7"), std::string::npos) << p.error;
-  EXPECT_NE(p.error.find("version 1"), std::string::npos) << p.error;
+  EXPECT_NE(p.error.find("version 2"), std::string::npos) << p.error;
 
   // A Welcome from a future server: only the frozen prefix is read, and its message shown.
   Welcome w;
   w.status = Status::kBadVersion;
-  w.message = "server speaks 2";
+  w.message = "server speaks 3";
   auto f = encode(w);
-  f[4] = 2;
+  f[4] = 3;
   WelcomeParse wp = parse_welcome(f);
   EXPECT_EQ(wp.status, Status::kBadVersion);
   EXPECT_EQ(wp.welcome.status, Status::kBadVersion);
-  EXPECT_NE(wp.error.find("server speaks 2"), std::string::npos) << wp.error;
+  EXPECT_NE(wp.error.find("server speaks 3"), std::string::npos) << wp.error;
+
+  // A v1 server's refusal of a v2 client keeps its frozen prefix: the client reads its reason.
+  w.message = "client speaks control protocol version 2, server speaks version 1";
+  f = encode(w);
+  f[4] = 1;
+  wp = parse_welcome(f);
+  EXPECT_EQ(wp.status, Status::kBadVersion);
+  EXPECT_NE(wp.error.find("server speaks version 1"), std::string::npos) << wp.error;
 }
 
 TEST(ControlWire, FieldLimitsAreEnforced) {
   Hello h;
-  h.secret.assign(kMaxSecretSize, 'x');
-  EXPECT_EQ(parse_hello(encode(h)).status, Status::kOk);
-  EXPECT_TRUE(check_limits(h).empty());
-  h.secret.push_back('x');
+  h.auth = static_cast<AuthMethod>(2);  // no such method
   HelloParse p = parse_hello(encode(h));
   EXPECT_EQ(p.status, Status::kMalformed);
-  EXPECT_NE(p.error.find("secret"), std::string::npos) << p.error;
+  EXPECT_NE(p.error.find("auth"), std::string::npos) << p.error;
   EXPECT_FALSE(check_limits(h).empty());
+  auto hf = encode(Hello{});
+  hf[14] = 1;  // reserved
+  p = parse_hello(hf);
+  EXPECT_EQ(p.status, Status::kMalformed);
+  EXPECT_NE(p.error.find("reserved"), std::string::npos) << p.error;
 
   h = Hello{};
   h.service.assign(kMaxServiceSize + 1, 's');
@@ -242,7 +341,8 @@ TEST(ControlWire, FieldLimitsAreEnforced) {
 // parses must re-encode to the same bytes.
 TEST(ControlWire, RandomGarbageNeverCrashes) {
   std::mt19937_64 rng(12345);
-  const auto seeds = {encode(sample_hello()), encode(sample_welcome())};
+  const auto seeds = {encode(sample_hello()), encode(sample_welcome()),
+                      encode(sample_challenge()), encode(sample_proof())};
   size_t parsed = 0;
   for (int iter = 0; iter < 20000; ++iter) {
     std::vector<uint8_t> f;
@@ -253,14 +353,16 @@ TEST(ControlWire, RandomGarbageNeverCrashes) {
         break;
       }
       case 1: {  // valid header, garbage body of the announced length
-        f = encode_frame(rng() % 2 ? FrameType::kHello : FrameType::kWelcome, {});
+        const FrameType types[] = {FrameType::kHello, FrameType::kWelcome, FrameType::kChallenge,
+                                   FrameType::kProof};
+        f = encode_frame(types[rng() % 4], {});
         size_t n = rng() % 200;
         for (size_t i = 0; i < n; ++i) f.push_back(static_cast<uint8_t>(rng()));
         set_u32(f, 8, static_cast<uint32_t>(n));
         break;
       }
       default: {  // a valid frame with a few bytes mutated
-        f = *(seeds.begin() + static_cast<std::ptrdiff_t>(rng() % 2));
+        f = *(seeds.begin() + static_cast<std::ptrdiff_t>(rng() % seeds.size()));
         for (int k = 0; k < 3; ++k) f[rng() % f.size()] = static_cast<uint8_t>(rng());
         break;
       }
@@ -279,9 +381,65 @@ TEST(ControlWire, RandomGarbageNeverCrashes) {
     } else {
       EXPECT_FALSE(wp.error.empty());
     }
+    ChallengeParse cp = parse_challenge(f);
+    if (cp.status == Status::kOk) {
+      ++parsed;
+      EXPECT_EQ(encode(cp.challenge), f);
+    } else {
+      EXPECT_FALSE(cp.error.empty());
+    }
+    ProofParse pp = parse_proof(f);
+    if (pp.status == Status::kOk) {
+      ++parsed;
+      EXPECT_EQ(encode(pp.proof), f);
+    } else {
+      EXPECT_FALSE(pp.error.empty());
+    }
   }
   // Mutating payload bytes leaves many frames valid: the round-trip check above ran.
   EXPECT_GT(parsed, 0u);
+}
+
+// The challenge-response's MAC is HMAC-SHA256(secret, label || nonce || Hello frame), as
+// docs/control-channel.md says: checked against Python's hmac module on the same bytes.
+TEST(ControlAuth, ProofIsHmacSha256OverLabelNonceAndHello) {
+  std::vector<uint8_t> nonce(kNonceSize);
+  for (size_t i = 0; i < nonce.size(); ++i) nonce[i] = static_cast<uint8_t>(i);
+  std::string hello = "FKVC a hello frame";
+  std::vector<uint8_t> frame(hello.begin(), hello.end());
+  // python3: hmac.new(b'open sesame', b'fabkv control proof v2 hmac' + bytes(range(32)) +
+  //                   b'FKVC a hello frame', hashlib.sha256).hexdigest()
+  EXPECT_EQ(fabkv::testing::to_hex(compute_proof("open sesame", nonce, frame)),
+            "c275a0f8e1deda7f4b7c82414b5efc62564b4b105ddaeb61ed8a96ddfd2bb974");
+  frame.push_back('!');
+  EXPECT_EQ(fabkv::testing::to_hex(compute_proof("open sesame", nonce, frame)),
+            "ee4361866b431b6d441ecdaee8be105a286c9210dbcefb22d19f8014300aef26");
+}
+
+TEST(ControlAuth, ProofsMatchOnlyWhenEqual) {
+  std::vector<uint8_t> nonce(kNonceSize, 7), frame = {1, 2, 3};
+  auto a = compute_proof("k", nonce, frame);
+  EXPECT_TRUE(proof_matches(a, a));
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto b = a;
+    b[i] ^= 1;
+    EXPECT_FALSE(proof_matches(a, b)) << i;
+  }
+  EXPECT_FALSE(proof_matches(a, std::span(a).first(a.size() - 1)));
+  EXPECT_FALSE(proof_matches({}, {}));
+  EXPECT_FALSE(proof_matches(a, compute_proof("K", nonce, frame)));
+  nonce[0] = 8;
+  EXPECT_FALSE(proof_matches(a, compute_proof("k", nonce, frame)));
+}
+
+TEST(ControlAuth, NoncesAreFreshAndFullSize) {
+  std::set<std::vector<uint8_t>> seen;
+  for (int i = 0; i < 100; ++i) {
+    auto n = make_nonce();
+    EXPECT_EQ(n.size(), kNonceSize);
+    seen.insert(n);
+  }
+  EXPECT_EQ(seen.size(), 100u);
 }
 
 TEST(ControlWire, StatusNames) {

@@ -460,3 +460,76 @@ TEST(ShmStaleRegions, LeftoversOfAnEarlierProcessWithOurPidAreRemoved) {
 }
 }  // namespace
 }  // namespace fabkv::testing
+
+// ------------------------------------------------------------------------- address vectors
+#include "fabric/error.h"
+
+namespace fabkv::testing {
+namespace {
+
+std::unique_ptr<fabric::Fabric> open_quiet(const std::string& provider) {
+  fabric::FabricOptions fo;
+  fo.provider = provider;
+  fo.quiet = true;
+  return fabric::Fabric::open(fo);
+}
+
+// Issue #24: libfabric 2.1's rxm AV takes the length implied by whatever name it is handed as
+// its own address length (docs/fault-isolation.md, "A client of another fabric"): one shm name
+// made every later tcp address "too large for AV", and a tcp server refused every client after
+// one that came on shm. shm, the other way round, took a tcp name as a string and inserted it. A name
+// of the other provider is refused before libfabric sees it, and the AV takes the next
+// correct one.
+TEST(AddressVector, AnotherProvidersNameIsRefusedAndTheNextCorrectOneIsTaken) {
+  for (const auto& [mine, theirs] : {std::pair{"tcp", "shm"}, std::pair{"shm", "tcp"}}) {
+    SCOPED_TRACE(std::string(mine) + " endpoint, " + theirs + " name");
+    auto f = open_quiet(mine);
+    auto g = open_quiet(theirs);
+    fabric::Endpoint ep(*f), peer(*f), stranger(*g);
+    for (int i = 0; i < 3; ++i) {
+      try {
+        ep.insert_peer(stranger.name());
+        ADD_FAILURE() << "inserted a " << theirs << " name into a " << mine << " AV";
+      } catch (const fabric::FabricError& e) {
+        EXPECT_NE(std::string(e.what()).find(f->provider_name()), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_NO_THROW(ep.insert_peer(peer.name()));
+  }
+}
+
+// Names no peer of this provider has: refused (never read past their end), and the AV stays
+// usable.
+TEST(AddressVector, GarbageNamesAreRefusedAndTheAvStaysUsable) {
+  std::mt19937_64 rng(24);
+  auto random_bytes = [&](size_t n) {
+    std::vector<uint8_t> b(n);
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    return b;
+  };
+  for (const char* provider : {"tcp", "shm"}) {
+    SCOPED_TRACE(provider);
+    auto f = open_quiet(provider);
+    fabric::Endpoint ep(*f), peer(*f);
+    std::vector<uint8_t> good = peer.name();
+    std::vector<uint8_t> longer = good;
+    longer.resize(4096, 'a');
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> bad = {
+        {"empty", {}},
+        {"one byte", {0x02}},
+        {"16 random bytes", random_bytes(16)},
+        {"300 random bytes", random_bytes(300)},
+        {"a real name padded to 4096 bytes", longer},
+    };
+    if (std::string(provider) == "tcp")
+      bad.push_back({"a real name cut short", {good.begin(), good.end() - 1}});
+    else
+      bad.push_back({"a name of another scheme", {'f', 'i', '_', 'x', ':', '/', '/', '1', 0}});
+    for (const auto& [what, name] : bad)
+      EXPECT_THROW(ep.insert_peer(name), fabric::FabricError) << what;
+    EXPECT_NO_THROW(ep.insert_peer(good));
+  }
+}
+
+}  // namespace
+}  // namespace fabkv::testing
