@@ -192,6 +192,7 @@ class RfrpcClient final : public proto::ClientProtocol {
             {"fetch_rtt_us", paths_.empty() ? 0.0 : double(paths_[0].fetch_rtt_ns()) / 1000.0},
             {"last_proc_us",
              last_proc_.empty() ? 0.0 : double(decode_proc_time(last_proc_[0])) / 1000.0}};
+    rpc_.counters(&j);
     if (batcher_) batcher_->counters(&j);
     return j;
   }

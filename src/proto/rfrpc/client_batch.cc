@@ -60,6 +60,13 @@ Batcher::Batcher(proto::ClientHost& host, rpc::RpcClient& rpc, const Config& con
     }
   }
   size_ = config_.llimit_us > 0 ? 1 : config_.entries;  // eq. 3 starts small and grows
+  // TEST ONLY (ClientOptions::first_seq): batch and entry numbers start there too.
+  if (const uint32_t first = host_.options().first_seq; first > 1) {
+    for (WorkerState& ws : workers_state_) {
+      ws.entry_seq = first - 1;
+      for (Flight& f : ws.flights) f.seq = first - 1;
+    }
+  }
 }
 
 Batcher::~Batcher() = default;
@@ -95,6 +102,7 @@ Status Batcher::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   const uint32_t size = static_cast<uint32_t>(req);
   std::memcpy(o.payload.data() + at, &size, sizeof(size));
   rpc::RequestFields f;
+  if (rpc::next_seq(ws.entry_seq) < ws.entry_seq) counters_.seq_wraps++;
   ws.entry_seq = rpc::next_seq(ws.entry_seq);
   f.seq = ws.entry_seq;
   f.client = rpc_.client();
@@ -146,6 +154,7 @@ size_t Batcher::send(uint32_t w) {
   f.busy = true;
   f.dead = false;
   const uint32_t prev_seq = f.seq;
+  if (rpc::next_seq(f.seq) < f.seq) counters_.seq_wraps++;
   f.seq = rpc::next_seq(f.seq);
   f.entries = std::move(ws.open.entries);
   f.payload = std::move(ws.open.payload);
@@ -425,6 +434,7 @@ void Batcher::counters(nlohmann::json* out) const {
   (*out)["batches_sent_by_timeout"] = k.timeouts_sent;
   (*out)["batch_resizes"] = k.resized;
   (*out)["batch_errors"] = k.errors;
+  (*out)["batch_seq_wraps"] = k.seq_wraps;  // batch numbers and entry numbers back to 1
   (*out)["batch_size"] = double(size_);  // a gauge (a double: summing tools skip it)
 }
 

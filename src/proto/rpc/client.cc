@@ -47,6 +47,7 @@ RpcClient::RpcClient(proto::ClientHost& host, const ClientConfig& config)
   const ClientOptions& o = host.options();
   staging_bytes_ = o.staging_bytes ? o.staging_bytes : kDefaultStaging;
   timeout_ms_ = o.timeout_ms;
+  first_seq_ = o.first_seq;
 }
 
 RpcClient::~RpcClient() = default;
@@ -69,6 +70,7 @@ void RpcClient::hello(nlohmann::json* payload) {
   staging_ = std::make_unique<StagingArena>(staging_bytes_);
   staging_remote_ = staging_buf_->remote();
   (*payload)["region"] = proto::region_to_json(staging_remote_);
+  if (first_seq_ != 0) (*payload)["first_seq"] = first_seq_;  // TEST ONLY (ClientOptions)
 }
 
 void RpcClient::parse(const control::Welcome& w, const nlohmann::json& layout) {
@@ -127,6 +129,10 @@ proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
   for (uint32_t i = 0; i < n_workers_; ++i) {
     Worker& wk = workers_[i];
     wk.peer = peers[size_t{i} * queues_];
+    if (first_seq_ > 1) {
+      wk.last_seq = first_seq_ - 1;
+      wk.next_r = first_seq_ - 1;
+    }
     wk.slots = std::vector<Slot>(window_);
     for (uint32_t s = 0; s < window_; ++s) {
       wk.slots[s].tx_ctx.user = &kTxMarker;
@@ -327,6 +333,7 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   }
   Slot& s = wk.slots[si];
   wk.next_r++;
+  if (wk.last_seq != 0 && next_seq(wk.last_seq) < wk.last_seq) seq_wraps_++;
   wk.last_seq = next_seq(wk.last_seq);
   RequestFields f;
   f.seq = wk.last_seq;

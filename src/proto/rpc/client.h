@@ -116,6 +116,9 @@ class RpcClient {
         if (s.awaiting || s.zombie) f(w, s.seq);
   }
   size_t waiting() const { return in_flight_ + zombies_; }
+  // Adds what the RPC client counts to a protocol's counters(): "seq_wraps", the times a
+  // worker's sequence number went from its largest value back to 1.
+  void counters(nlohmann::json* out) const { (*out)["seq_wraps"] = seq_wraps_; }
 
  private:
   static constexpr size_t kNoStaging = ~size_t{0};
@@ -167,6 +170,8 @@ class RpcClient {
   size_t tx_stride_ = 0;  // bytes per request slot in `tx_` (room for lock-free padding)
   bool send_transport_ = false;
   int timeout_ms_ = 2000;
+  uint32_t first_seq_ = 0;  // ClientOptions::first_seq (TEST ONLY)
+  uint64_t seq_wraps_ = 0;
 
   std::vector<Worker> workers_;
   std::vector<fabric::OpContext> recv_ctx_;

@@ -1,5 +1,6 @@
 #include "proto/rpc/server.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -115,6 +116,9 @@ void RpcServer::add_client_st(uint32_t c, uint16_t epoch, const proto::Info&,
   s.active = true;
   s.epoch = epoch;
   s.slots = region_ != nullptr && hello.value("transport", std::string("write")) == "write";
+  // TEST ONLY (ClientOptions::first_seq): the client numbers its requests from here.
+  if (const auto it = hello.find("first_seq"); it != hello.end() && it->is_number_unsigned())
+    s.exp = std::max<uint32_t>(1, it->get<uint32_t>());
   std::erase(slot_clients_, c);
   if (s.slots) slot_clients_.push_back(c);
   if (hello.contains("region")) {
