@@ -129,10 +129,8 @@ proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
   for (uint32_t i = 0; i < n_workers_; ++i) {
     Worker& wk = workers_[i];
     wk.peer = peers[size_t{i} * queues_];
-    if (first_seq_ > 1) {
-      wk.last_seq = first_seq_ - 1;
-      wk.next_r = first_seq_ - 1;
-    }
+    // The seq before the first (0 for 1: next_seq(0) is 1).
+    wk.last_seq = first_seq(first_seq_, window_) - 1;
     wk.slots = std::vector<Slot>(window_);
     for (uint32_t s = 0; s < window_; ++s) {
       wk.slots[s].tx_ctx.user = &kTxMarker;
@@ -325,16 +323,17 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   size_t off = kNoStaging;
   uint32_t si;
   while (true) {
-    si = static_cast<uint32_t>(wk.next_r % window_);
+    si = seq_slot(next_seq(wk.last_seq, window_), window_);
     if (wk.slots[si].free() && (staging_len == 0 || staging_->alloc(staging_len, &off))) break;
     host_.drive();
     if (!host_.alive()) return Status::kServerGone;
     if (d.expired()) return Status::kTimeout;
   }
   Slot& s = wk.slots[si];
-  wk.next_r++;
-  if (wk.last_seq != 0 && next_seq(wk.last_seq) < wk.last_seq) seq_wraps_++;
-  wk.last_seq = next_seq(wk.last_seq);
+  // The slot was derived from this seq, as the worker derives it (wire.h).
+  const uint32_t seq = next_seq(wk.last_seq, window_);
+  if (seq < wk.last_seq) seq_wraps_++;
+  wk.last_seq = seq;
   RequestFields f;
   f.seq = wk.last_seq;
   f.client = client_;
