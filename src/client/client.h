@@ -82,6 +82,10 @@ struct ClientOptions {
   // there too. Tests start near 2^32 to cross the sequence's wrap in a few requests
   // (tests/client/rpc_slots_e2e_test.cc); nothing else has a reason to set it.
   uint32_t first_seq = 0;
+  // TEST ONLY: this client's n-th request by the RPC client (counted from 1 over all workers;
+  // 0 = none) goes out with its check broken, as garbage in its slot would look to the worker
+  // (tests/client/rpc_slots_e2e_test.cc: the answer is kMalformed, at once).
+  uint64_t garbage_request = 0;
 };
 
 enum class Status {

@@ -6,10 +6,12 @@
 // client starts its sequence a few requests below the wrap (ClientOptions::first_seq, TEST
 // ONLY), runs a few hundred checked requests with a window in flight, and the test asserts that
 // every worker's sequence did wrap (the client's seq_wraps counter) and that every request was
-// answered correctly.
+// answered correctly. And a request the worker finds as garbage in its slot is answered
+// kMalformed at once (GarbageSlotE2E).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -192,6 +194,47 @@ TEST_P(SeqWrapE2E, EveryRequestIsAnsweredAcrossTheWrap) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SeqWrapE2E, ::testing::ValuesIn(params()), name);
+
+// A request the worker cannot read (garbage in the slot: here the client's own request with its
+// check broken, ClientOptions::garbage_request) is answered kMalformed once it has sat in the
+// slot for the worker's stall bound (proto/rpc/server.cc, kStallPolls: milliseconds). The
+// answer cannot name the request's op (garbage has none), and the client must still take it:
+// the caller learns at once, not after its timeout, and the next requests go on.
+class GarbageSlotE2E : public SeqWrapE2E {};
+
+TEST_P(GarbageSlotE2E, AGarbageRequestIsAnsweredMalformedAtOnce) {
+  ClientOptions o;
+  o.server = server_->address();
+  o.provider = GetParam().provider;
+  o.protocol = GetParam().c.protocol;
+  o.transport = GetParam().c.transport;
+  o.timeout_ms = 10000;
+  o.garbage_request = 3;
+  auto c = Client::connect(o);
+  ASSERT_EQ(c->put("g-1", "one"), Status::kOk);
+  ASSERT_EQ(c->put("g-2", "two"), Status::kOk);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(c->put("g-3", "three"), Status::kMalformed);  // the third request: garbage
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+  EXPECT_LT(ms, o.timeout_ms / 2) << "the error came by the timeout, not by the answer";
+  std::string v;
+  EXPECT_EQ(c->get("g-3", &v), Status::kNotFound);  // never executed
+  ASSERT_EQ(c->put("g-3", "three"), Status::kOk);
+  ASSERT_EQ(c->get("g-3", &v), Status::kOk);
+  EXPECT_EQ(v, "three");
+  ASSERT_EQ(c->get("g-1", &v), Status::kOk);
+  EXPECT_EQ(v, "one");
+}
+
+std::vector<Param> garbage_params() {
+  std::vector<Param> out;
+  for (const Param& p : params())
+    if (!p.c.sequencer && p.c.name != "rfrpc_batches") out.push_back(p);
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(All, GarbageSlotE2E, ::testing::ValuesIn(garbage_params()), name);
 
 }  // namespace
 }  // namespace fabkv::testing

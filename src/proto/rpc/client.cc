@@ -1,6 +1,7 @@
 #include "proto/rpc/client.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -48,6 +49,7 @@ RpcClient::RpcClient(proto::ClientHost& host, const ClientConfig& config)
   staging_bytes_ = o.staging_bytes ? o.staging_bytes : kDefaultStaging;
   timeout_ms_ = o.timeout_ms;
   first_seq_ = o.first_seq;
+  garbage_request_ = o.garbage_request;
 }
 
 RpcClient::~RpcClient() = default;
@@ -346,6 +348,7 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   s.staging_off = off;
   fabric::LocalBuffer src;
   char* tx_area = tx_->data() + tx_offset(w, si);
+  char* header = staged_send ? staging_buf_->data() + off : tx_area;
   if (indirect) {
     char* st = staging_buf_->data() + off;
     std::memcpy(st, key.data(), key.size());
@@ -361,6 +364,8 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
     size_t n = encode_inline(tx_area, f, key, value);
     src = tx_->local(tx_offset(w, si), send_transport_ ? fabric::lock_free_len(fabric, n) : n);
   }
+  if (garbage_request_ != 0 && ++requests_ == garbage_request_)
+    header[offsetof(RequestHeader, check)] ^= 1;  // TEST ONLY (ClientOptions::garbage_request)
   s.cb = std::move(cb);
   s.awaiting = true;
   s.tx_pending = true;

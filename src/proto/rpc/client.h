@@ -172,6 +172,7 @@ class RpcClient {
   bool send_transport_ = false;
   int timeout_ms_ = 2000;
   uint32_t first_seq_ = 0;  // ClientOptions::first_seq (TEST ONLY)
+  uint64_t garbage_request_ = 0, requests_ = 0;  // ClientOptions::garbage_request (TEST ONLY)
   uint64_t seq_wraps_ = 0;
 
   std::vector<Worker> workers_;
