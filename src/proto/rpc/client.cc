@@ -238,8 +238,11 @@ size_t RpcClient::answer(const ResponseHeader& h, std::string_view value) {
   // departed client whose index we took must never complete one of our requests.
   if (h.worker >= workers_.size() || h.client != client_ || h.epoch != epoch_) return 0;
   Worker& wk = workers_[h.worker];
+  // A request the worker found as garbage is answered kMalformed without its op (wire.h).
+  const bool any_op =
+      h.op == kOpUnknown && h.status == static_cast<uint8_t>(WireStatus::kMalformed);
   for (Slot& s : wk.slots) {
-    if ((s.awaiting || s.zombie) && s.seq == h.seq && s.op == h.op) {
+    if ((s.awaiting || s.zombie) && s.seq == h.seq && (s.op == h.op || any_op)) {
       bool run = s.awaiting;
       if (s.awaiting) in_flight_--;
       s.awaiting = false;

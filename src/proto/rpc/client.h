@@ -93,9 +93,10 @@ class RpcClient {
       if (owns(c.context)) ran += complete(c);
     return ran;
   }
-  // An answer found by the owner: completes the slot of (h.worker, h.seq, h.op) if this
-  // incarnation of our index asked for it. `value` must stay valid during the callback and
-  // must not be reusable by a request the callback posts. Returns callbacks run.
+  // An answer found by the owner: completes the slot of (h.worker, h.seq, h.op; any op for a
+  // kMalformed answer with op kOpUnknown, wire.h) if this incarnation of our index asked for
+  // it. `value` must stay valid during the callback and must not be reusable by a request the
+  // callback posts. Returns callbacks run.
   size_t answer(const ResponseHeader& h, std::string_view value);
   size_t expire(bool all);
   size_t in_flight() const { return in_flight_; }

@@ -206,7 +206,8 @@ void RpcServer::scan_st(uint32_t c) {
   if (r != SlotRead::kTooLong) add_st(counters_.garbage);
   add_st(counters_.malformed);
   s.exp = next_seq(exp, window_);
-  reply_error_st(c, s.epoch, exp, r == SlotRead::kTooLong ? h.op : 0, WireStatus::kMalformed);
+  reply_error_st(c, s.epoch, exp, r == SlotRead::kTooLong ? h.op : kOpUnknown,
+                 WireStatus::kMalformed);
 }
 
 // A request that arrived as a message (HERD sec. 5.5); the worker checked its prefix.

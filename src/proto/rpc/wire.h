@@ -71,6 +71,11 @@ static_assert(seq_cycle(3) == UINT32_MAX && seq_cycle(1) == UINT32_MAX);
 // value: proto/seq_rpc/, docs/sequencer.md). Only a server side that says so takes it.
 enum class OpCode : uint8_t { kGet = 1, kPut = 2, kDel = 3, kNext = 4 };
 
+// ResponseHeader::op of the answer to a request the worker could not read (garbage or a torn
+// WRITE that never completed in its slot: kMalformed): there is no op to name, and the client
+// matches the answer by its seq alone.
+inline constexpr uint8_t kOpUnknown = 0;
+
 // Request flags.
 inline constexpr uint8_t kFlagIndirect = 1;  // key+value live in client memory (IndirectBody)
 
