@@ -312,6 +312,37 @@ TEST_P(DrtmE2E, ProcessesRacingOnSharedKeys) {
 // A client killed between its two atomics leaves the item locked. Readers still get the value
 // before its PUT, whole; the next writer waits out the lease, hands its PUT to the worker,
 // which replaces the item; nothing acknowledged is lost.
+// A GET by READ hands its callback a view into the op's READ buffer: a callback that starts
+// another GET and waits for it must keep its own value (the op stays taken while the callback
+// runs; farm's and pilaf's readers hand a copy instead).
+TEST_P(DrtmE2E, ACallbackThatStartsAnotherGetKeepsItsValue) {
+  start();
+  auto c = Client::connect(options("drtm"));
+  const std::string a = value_for("first", 1, 100), b = value_for("second", 2, 100);
+  ASSERT_EQ(c->put("first", a), Status::kOk);
+  ASSERT_EQ(c->put("second", b), Status::kOk);
+  {
+    for (int i = 0; i < 50; ++i) {
+      bool done = false;
+      std::string seen, other;
+      Status st = c->get_async("first", [&](Status s, std::string_view v, uint64_t) {
+        ASSERT_EQ(s, Status::kOk);
+        EXPECT_EQ(c->get("second", &other), Status::kOk);  // nested, to completion
+        seen.assign(v.data(), v.size());
+        done = true;
+      });
+      ASSERT_EQ(st, Status::kOk);
+      ASSERT_EQ(c->flush(), Status::kOk);
+      ASSERT_TRUE(done);
+      EXPECT_EQ(other, b);
+      ASSERT_EQ(seen, a) << "the callback's value was overwritten by the nested GET (round " << i
+                         << ")";
+    }
+  }
+  // Every GET but the first of each key READs a cached location.
+  EXPECT_GE(counter(*c, "cached_gets"), 98u) << "the GETs went by message, not by READ";
+}
+
 TEST_P(DrtmE2E, AClientThatDiesHoldingALockWedgesNobody) {
   start();
   // The victim forks before this process opens any fabric.
