@@ -56,6 +56,9 @@ TEST_P(FarmE2E, AGetIsOneReadAPutOneWriteAndProtocolsShareTheData) {
   ASSERT_EQ(farm->get(key, &v, &got_ver), Status::kOk);
   EXPECT_EQ(v, val);
   EXPECT_EQ(got_ver, ver) << "the version travels in the bucket";
+  // No neighbourhood wraps (proto/farm/layout.h; FarmWire.KeysFindTheirHomesAndNeighbourhoods-
+  // NeverWrap): there is no such READ to count, and no constant passes for a count.
+  EXPECT_FALSE(farm->protocol_counters().contains("wrap_reads"));
 
   const uint64_t gets_before = worker_sum(herd->stats(), "gets");
   auto before = farm->counters();
