@@ -29,7 +29,6 @@ nlohmann::json FarmCounters::to_json() const {
           {"layout_refreshes", layout_refreshes},
           {"read_errors", read_errors},
           {"gave_up", gave_up},
-          {"wrap_reads", 0},  // by construction (layout.h): a neighbourhood never wraps
           {"reads_per_get",
            static_cast<double>(neighbourhood_reads + record_reads + header_reads + clock_reads) /
                g},
