@@ -387,6 +387,44 @@ TEST_P(DrtmE2E, AClientThatDiesHoldingALockWedgesNobody) {
   EXPECT_EQ(v, "after-2");
 }
 
+// A holder stalled between its lock and its WRITE for longer than the lease may have lost the
+// lock to a writer that broke it (the worker then replaces the item and frees its memory after
+// the retire grace): it must not WRITE, only give the lock back and have the worker apply its
+// PUT (docs/drtm.md, "A late holder"). The stall is a test hook of the client.
+TEST_P(DrtmE2E, AHolderPastItsLeaseDoesNotWrite) {
+  start();
+  ::setenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS", "120", 1);  // > the 50 ms lease
+  std::unique_ptr<Client> late;
+  try {
+    late = Client::connect(options("drtm"));
+  } catch (...) {
+    ::unsetenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS");
+    throw;
+  }
+  ::unsetenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS");
+  std::string v;
+  ASSERT_EQ(late->put("stalled", "before"), Status::kOk);  // a new key: by message
+  ASSERT_EQ(late->get("stalled", &v), Status::kOk);        // caches the location
+  const uint64_t writes = counter(*late, "writes");
+  const auto before = late->counters();
+  uint64_t ver = 0;
+  ASSERT_EQ(late->put("stalled", "late", 0, 0, &ver), Status::kOk);  // CAS, stall, then?
+  const auto d = late->counters() - before;
+  EXPECT_EQ(d[fabric::Verb::kWrite].posted, 0u) << "the late holder wrote the record";
+  EXPECT_EQ(counter(*late, "writes"), writes);
+  EXPECT_EQ(counter(*late, "late_holds"), 1u);
+  EXPECT_GE(d[fabric::Verb::kSend].posted, 1u) << "the PUT went to the worker";
+  // The lock was given back: another client PUTs by CAS at once, no lease to wait out.
+  auto c = Client::connect(options("drtm"));
+  ASSERT_EQ(c->get("stalled", &v), Status::kOk);
+  EXPECT_EQ(v, "late");
+  ASSERT_EQ(c->put("stalled", "next"), Status::kOk);
+  EXPECT_EQ(counter(*c, "lease_breaks"), 0u);
+  EXPECT_EQ(counter(*c, "cas_puts"), 1u);
+  ASSERT_EQ(late->get("stalled", &v), Status::kOk);
+  EXPECT_EQ(v, "next");
+}
+
 TEST_P(DrtmE2E, RefusesWhatCannotWork) {
   // One engine per server: pilaf's and drtm's clients reach different ones.
   EXPECT_THROW(KvServer(GetParam(), "drtm,pilaf"), std::runtime_error);

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -138,6 +139,10 @@ class DrtmClient final : public proto::ClientProtocol {
     // TEST ONLY (tests/client/drtm_e2e_test.cc): the process exits right after a lock is
     // taken, as a client killed between its two atomics.
     die_holding_lock_ = std::getenv("FABKV_TEST_DRTM_EXIT_HOLDING_LOCK") != nullptr;
+    // TEST ONLY (tests/client/drtm_e2e_test.cc): the holder stalls this many ms between taking
+    // a lock and its WRITE, as a descheduled process would.
+    if (const char* ms = std::getenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS"))
+      stall_holding_lock_ = std::chrono::milliseconds(std::atoi(ms));
   }
   ~DrtmClient() override { buf_.reset(); }
 
@@ -611,6 +616,8 @@ class DrtmClient final : public proto::ClientProtocol {
     const uint64_t found = word(op, 2);
     if (found == op.compare) {
       if (die_holding_lock_) _exit(3);  // TEST ONLY: a client killed holding the lock
+      if (stall_holding_lock_.count() > 0)
+        std::this_thread::sleep_for(stall_holding_lock_);  // TEST ONLY: a stalled holder
       // Ours: fill the other record with the next version (the current one stays whole for
       // readers), then release.
       const uint64_t v = version_of(op.compare) + 1;
@@ -705,6 +712,7 @@ class DrtmClient final : public proto::ClientProtocol {
   std::unordered_map<std::string, Loc, Hash, std::equal_to<>> cache_;
   Counters counters_;
   bool die_holding_lock_ = false;
+  std::chrono::milliseconds stall_holding_lock_{0};
 };
 
 }  // namespace
