@@ -80,6 +80,7 @@ TEST_P(DrtmE2E, VerbCountsByCounter) {
 
   // PUT of an existing key = 2 atomics + 1 WRITE; the worker's puts stay flat.
   const uint64_t worker_puts = worker_sum(c->stats(), "puts");
+  const uint64_t late_before = counter(*c, "late_holds");
   before = c->counters();
   uint64_t last = got;
   for (int i = 0; i < 50; ++i) {
@@ -90,15 +91,20 @@ TEST_P(DrtmE2E, VerbCountsByCounter) {
     last = nv;
   }
   d = c->counters() - before;
+  // A holder whose acquire CAS completed later than it may still WRITE (40 ms after posting
+  // it: docs/drtm.md, "A late holder"; seen 2 times in 50 on tcp on a loaded machine) gives the
+  // lock back and sends its PUT to the worker; the next PUT then looks the key up (2 READs).
+  // On a quiet machine `late` is 0 and the counts are the paper's.
+  const uint64_t late = counter(*c, "late_holds") - late_before;
   EXPECT_EQ(d[fabric::Verb::kAtomic].posted, 100u);
-  EXPECT_EQ(d[fabric::Verb::kWrite].posted, 50u);
-  EXPECT_EQ(d[fabric::Verb::kRead].posted, 0u);
-  EXPECT_EQ(d[fabric::Verb::kSend].posted, 0u);
-  EXPECT_EQ(worker_sum(c->stats(), "puts"), worker_puts);
+  EXPECT_EQ(d[fabric::Verb::kWrite].posted, 50u - late);
+  EXPECT_LE(d[fabric::Verb::kRead].posted, 2 * late);
+  EXPECT_EQ(d[fabric::Verb::kSend].posted, late);
+  EXPECT_EQ(worker_sum(c->stats(), "puts"), worker_puts + late);
   ASSERT_EQ(c->get("k", &v, &got), Status::kOk);
   EXPECT_EQ(v, "v2-49");
   EXPECT_EQ(got, last);
-  EXPECT_EQ(counter(*c, "cas_puts"), 50u);
+  EXPECT_EQ(counter(*c, "cas_puts"), 50u - late);
   EXPECT_EQ(counter(*c, "cas_failures"), 0u);
 
   // memcached cas through the lock word: the right version wins, a stale one loses.
