@@ -76,6 +76,16 @@ struct ClientOptions {
   // time) makes that clock run fast (> 1: leases end early) or slow (< 1: the client trusts an
   // address longer than the server holds its memory, which the item checks must catch).
   double lease_clock_rate = 1.0;
+  // TEST ONLY: the sequence number this client's first request to each worker carries (0 = 1,
+  // as always) on the RPC protocols (herd, server-reply, rfrpc, hydradb, seq-rpc, and the
+  // messages of pilaf, farm and drtm). The Hello tells the server, whose slot polling starts
+  // there too. Tests start near 2^32 to cross the sequence's wrap in a few requests
+  // (tests/client/rpc_slots_e2e_test.cc); nothing else has a reason to set it.
+  uint32_t first_seq = 0;
+  // TEST ONLY: this client's n-th request by the RPC client (counted from 1 over all workers;
+  // 0 = none) goes out with its check broken, as garbage in its slot would look to the worker
+  // (tests/client/rpc_slots_e2e_test.cc: the answer is kMalformed, at once).
+  uint64_t garbage_request = 0;
 };
 
 enum class Status {

@@ -2,7 +2,9 @@
 // sequence wrap, status mapping, response parsing, local validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "client/client.h"
 #include "proto/rpc/request.h"
@@ -117,21 +119,38 @@ TEST(Encoding, InlineOrIndirectByRequestSize) {
   EXPECT_LE(rpc::request_bytes(sizeof(rpc::IndirectBody)), 64u);
 }
 
-TEST(Encoding, SeqStartsAtOneAndSkipsZeroOnWrap) {
-  EXPECT_EQ(next_seq(0), 1u);  // the first request
-  EXPECT_EQ(next_seq(1), 2u);
-  EXPECT_EQ(next_seq(0xfffffffeu), 0xffffffffu);
-  EXPECT_EQ(next_seq(0xffffffffu), 1u);
-  // Around the wrap, W consecutive seqs are distinct and never 0, so a slot's next seq
-  // always differs from its previous one.
-  uint32_t s = 0xfffffff0u;
-  std::vector<uint32_t> seen;
-  for (int i = 0; i < 40; ++i) {
-    s = next_seq(s);
-    EXPECT_NE(s, 0u);
-    seen.push_back(s);
+TEST(Encoding, SeqStartsAtOneAndWrapsAtAMultipleOfTheWindow) {
+  using rpc::next_seq;
+  using rpc::seq_cycle;
+  using rpc::seq_slot;
+  EXPECT_EQ(next_seq(0, 4), 1u);  // the first request
+  EXPECT_EQ(next_seq(1, 4), 2u);
+  EXPECT_EQ(seq_cycle(4), 0xfffffffcu);
+  EXPECT_EQ(next_seq(0xfffffffbu, 4), 0xfffffffcu);
+  EXPECT_EQ(next_seq(0xfffffffcu, 4), 1u);
+  EXPECT_EQ(next_seq(0xffffffffu, 1), 1u);  // W = 1: every non-zero number
+  for (uint32_t window : {1u, 2u, 3u, 4u, 5u, 7u, 16u, 64u, 4096u}) {
+    // Across the wrap, request number r (counted without end) and seq agree on the slot: a
+    // client counting requests and a worker following seqs never point at different slots.
+    // Every seq is non-zero, and a slot's previous seq is the one W requests earlier.
+    uint32_t s = seq_cycle(window) - 200;
+    uint64_t r = s;  // the request number of seq s + 1 (both count from 0 here)
+    std::vector<uint32_t> seen;
+    for (int i = 0; i < 600; ++i) {
+      s = next_seq(s, window);
+      ASSERT_NE(s, 0u);
+      EXPECT_EQ(seq_slot(s, window), r % window) << "W " << window << " seq " << s;
+      seen.push_back(s);
+      if (seen.size() > window) {
+        EXPECT_EQ(rpc::prev_in_slot(s, window), seen[seen.size() - 1 - window]) << s;
+      }
+      r++;
+    }
+    EXPECT_EQ(seq_slot(rpc::prev_in_slot(1, window), window), 0u);
+    EXPECT_EQ(rpc::first_seq(0, window), 1u);
+    EXPECT_EQ(rpc::first_seq(seq_cycle(window), window), seq_cycle(window));
+    EXPECT_EQ(rpc::first_seq(uint64_t{seq_cycle(window)} + 1, window), 1u);
   }
-  for (size_t i = 4; i < seen.size(); ++i) EXPECT_NE(seen[i], seen[i - 4]);
   EXPECT_EQ(rpc::slot_offset(3, 4, 1024, 5), (3u * 4 + 1) * 1024);
 }
 

@@ -56,6 +56,9 @@ TEST_P(FarmE2E, AGetIsOneReadAPutOneWriteAndProtocolsShareTheData) {
   ASSERT_EQ(farm->get(key, &v, &got_ver), Status::kOk);
   EXPECT_EQ(v, val);
   EXPECT_EQ(got_ver, ver) << "the version travels in the bucket";
+  // No neighbourhood wraps (proto/farm/layout.h; FarmWire.KeysFindTheirHomesAndNeighbourhoods-
+  // NeverWrap): there is no such READ to count, and no constant passes for a count.
+  EXPECT_FALSE(farm->protocol_counters().contains("wrap_reads"));
 
   const uint64_t gets_before = worker_sum(herd->stats(), "gets");
   auto before = farm->counters();
@@ -135,6 +138,42 @@ TEST_P(FarmE2E, AFarmVarGetIsTwoReads) {
 // Several client processes, each with W > 1 requests in flight, on keys of their own (checked
 // against a model map) and on shared keys (self-describing values, checked for integrity),
 // over farm, while the table starts tiny and grows.
+// A GET's callback may start other GETs (and wait for them) before it is done with its own
+// value: the value handed to it must stay its own meanwhile, not the READ buffer of an op the
+// nested GET takes (as pilaf's reader, tests/client/pilaf_e2e_test.cc). farm and farm-var: the
+// value sits in the neighbourhood copy (inline) or the record copy (out of line).
+TEST_P(FarmE2E, ACallbackThatStartsAnotherGetKeepsItsValue) {
+  // One protocol's failed assertion ends only its own run.
+  auto run = [&](const char* protocol) {
+    SCOPED_TRACE(protocol);
+    start(std::string("herd,") + protocol);
+    auto c = Client::connect(options(protocol));
+    const std::string a = value_for("first", 1, 40), b = value_for("second", 2, 40);
+    ASSERT_EQ(c->put("first", a), Status::kOk);
+    ASSERT_EQ(c->put("second", b), Status::kOk);
+    for (int i = 0; i < 50; ++i) {
+      bool done = false;
+      std::string seen, other;
+      Status st = c->get_async("first", [&](Status s, std::string_view v, uint64_t) {
+        ASSERT_EQ(s, Status::kOk);
+        // A nested, blocking GET of another key runs to completion inside this callback.
+        EXPECT_EQ(c->get("second", &other), Status::kOk);
+        seen.assign(v.data(), v.size());
+        done = true;
+      });
+      ASSERT_EQ(st, Status::kOk);
+      ASSERT_EQ(c->flush(), Status::kOk);
+      ASSERT_TRUE(done);
+      EXPECT_EQ(other, b);
+      ASSERT_EQ(seen, a) << "the callback's value was overwritten by the nested GET (round " << i
+                         << ")";
+    }
+    EXPECT_GE(counter(*c, "gets"), 100u);  // by READs, not by message
+  };
+  run("farm");
+  run("farm-var");
+}
+
 TEST_P(FarmE2E, ModelMapUnderConcurrentClientProcesses) {
   start("herd,farm", {"--workers", "2", "--window", "4", "--farm-homes", "16", "--farm-extents",
                       "4K"});

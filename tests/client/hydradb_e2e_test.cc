@@ -272,6 +272,39 @@ TEST_P(HydraE2E, AReaderHoldingAnAddressNeverReturnsTheReplacedValue) {
 
 // The lease is a duration on the client's monotonic clock from when it sent the GET: after
 // it, a GET goes by RPC again (no READ), whatever the client's wall clock says.
+// A GET answered by the cached READ hands its callback a view into that READ's buffer: a
+// callback that starts another GET and waits for it must keep its own value (the op stays
+// taken while the callback runs; farm's and pilaf's readers hand a copy instead).
+TEST_P(HydraE2E, ACallbackThatStartsAnotherGetKeepsItsValue) {
+  start({"--workers", "1", "--hydradb-lease-ms", "60000"});
+  auto c = Client::connect(options());
+  const std::string a = std::string(100, 'a') + "first", b = std::string(100, 'b') + "second";
+  ASSERT_EQ(c->put("first", a), Status::kOk);
+  ASSERT_EQ(c->put("second", b), Status::kOk);
+  std::string v;
+  ASSERT_EQ(c->get("first", &v), Status::kOk);  // the addresses, under a lease of a minute
+  ASSERT_EQ(c->get("second", &v), Status::kOk);
+  {
+    for (int i = 0; i < 50; ++i) {
+      bool done = false;
+      std::string seen, other;
+      Status st = c->get_async("first", [&](Status s, std::string_view v, uint64_t) {
+        ASSERT_EQ(s, Status::kOk);
+        EXPECT_EQ(c->get("second", &other), Status::kOk);  // nested, to completion
+        seen.assign(v.data(), v.size());
+        done = true;
+      });
+      ASSERT_EQ(st, Status::kOk);
+      ASSERT_EQ(c->flush(), Status::kOk);
+      ASSERT_TRUE(done);
+      EXPECT_EQ(other, b);
+      ASSERT_EQ(seen, a) << "the callback's value was overwritten by the nested GET (round " << i
+                         << ")";
+    }
+  }
+  EXPECT_GE(counter(*c, "cache_hits"), 100u) << "the GETs went by RPC, not by the cached READ";
+}
+
 TEST_P(HydraE2E, LeaseRunsOutOnTheClientsMonotonicClock) {
   start({"--workers", "1", "--hydradb-lease-ms", "300"});
   for (int skew : {0, 3600, -3600}) {

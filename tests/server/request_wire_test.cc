@@ -95,5 +95,24 @@ TEST(RequestWire, EmptyPreviousGarbageAndImpossibleLengths) {
   EXPECT_EQ(read_request(slot, 9, kWindow, kSlot, &h), SlotRead::kTooLong);
 }
 
+// After the wrap, a slot still holds the last request of the previous cycle: that is an empty
+// slot, not garbage to be answered kMalformed once it has sat there long enough.
+TEST(RequestWire, TheSlotsPreviousRequestAcrossTheWrapIsEmpty) {
+  alignas(8) char slot[kSlot] = {};
+  RequestHeader h;
+  std::mt19937_64 rng(5);
+  for (uint32_t seq = 1; seq <= kWindow; ++seq) {
+    const uint32_t prev = seq_cycle(kWindow) - kWindow + seq;
+    ASSERT_EQ(seq_slot(prev, kWindow), seq_slot(seq, kWindow));
+    const std::vector<char> p = build_request(rng, prev);
+    std::memset(slot, 0, sizeof(slot));
+    std::memcpy(slot, p.data(), p.size());
+    EXPECT_EQ(read_request(slot, seq, kWindow, kSlot, &h), SlotRead::kEmpty) << "seq " << seq;
+    const std::vector<char> a = build_request(rng, seq);
+    std::memcpy(slot, a.data(), a.size());
+    EXPECT_EQ(read_request(slot, seq, kWindow, kSlot, &h), SlotRead::kWhole) << "seq " << seq;
+  }
+}
+
 }  // namespace
 }  // namespace fabkv::rpc

@@ -9,8 +9,9 @@
 //                            WRITE when the location and version are cached
 // and by RPC message (proto/rpc/client.h, SEND both ways) what needs the worker: a PUT of a new
 // key (the worker allocates the item), of a value the item cannot hold, or of an item whose
-// lock stayed held past kLockLease (its holder died or stalled: the worker replaces the item);
-// DELETE; and a GET of an item with an expiry (judged by the worker's clock).
+// lock stayed held past kLockLease (its holder died or stalled: the worker replaces the item),
+// or of a PUT whose own lock was held too long to WRITE (kHoldMargin); DELETE; and a GET of an
+// item with an expiry (judged by the worker's clock).
 //
 // Each op is a small state machine driven by its completions; up to W x workers are in flight.
 // Owner thread only.
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -47,6 +49,12 @@ constexpr uint32_t kMaxRetries = 64;
 // stalled: the PUT goes to the worker, which replaces the item (docs/drtm.md, "A dead lock
 // holder"). A live holder keeps it for 3 round trips (microseconds on shm, ~40 us on tcp).
 constexpr auto kLockLease = std::chrono::milliseconds(50);
+// A holder WRITEs its record only if less than kLockLease - kHoldMargin has passed since it
+// posted its acquire CAS: past that, a writer may have broken the lease and the worker replaced
+// the item, whose memory is reused retire_grace_ms later (docs/drtm.md, "A late holder"). The
+// margin covers the time from the check to the WRITE's landing.
+constexpr auto kHoldMargin = std::chrono::milliseconds(10);
+static_assert(kHoldMargin < kLockLease);
 // Cached locations at most (then the cache starts over).
 constexpr size_t kCacheMax = size_t{1} << 20;
 constexpr size_t kAlign = 64;
@@ -72,13 +80,13 @@ struct Hash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
-enum class Step : uint8_t { kBucket, kItem, kAcquire, kWrite, kRelease, kMessage };
+enum class Step : uint8_t { kBucket, kItem, kAcquire, kWrite, kRelease, kAbandon, kMessage };
 
 struct Counters {
   uint64_t gets = 0, hits = 0, cached_gets = 0, puts = 0, cas_puts = 0, bucket_reads = 0,
            item_reads = 0, torn_buckets = 0, torn_items = 0, stale_locations = 0, atomics = 0,
            cas_failures = 0, locked_seen = 0, writes = 0, superseded = 0, lease_breaks = 0,
-           message_puts = 0, message_gets = 0, gave_up = 0, errors = 0;
+           message_puts = 0, message_gets = 0, gave_up = 0, errors = 0, late_holds = 0;
   nlohmann::json to_json() const {
     const double g = gets ? static_cast<double>(gets) : 1.0;
     const double p = cas_puts ? static_cast<double>(cas_puts) : 1.0;
@@ -98,6 +106,7 @@ struct Counters {
             {"writes", writes},
             {"superseded", superseded},
             {"lease_breaks", lease_breaks},
+            {"late_holds", late_holds},
             {"message_puts", message_puts},
             {"message_gets", message_gets},
             {"gave_up", gave_up},
@@ -126,6 +135,7 @@ struct Op {
   uint64_t compare = 0;  // kAcquire: the unlocked word expected; kRelease: our locked word
   uint64_t last_locked = 0;
   Clock::time_point locked_since{};
+  Clock::time_point acquire_posted{};  // our last acquire CAS: the lease runs from here
   uint32_t retries = 0;
   Clock::time_point deadline{};
   size_t buf = 0;  // offset of this op's slice
@@ -138,6 +148,10 @@ class DrtmClient final : public proto::ClientProtocol {
     // TEST ONLY (tests/client/drtm_e2e_test.cc): the process exits right after a lock is
     // taken, as a client killed between its two atomics.
     die_holding_lock_ = std::getenv("FABKV_TEST_DRTM_EXIT_HOLDING_LOCK") != nullptr;
+    // TEST ONLY (tests/client/drtm_e2e_test.cc): the holder stalls this many ms between taking
+    // a lock and its WRITE, as a descheduled process would.
+    if (const char* ms = std::getenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS"))
+      stall_holding_lock_ = std::chrono::milliseconds(std::atoi(ms));
   }
   ~DrtmClient() override { buf_.reset(); }
 
@@ -359,6 +373,7 @@ class DrtmClient final : public proto::ClientProtocol {
   void acquire(Op& op, uint64_t expect) {
     op.step = Step::kAcquire;
     op.compare = expect;
+    op.acquire_posted = Clock::now();
     cas(op, expect, expect | 1);
   }
   // The unlocked word a PUT expects: the user's version (memcached cas) or `version`.
@@ -481,6 +496,7 @@ class DrtmClient final : public proto::ClientProtocol {
       case Step::kAcquire: ran = on_acquire(op); break;
       case Step::kWrite: ran = on_write(op); break;
       case Step::kRelease: ran = on_release(op); break;
+      case Step::kAbandon: ran = on_abandon(op); break;
       case Step::kMessage: break;  // the RPC client's
     }
     return ran;
@@ -611,6 +627,16 @@ class DrtmClient final : public proto::ClientProtocol {
     const uint64_t found = word(op, 2);
     if (found == op.compare) {
       if (die_holding_lock_) _exit(3);  // TEST ONLY: a client killed holding the lock
+      if (stall_holding_lock_.count() > 0)
+        std::this_thread::sleep_for(stall_holding_lock_);  // TEST ONLY: a stalled holder
+      if (Clock::now() - op.acquire_posted > kLockLease - kHoldMargin) {
+        // Held too long to WRITE safely (the process was descheduled, or the completion came
+        // late): give the lock back unchanged and let the worker apply the PUT.
+        counters_.late_holds++;
+        op.step = Step::kAbandon;
+        cas(op, op.compare | 1, op.compare);
+        return op.busy ? 0 : 1;
+      }
       // Ours: fill the other record with the next version (the current one stays whole for
       // readers), then release.
       const uint64_t v = version_of(op.compare) + 1;
@@ -670,6 +696,13 @@ class DrtmClient final : public proto::ClientProtocol {
     return op.busy ? 0 : 1;
   }
 
+  // The lock given back unwritten (past the lease): released, or already broken (kRetired: the
+  // worker replaced the item), the PUT goes to the worker either way.
+  size_t on_abandon(Op& op) {
+    by_message(op);  // forgets the location
+    return 0;
+  }
+
   size_t on_release(Op& op) {
     const uint64_t found = word(op, 2);
     const uint64_t v = version_of(op.compare) + 1;
@@ -705,6 +738,7 @@ class DrtmClient final : public proto::ClientProtocol {
   std::unordered_map<std::string, Loc, Hash, std::equal_to<>> cache_;
   Counters counters_;
   bool die_holding_lock_ = false;
+  std::chrono::milliseconds stall_holding_lock_{0};
 };
 
 }  // namespace

@@ -12,7 +12,10 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 #include "fabric/memory_region.h"
+#include "proto/drtm/atomics.h"
 #include "proto/drtm/engine.h"
 #include "proto/json.h"
 #include "proto/rpc/server.h"
@@ -34,6 +37,13 @@ class DrtmServer final : public rpc::RpcServer {
   }
 
   std::unique_ptr<store::Engine> make_engine(const store::EngineOptions& so) override {
+    // Lock words need atomics that are atomic with the worker's own (atomics.h): refused at
+    // set-up, with the reason, where that is not known.
+    std::string device;
+    const AtomicScope scope = device_atomic_scope(worker_.fabric(), &device);
+    if (std::string why = atomics_refusal(worker_.fabric().provider_name(), device, scope);
+        !why.empty())
+      throw std::runtime_error(why);
     auto engine = std::make_unique<store::DrtmEngine>(so);
     engine_ = engine.get();
     const store::DrtmRegions& r = engine_->regions();

@@ -29,7 +29,6 @@ nlohmann::json FarmCounters::to_json() const {
           {"layout_refreshes", layout_refreshes},
           {"read_errors", read_errors},
           {"gave_up", gave_up},
-          {"wrap_reads", 0},  // by construction (layout.h): a neighbourhood never wraps
           {"reads_per_get",
            static_cast<double>(neighbourhood_reads + record_reads + header_reads + clock_reads) /
                g},
@@ -208,9 +207,20 @@ size_t FarmReader::finish(Op& op, Status st, std::string_view value, uint64_t ve
   in_flight_--;
   Client::Callback cb = std::move(op.cb);
   op.cb = nullptr;
+  // The value is in this op's READ buffer (the neighbourhood or the record copy), which the
+  // next GET may take as soon as the op is free, also one the callback starts and waits for:
+  // the callback reads a copy (as pilaf's reader, proto/pilaf/reader.cc).
+  std::string nested;
+  std::string& copy = depth_ == 0 ? value_ : nested;
+  copy.assign(value.data(), value.size());
   if (op.pending > 0) op.zombie = true;  // keep the buffer until its READ returns
   else op.busy = false;
-  if (cb) cb(st, value, version);
+  depth_++;
+  struct Leave {
+    uint32_t& d;
+    ~Leave() { d--; }
+  } leave{depth_};
+  if (cb) cb(st, copy, version);
   return 1;
 }
 

@@ -112,6 +112,11 @@ class FarmReader {
   std::vector<Op> ops_;
   size_t in_flight_ = 0;
   FarmCounters counters_;
+  // The value a callback gets: a copy, because the op (and its READ buffer) is free for the
+  // next GET once the callback runs. Nested callbacks (a callback waiting for another GET) copy
+  // into their own string.
+  std::string value_;
+  uint32_t depth_ = 0;
 };
 
 }  // namespace fabkv::farm

@@ -151,7 +151,7 @@ class HydraClient final : public proto::ClientProtocol {
 
   nlohmann::json counters() const override {
     const Counters& c = counters_;
-    return {{"gets", c.gets},
+    nlohmann::json j = {{"gets", c.gets},
             {"cache_hits", c.cache_hits},
             {"cache_misses", c.cache_misses},
             {"lease_expired", c.lease_expired},
@@ -167,6 +167,8 @@ class HydraClient final : public proto::ClientProtocol {
             {"cache_entries", static_cast<uint64_t>(cache_.size())},
             {"hit_rate", c.gets ? static_cast<double>(c.cache_hits) / static_cast<double>(c.gets)
                                 : 0.0}};
+    rpc_.counters(&j);
+    return j;
   }
 
  private:

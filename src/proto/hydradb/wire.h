@@ -7,7 +7,7 @@
 // worker's item arena ("hydradb.items.<w>", proto/hydradb/layout.h) and for how long the
 // client may READ it there instead of asking again (the lease); otherwise it is empty.
 //
-//   ring slot of (worker w, seq):  (w * W + (seq - 1) mod W) * ring_slot_bytes(max_value)
+//   ring slot of (worker w, seq):  (w * W + seq_slot(seq, W)) * ring_slot_bytes(max_value)
 //   answer:  rpc::ResponseHeader | value | zeros to 8 | ItemRef | ResponseTrailer{seq, check}
 //
 // The bytes of the worker's WRITE may land in any order (docs/architecture.md): read_answer
@@ -63,7 +63,7 @@ inline constexpr size_t response_bytes(size_t value_len) {
 }
 inline constexpr size_t ring_slot_bytes(size_t max_value) { return response_bytes(max_value); }
 inline size_t ring_offset(uint32_t worker, uint32_t window, size_t max_value, uint32_t seq) {
-  return (size_t{worker} * window + (seq - 1) % window) * ring_slot_bytes(max_value);
+  return (size_t{worker} * window + rpc::seq_slot(seq, window)) * ring_slot_bytes(max_value);
 }
 inline size_t ring_bytes(uint32_t workers, uint32_t window, size_t max_value) {
   return size_t{workers} * window * ring_slot_bytes(max_value);

@@ -192,6 +192,7 @@ class RfrpcClient final : public proto::ClientProtocol {
             {"fetch_rtt_us", paths_.empty() ? 0.0 : double(paths_[0].fetch_rtt_ns()) / 1000.0},
             {"last_proc_us",
              last_proc_.empty() ? 0.0 : double(decode_proc_time(last_proc_[0])) / 1000.0}};
+    rpc_.counters(&j);
     if (batcher_) batcher_->counters(&j);
     return j;
   }
@@ -222,7 +223,7 @@ class RfrpcClient final : public proto::ClientProtocol {
   // waits for it). Called right after submit (so the flag's state is what the worker will see),
   // or by step() for a call posted otherwise, which then fetches.
   Fetch& begin(uint32_t w, uint32_t seq, bool at_submit = true) {
-    Fetch& f = fetches_[size_t{w} * window_ + (seq - 1) % window_];
+    Fetch& f = fetches_[size_t{w} * window_ + rpc::seq_slot(seq, window_)];
     if (f.seq == seq) return f;
     f.seq = seq;
     f.done = false;
@@ -234,7 +235,7 @@ class RfrpcClient final : public proto::ClientProtocol {
   }
 
   size_t step(uint32_t w, uint32_t seq) {
-    const size_t i = size_t{w} * window_ + (seq - 1) % window_;
+    const size_t i = size_t{w} * window_ + rpc::seq_slot(seq, window_);
     Fetch& f = begin(w, seq, false);
     if (f.done) return 0;
     const char* slot = ring_.data() + ring_offset(w, window_, max_value_, seq);

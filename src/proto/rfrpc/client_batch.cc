@@ -60,6 +60,13 @@ Batcher::Batcher(proto::ClientHost& host, rpc::RpcClient& rpc, const Config& con
     }
   }
   size_ = config_.llimit_us > 0 ? 1 : config_.entries;  // eq. 3 starts small and grows
+  // TEST ONLY (ClientOptions::first_seq): batch and entry numbers start there too.
+  if (const uint32_t first = rpc::first_seq(host_.options().first_seq, 1); first > 1) {
+    for (WorkerState& ws : workers_state_) {
+      ws.entry_seq = first - 1;
+      for (Flight& f : ws.flights) f.seq = first - 1;
+    }
+  }
 }
 
 Batcher::~Batcher() = default;
@@ -95,7 +102,9 @@ Status Batcher::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   const uint32_t size = static_cast<uint32_t>(req);
   std::memcpy(o.payload.data() + at, &size, sizeof(size));
   rpc::RequestFields f;
-  ws.entry_seq = rpc::next_seq(ws.entry_seq);
+  // An entry's seq names no slot (its result comes back in the batch's): any cycle does.
+  if (rpc::next_seq(ws.entry_seq, 1) < ws.entry_seq) counters_.seq_wraps++;
+  ws.entry_seq = rpc::next_seq(ws.entry_seq, 1);
   f.seq = ws.entry_seq;
   f.client = rpc_.client();
   f.epoch = rpc_.epoch();
@@ -146,7 +155,9 @@ size_t Batcher::send(uint32_t w) {
   f.busy = true;
   f.dead = false;
   const uint32_t prev_seq = f.seq;
-  f.seq = rpc::next_seq(f.seq);
+  // A batch number names no slot either (b does; the worker takes any number but the last).
+  if (rpc::next_seq(f.seq, 1) < f.seq) counters_.seq_wraps++;
+  f.seq = rpc::next_seq(f.seq, 1);
   f.entries = std::move(ws.open.entries);
   f.payload = std::move(ws.open.payload);
   ws.open = Open{};
@@ -425,6 +436,7 @@ void Batcher::counters(nlohmann::json* out) const {
   (*out)["batches_sent_by_timeout"] = k.timeouts_sent;
   (*out)["batch_resizes"] = k.resized;
   (*out)["batch_errors"] = k.errors;
+  (*out)["batch_seq_wraps"] = k.seq_wraps;  // batch numbers and entry numbers back to 1
   (*out)["batch_size"] = double(size_);  // a gauge (a double: summing tools skip it)
 }
 

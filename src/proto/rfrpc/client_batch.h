@@ -115,7 +115,8 @@ class Batcher {
 
   struct Counters {
     uint64_t batches = 0, batched = 0, reads = 0, failed = 0, second_reads = 0, torn = 0,
-             overflows = 0, bad = 0, timeouts_sent = 0, resized = 0, errors = 0;
+             overflows = 0, bad = 0, timeouts_sent = 0, resized = 0, errors = 0,
+             seq_wraps = 0;
   };
   Counters counters_;
 };

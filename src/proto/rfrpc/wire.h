@@ -10,7 +10,7 @@
 //
 // Results. Worker w keeps one result slot per (client, request slot): client c's request
 // `seq` is answered at
-//   (c * W + (seq - 1) mod W) * result_slot_bytes(max_value)
+//   (c * W + seq_slot(seq, W)) * result_slot_bytes(max_value)
 // of the worker's response region "rfrpc.results.<w>" (registered for remote READ). A result
 // is a ResultHeader (RF-RPC sec. 3.1: status, size and a 2-byte server processing time) and
 // then the result itself, an rpc::ResponseHeader and the value of a GET hit. The client READs
@@ -28,8 +28,8 @@
 // client: kModeFetch, or kModeReply when the client has flipped to server-reply. The worker
 // reads its local copy when it answers: in reply mode it also WRITEs the same bytes (result
 // header and result) into the client's ring, a region of client memory announced in the Hello,
-// at (w * W + (seq - 1) mod W) * result_slot_bytes(max_value). The worker always writes its own
-// response buffer too, so a request sent just before a flip is found by READ either way.
+// at (w * W + seq_slot(seq, W)) * result_slot_bytes(max_value). The worker always writes its
+// own response buffer too, so a request sent just before a flip is found by READ either way.
 //
 // Batches (RF-RPC sec. 4, fig. 6), when the server enables them (--rfrpc-batch-entries): a
 // client buffers small requests per worker and WRITEs them as one request batch into one of its
@@ -106,10 +106,10 @@ inline constexpr size_t result_slot_bytes(size_t max_value) {
   return (result_bytes(max_value) + 7) & ~size_t{7};
 }
 inline size_t result_offset(uint32_t client, uint32_t window, size_t max_value, uint32_t seq) {
-  return (size_t{client} * window + (seq - 1) % window) * result_slot_bytes(max_value);
+  return (size_t{client} * window + rpc::seq_slot(seq, window)) * result_slot_bytes(max_value);
 }
 inline size_t ring_offset(uint32_t worker, uint32_t window, size_t max_value, uint32_t seq) {
-  return (size_t{worker} * window + (seq - 1) % window) * result_slot_bytes(max_value);
+  return (size_t{worker} * window + rpc::seq_slot(seq, window)) * result_slot_bytes(max_value);
 }
 inline size_t ring_bytes(uint32_t workers, uint32_t window, size_t max_value) {
   return size_t{workers} * window * result_slot_bytes(max_value);

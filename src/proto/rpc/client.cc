@@ -1,6 +1,7 @@
 #include "proto/rpc/client.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -47,6 +48,8 @@ RpcClient::RpcClient(proto::ClientHost& host, const ClientConfig& config)
   const ClientOptions& o = host.options();
   staging_bytes_ = o.staging_bytes ? o.staging_bytes : kDefaultStaging;
   timeout_ms_ = o.timeout_ms;
+  first_seq_ = o.first_seq;
+  garbage_request_ = o.garbage_request;
 }
 
 RpcClient::~RpcClient() = default;
@@ -69,6 +72,7 @@ void RpcClient::hello(nlohmann::json* payload) {
   staging_ = std::make_unique<StagingArena>(staging_bytes_);
   staging_remote_ = staging_buf_->remote();
   (*payload)["region"] = proto::region_to_json(staging_remote_);
+  if (first_seq_ != 0) (*payload)["first_seq"] = first_seq_;  // TEST ONLY (ClientOptions)
 }
 
 void RpcClient::parse(const control::Welcome& w, const nlohmann::json& layout) {
@@ -127,6 +131,8 @@ proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
   for (uint32_t i = 0; i < n_workers_; ++i) {
     Worker& wk = workers_[i];
     wk.peer = peers[size_t{i} * queues_];
+    // The seq before the first (0 for 1: next_seq(0) is 1).
+    wk.last_seq = first_seq(first_seq_, window_) - 1;
     wk.slots = std::vector<Slot>(window_);
     for (uint32_t s = 0; s < window_; ++s) {
       wk.slots[s].tx_ctx.user = &kTxMarker;
@@ -232,8 +238,11 @@ size_t RpcClient::answer(const ResponseHeader& h, std::string_view value) {
   // departed client whose index we took must never complete one of our requests.
   if (h.worker >= workers_.size() || h.client != client_ || h.epoch != epoch_) return 0;
   Worker& wk = workers_[h.worker];
+  // A request the worker found as garbage is answered kMalformed without its op (wire.h).
+  const bool any_op =
+      h.op == kOpUnknown && h.status == static_cast<uint8_t>(WireStatus::kMalformed);
   for (Slot& s : wk.slots) {
-    if ((s.awaiting || s.zombie) && s.seq == h.seq && s.op == h.op) {
+    if ((s.awaiting || s.zombie) && s.seq == h.seq && (s.op == h.op || any_op)) {
       bool run = s.awaiting;
       if (s.awaiting) in_flight_--;
       s.awaiting = false;
@@ -319,15 +328,17 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   size_t off = kNoStaging;
   uint32_t si;
   while (true) {
-    si = static_cast<uint32_t>(wk.next_r % window_);
+    si = seq_slot(next_seq(wk.last_seq, window_), window_);
     if (wk.slots[si].free() && (staging_len == 0 || staging_->alloc(staging_len, &off))) break;
     host_.drive();
     if (!host_.alive()) return Status::kServerGone;
     if (d.expired()) return Status::kTimeout;
   }
   Slot& s = wk.slots[si];
-  wk.next_r++;
-  wk.last_seq = next_seq(wk.last_seq);
+  // The slot was derived from this seq, as the worker derives it (wire.h).
+  const uint32_t seq = next_seq(wk.last_seq, window_);
+  if (seq < wk.last_seq) seq_wraps_++;
+  wk.last_seq = seq;
   RequestFields f;
   f.seq = wk.last_seq;
   f.client = client_;
@@ -340,6 +351,7 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   s.staging_off = off;
   fabric::LocalBuffer src;
   char* tx_area = tx_->data() + tx_offset(w, si);
+  char* header = staged_send ? staging_buf_->data() + off : tx_area;
   if (indirect) {
     char* st = staging_buf_->data() + off;
     std::memcpy(st, key.data(), key.size());
@@ -355,6 +367,8 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
     size_t n = encode_inline(tx_area, f, key, value);
     src = tx_->local(tx_offset(w, si), send_transport_ ? fabric::lock_free_len(fabric, n) : n);
   }
+  if (garbage_request_ != 0 && ++requests_ == garbage_request_)
+    header[offsetof(RequestHeader, check)] ^= 1;  // TEST ONLY (ClientOptions::garbage_request)
   s.cb = std::move(cb);
   s.awaiting = true;
   s.tx_pending = true;

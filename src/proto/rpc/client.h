@@ -1,13 +1,14 @@
 // The client half of the RPC protocols (herd, server-reply, pilaf's PUT/DELETE, pilaf-vo): the
 // slot machinery of HERD sec. 4.2 over the wire format in proto/rpc/wire.h.
 //
-// Per worker w the client keeps W slots. Request number r goes to slot r mod W with
-// seq = r+1 (skipping 0 on wrap); a slot is reused only when both its answer and the local
-// completion of its WRITE/SEND have arrived (an inlined post is unsignaled and its buffer free
-// at once), so neither the server's slot nor our local buffer is overwritten while in use. Requests travel by WRITE into our slots of the worker's
-// request region (HERD sec. 4.2) or by SEND (HERD sec. 5.5), as the server's layout says; a
-// request larger than a slot is indirect (the worker READs key+value from our staging
-// region). Answers arrive as SENDs into receive buffers posted here (herd, pilaf), or wherever
+// Per worker w the client keeps W slots. Request seq (1, 2, ..., wrapping as proto/rpc/wire.h
+// says) goes to slot seq_slot(seq, W), the slot the worker derives from the same seq; a slot
+// is reused only when both its answer and the local completion of its WRITE/SEND have arrived
+// (an inlined post is unsignaled and its buffer free at once), so neither the server's slot
+// nor our local buffer is overwritten while in use. Requests travel by WRITE into our slots of
+// the worker's request region (HERD sec. 4.2) or by SEND (HERD sec. 5.5), as the server's
+// layout says; a request larger than a slot is indirect (the worker READs key+value from our
+// staging region). Answers arrive as SENDs into receive buffers posted here (herd, pilaf), or wherever
 // the owning protocol finds them, which then hands them to answer() (server-reply's ring).
 //
 // Used by composition: a protocol (src/proto/<name>/client.cc) owns one RpcClient and
@@ -76,7 +77,8 @@ class RpcClient {
   // for one (hydradb sends the GET after a stale READ only then, docs/hydradb.md): an inline
   // request to w then waits for nothing but the provider's queue.
   bool slot_free(uint32_t w) const {
-    return w < workers_.size() && workers_[w].slots[workers_[w].next_r % window_].free();
+    return w < workers_.size() &&
+           workers_[w].slots[seq_slot(next_seq(workers_[w].last_seq, window_), window_)].free();
   }
   // Ours: the context of a request's WRITE/SEND or of a receive buffer.
   bool owns(const fabric::OpContext* ctx) const {
@@ -91,9 +93,10 @@ class RpcClient {
       if (owns(c.context)) ran += complete(c);
     return ran;
   }
-  // An answer found by the owner: completes the slot of (h.worker, h.seq, h.op) if this
-  // incarnation of our index asked for it. `value` must stay valid during the callback and
-  // must not be reusable by a request the callback posts. Returns callbacks run.
+  // An answer found by the owner: completes the slot of (h.worker, h.seq, h.op; any op for a
+  // kMalformed answer with op kOpUnknown, wire.h) if this incarnation of our index asked for
+  // it. `value` must stay valid during the callback and must not be reusable by a request the
+  // callback posts. Returns callbacks run.
   size_t answer(const ResponseHeader& h, std::string_view value);
   size_t expire(bool all);
   size_t in_flight() const { return in_flight_; }
@@ -116,6 +119,9 @@ class RpcClient {
         if (s.awaiting || s.zombie) f(w, s.seq);
   }
   size_t waiting() const { return in_flight_ + zombies_; }
+  // Adds what the RPC client counts to a protocol's counters(): "seq_wraps", the times a
+  // worker's sequence number went from its largest value back to 1.
+  void counters(nlohmann::json* out) const { (*out)["seq_wraps"] = seq_wraps_; }
 
  private:
   static constexpr size_t kNoStaging = ~size_t{0};
@@ -136,8 +142,7 @@ class RpcClient {
   struct Worker {
     fabric::PeerAddr peer = fabric::kNoPeer;  // request endpoint (w*k)
     fabric::RemoteRegion region;              // <requests_region>.<w>
-    uint64_t next_r = 0;
-    uint32_t last_seq = 0;
+    uint32_t last_seq = 0;  // the seq of the last request posted (0: none yet)
     std::vector<Slot> slots;
   };
   class StagingArena;
@@ -167,6 +172,9 @@ class RpcClient {
   size_t tx_stride_ = 0;  // bytes per request slot in `tx_` (room for lock-free padding)
   bool send_transport_ = false;
   int timeout_ms_ = 2000;
+  uint32_t first_seq_ = 0;  // ClientOptions::first_seq (TEST ONLY)
+  uint64_t garbage_request_ = 0, requests_ = 0;  // ClientOptions::garbage_request (TEST ONLY)
+  uint64_t seq_wraps_ = 0;
 
   std::vector<Worker> workers_;
   std::vector<fabric::OpContext> recv_ctx_;

@@ -1,5 +1,5 @@
 // The client's half of the RPC wire format (proto/rpc/wire.h): building a request in a
-// buffer, choosing inline or indirect, advancing sequence numbers, mapping response statuses.
+// buffer, choosing inline or indirect, mapping response statuses (sequence numbers: wire.h).
 // Pure functions over bytes, so tests/client/encoding_test.cc checks them without a peer.
 #pragma once
 
@@ -21,13 +21,6 @@ struct RequestFields {
   uint32_t expire_at = 0;
   uint64_t expected_version = 0;
 };
-
-// HERD sec. 4.2 + wire.h: request number r (0-based) to a worker carries seq r+1; seq 0 means
-// "empty slot", so the 32-bit counter skips it when it wraps (..., 0xffffffff, 1, 2, ...).
-inline uint32_t next_seq(uint32_t seq) {
-  uint32_t n = seq + 1;
-  return n == 0 ? 1 : n;
-}
 
 // Checks a key and value length against the limits before anything is sent.
 // kInvalidKey for an empty key, kTooLarge for a key over store::kMaxKeySize or a value over

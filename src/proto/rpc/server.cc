@@ -39,8 +39,6 @@ OpCode to_opcode(store::Op op) {
   return op == store::Op::kGet ? OpCode::kGet : op == store::Op::kPut ? OpCode::kPut : OpCode::kDel;
 }
 
-uint32_t next_seq(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
-
 }  // namespace
 
 struct RpcServer::ClientState {
@@ -48,7 +46,7 @@ struct RpcServer::ClientState {
   uint16_t epoch = 0;
   bool slots = false;       // it WRITEs requests into its slots (else it only SENDs)
   fabric::RemoteRegion staging;  // client memory the worker READs indirect bodies from
-  uint32_t exp = 1;         // next expected seq (slots: requests are in order)
+  uint32_t exp = 1;         // next expected seq (slots: requests are in order; wire.h)
   uint32_t stall = 0;       // polls the expected slot has looked wrong
   uint32_t in_flight = 0;   // indirect READs outstanding for this epoch
 };
@@ -115,6 +113,9 @@ void RpcServer::add_client_st(uint32_t c, uint16_t epoch, const proto::Info&,
   s.active = true;
   s.epoch = epoch;
   s.slots = region_ != nullptr && hello.value("transport", std::string("write")) == "write";
+  // TEST ONLY (ClientOptions::first_seq): the client numbers its requests from here.
+  if (const auto it = hello.find("first_seq"); it != hello.end() && it->is_number_unsigned())
+    s.exp = first_seq(it->get<uint64_t>(), window_);
   std::erase(slot_clients_, c);
   if (s.slots) slot_clients_.push_back(c);
   if (hello.contains("region")) {
@@ -148,11 +149,11 @@ void RpcServer::remove_client_st(uint32_t c) {
 }
 
 char* RpcServer::answer_slot(uint32_t c, uint32_t seq) const {
-  return tx_->data() + (size_t{c} * window_ + (seq - 1) % window_) * stride_;
+  return tx_->data() + (size_t{c} * window_ + seq_slot(seq, window_)) * stride_;
 }
 
 fabric::LocalBuffer RpcServer::answer_buffer(uint32_t c, uint32_t seq, size_t len) const {
-  return tx_->local((size_t{c} * window_ + (seq - 1) % window_) * stride_, len);
+  return tx_->local((size_t{c} * window_ + seq_slot(seq, window_)) * stride_, len);
 }
 
 // HERD sec. 4.2: poll the request region round-robin, one request per client per round
@@ -175,8 +176,8 @@ void RpcServer::scan_st(uint32_t c) {
   if (s.in_flight > 0) return;  // an indirect body is being fetched for this client
   const uint32_t exp = s.exp;
   // A READ of an earlier client of this index may still hold this slot's context.
-  if (read_ctx_[size_t{c} * window_ + (exp - 1) % window_].user != nullptr) return;
-  char* slot = region_->data() + slot_offset(c, window_, slot_size_, exp - 1);
+  if (read_ctx_[size_t{c} * window_ + seq_slot(exp, window_)].user != nullptr) return;
+  char* slot = region_->data() + slot_offset(c, window_, slot_size_, seq_slot(exp, window_));
   RequestHeader h;
   const SlotRead r = read_request(slot, exp, window_, slot_size_, &h);
   if (r == SlotRead::kEmpty) {
@@ -193,7 +194,7 @@ void RpcServer::scan_st(uint32_t c) {
     // Not taken (the provider refused the indirect READ): it stays in its slot for the next
     // round.
     if (!accept_st(c, h, slot)) return;
-    s.exp = next_seq(exp);
+    s.exp = next_seq(exp, window_);
     return;
   }
   // Landing, garbage, or lengths no slot holds (which a landing header can show for a
@@ -204,8 +205,9 @@ void RpcServer::scan_st(uint32_t c) {
   s.stall = 0;
   if (r != SlotRead::kTooLong) add_st(counters_.garbage);
   add_st(counters_.malformed);
-  s.exp = next_seq(exp);
-  reply_error_st(c, s.epoch, exp, r == SlotRead::kTooLong ? h.op : 0, WireStatus::kMalformed);
+  s.exp = next_seq(exp, window_);
+  reply_error_st(c, s.epoch, exp, r == SlotRead::kTooLong ? h.op : kOpUnknown,
+                 WireStatus::kMalformed);
 }
 
 // A request that arrived as a message (HERD sec. 5.5); the worker checked its prefix.
@@ -298,7 +300,7 @@ bool RpcServer::accept_st(uint32_t c, const RequestHeader& h, const char* msg) {
   p.req.put.expire_at = h.expire_at;
   if (refuse == WireStatus::kOk && indirect) {
     // The body lives in client memory: one READ fetches it (the slot only carries where).
-    uint32_t slot_index = c * window_ + (seq - 1) % window_;
+    uint32_t slot_index = c * window_ + seq_slot(seq, window_);
     p.req.key = std::string_view(body, h.key_len);  // lengths only; rebased on arrival
     p.req.value = std::string_view(body, h.value_len);
     fabric::OpContext& ctx = read_ctx_[slot_index];

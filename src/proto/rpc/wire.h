@@ -11,6 +11,14 @@
 // and the checksum over key and value matches, never by the order in which a WRITE's bytes
 // land (docs/fabric.md: no provider promises the order in which a WRITE's bytes appear).
 //
+// Sequence numbers: per (client, worker), 1, 2, ... up to seq_cycle(W), then 1 again (0 marks
+// an empty slot). Request seq s uses slot seq_slot(s, W) = (s - 1) mod W on both sides, and so
+// do the answer buffers, server-reply's and hydradb's ring slots and rfrpc's result slots; the
+// slot's previous request is prev_in_slot(s, W). The cycle is the largest multiple of W below
+// 2^32, so the slots go round evenly across the wrap: with a cycle of 2^32 - 1 (every non-zero
+// number) the slot after the wrap is not the one after the last, and a client counting its
+// requests without end and a worker following seq numbers disagreed from then on.
+//
 // History:
 //   v1  first version: inline and indirect (client-memory) requests, SEND responses.
 //   v2  responses name the client index and epoch they answer, so a client that took over a
@@ -18,6 +26,8 @@
 //   v3  a request's check covers its header fields too (op, flags, lengths, version, expiry,
 //       client, epoch), not only its body: a header read while the request was landing can
 //       no longer pass for the request (read_request below).
+//   v4  sequence numbers wrap at seq_cycle(W), not at 2^32 - 1 (same bytes; a v3 peer and a
+//       v4 peer disagree on slots after 2^32 - W requests, so the version says which).
 #pragma once
 
 #include <atomic>
@@ -33,11 +43,38 @@
 
 namespace fabkv::rpc {
 
-inline constexpr uint32_t kWireVersion = 3;
+inline constexpr uint32_t kWireVersion = 4;
+
+// Sequence numbers (top of this file). `window` is W, 1..4096.
+inline constexpr uint32_t seq_cycle(uint32_t window) { return UINT32_MAX / window * window; }
+// The seq after `seq` (0: before the first request).
+inline constexpr uint32_t next_seq(uint32_t seq, uint32_t window) {
+  return seq >= seq_cycle(window) ? 1 : seq + 1;
+}
+// Which of a client's W slots (per worker) request `seq` uses.
+inline constexpr uint32_t seq_slot(uint32_t seq, uint32_t window) { return (seq - 1) % window; }
+// The request that used `seq`'s slot before it (in the previous cycle for seq <= W).
+inline constexpr uint32_t prev_in_slot(uint32_t seq, uint32_t window) {
+  return seq > window ? seq - window : seq_cycle(window) - window + seq;
+}
+// A client's first seq: `requested` (ClientOptions::first_seq, TEST ONLY, told in the Hello)
+// when it is one, else 1. Both sides apply it to the same W.
+inline constexpr uint32_t first_seq(uint64_t requested, uint32_t window) {
+  return requested >= 1 && requested <= seq_cycle(window) ? static_cast<uint32_t>(requested) : 1;
+}
+static_assert(seq_cycle(4) == 0xfffffffcu && next_seq(0xfffffffcu, 4) == 1 &&
+              seq_slot(0xfffffffcu, 4) == 3 && seq_slot(1, 4) == 0 &&
+              prev_in_slot(1, 4) == 0xfffffff9u && seq_slot(prev_in_slot(1, 4), 4) == 0);
+static_assert(seq_cycle(3) == UINT32_MAX && seq_cycle(1) == UINT32_MAX);
 
 // kNext: a sequencer's "next value" (no key, no value; the answer's version carries the
 // value: proto/seq_rpc/, docs/sequencer.md). Only a server side that says so takes it.
 enum class OpCode : uint8_t { kGet = 1, kPut = 2, kDel = 3, kNext = 4 };
+
+// ResponseHeader::op of the answer to a request the worker could not read (garbage or a torn
+// WRITE that never completed in its slot: kMalformed): there is no op to name, and the client
+// matches the answer by its seq alone.
+inline constexpr uint8_t kOpUnknown = 0;
 
 // Request flags.
 inline constexpr uint8_t kFlagIndirect = 1;  // key+value live in client memory (IndirectBody)
@@ -129,7 +166,7 @@ struct NothingLands {
   void operator()() const {}
 };
 
-// Request `seq` in a slot of `slot_size` bytes (its previous occupant was `seq - window`).
+// Request `seq` in a slot of `slot_size` bytes (its previous occupant was prev_in_slot()).
 // A client's WRITE may be landing while the worker reads, its bytes in any order: the header
 // is copied once, after the trailer carried our seq, and trusted only when the check over
 // that copy and the body matches (the answer side does the same,
@@ -140,7 +177,7 @@ inline SlotRead read_request(char* slot, uint32_t seq, uint32_t window, size_t s
                              RequestHeader* h, Landing&& landing = {}) {
   const uint32_t first =
       std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot)).load(std::memory_order_acquire);
-  if (first == 0 || (seq > window && first == seq - window)) return SlotRead::kEmpty;
+  if (first == 0 || first == prev_in_slot(seq, window)) return SlotRead::kEmpty;
   if (first != seq) return SlotRead::kLanding;  // garbage, or our seq half-landed
   landing();
   // The lengths, only to find the trailer: torn ones find no trailer with our seq, or fail
@@ -185,7 +222,8 @@ static_assert(sizeof(ResponseHeader) == 32 && alignof(ResponseHeader) == 8);
 //    "recv_size": bytes a client must post per response buffer}
 // Welcome.fabric_addresses: worker w's k response endpoints at [w*k .. w*k+k-1]; requests go
 // to the first of them (w*k). Welcome.regions: "<protocol>.requests.<w>", worker w's request
-// region (Nc*W slots of S bytes, client c's slot r at offset (c*W + r) * S).
+// region (Nc*W slots of S bytes, client c's slot r at offset (c*W + r) * S; request seq goes to
+// r = seq_slot(seq, W)).
 inline size_t slot_offset(uint32_t client, uint32_t window, uint32_t slot_size, uint32_t r) {
   return (size_t{client} * window + (r % window)) * slot_size;
 }

@@ -33,6 +33,11 @@ class SeqRpcClient final : public proto::ClientProtocol {
   size_t complete(std::span<fabric::Completion> cs) override { return rpc_.complete(cs); }
   size_t expire(bool all) override { return rpc_.expire(all); }
   size_t in_flight() const override { return rpc_.in_flight(); }
+  nlohmann::json counters() const override {
+    nlohmann::json j = nlohmann::json::object();
+    rpc_.counters(&j);
+    return j;
+  }
 
  private:
   std::string transport_;

@@ -46,6 +46,11 @@ class ServerReplyClient final : public proto::ClientProtocol {
     return all || rpc_.in_flight() > 0 ? rpc_.expire(all) : 0;
   }
   size_t in_flight() const override { return rpc_.in_flight(); }
+  nlohmann::json counters() const override {
+    nlohmann::json j = nlohmann::json::object();
+    rpc_.counters(&j);
+    return j;
+  }
 
  private:
   // The answer to (w, seq) if it has landed whole (read_answer in wire.h): callbacks run (0

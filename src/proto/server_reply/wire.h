@@ -5,7 +5,7 @@
 //
 // The ring is one region of client memory, registered for remote WRITE and announced in the
 // Hello ({"ring": region}). Worker w answers request `seq` in ring slot
-//   (w * W + (seq - 1) mod W) * ring_slot_bytes(max_value)
+//   (w * W + seq_slot(seq, W)) * ring_slot_bytes(max_value)
 // with one WRITE of: rpc::ResponseHeader, the value (GET hit), then a ResponseTrailer at the
 // next 8-byte boundary. The bytes of a WRITE may land in any order (docs/fabric.md), so the
 // client takes a slot only when header and trailer carry the seq it waits for and the
@@ -40,7 +40,7 @@ inline constexpr size_t response_bytes(size_t value_len) {
 }
 inline constexpr size_t ring_slot_bytes(size_t max_value) { return response_bytes(max_value); }
 inline size_t ring_offset(uint32_t worker, uint32_t window, size_t max_value, uint32_t seq) {
-  return (size_t{worker} * window + (seq - 1) % window) * ring_slot_bytes(max_value);
+  return (size_t{worker} * window + rpc::seq_slot(seq, window)) * ring_slot_bytes(max_value);
 }
 inline size_t ring_bytes(uint32_t workers, uint32_t window, size_t max_value) {
   return size_t{workers} * window * ring_slot_bytes(max_value);
