@@ -39,7 +39,7 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     m = re.search(r"--oplog-sync --server-arg=(\w+)", r["command"])
     mode = m.group(1) if m else "none"
-    rows[(mode, r["read_ratio"], r["clients"])] = r
+    rows[(mode, r["workload"]["read_ratio"], r["clients"])] = r
 print(f"{'log':9} {'GET':>4} {'clients':>7} {'ops/s':>9} {'x none':>7} {'p50 us':>8} {'p99 us':>9}")
 for (mode, rr, c), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][2], ["none", "no", "everysec", "always"].index(kv[0][0]))):
     base = rows.get(("none", rr, c))

@@ -60,10 +60,10 @@ def main():
             d = tempfile.mkdtemp(prefix="fabkv-restart-", dir=a.dir)
             log = f"{d}/log"
             p, addr, _ = start(a.build, log, rewrite, memory)
-            subprocess.run([f"{a.build}/bin/fabkv-bench", "--server", addr, "--systems",
-                            "fabkv:herd", "--keys", str(n), "--fill", "1", "--read-ratio", "0",
-                            "--key-size", "16", "--value-size", "32", "--clients", "4",
-                            "--window", "8", "--duration", str(a.overwrite_s), "--quiet"],
+            subprocess.run([f"{a.build}/bin/fabkv-bench", "--systems=fabkv:herd",
+                            f"--server={addr}", f"--keys={n}", "--fill=1", "--read-ratio=0",
+                            "--key-size=16", "--value-size=32", "--clients=4", "--window=4",
+                            f"--duration={a.overwrite_s}", "--quiet"],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             stop(p)
             size = log_bytes(d)
