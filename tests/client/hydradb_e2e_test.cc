@@ -659,7 +659,7 @@ TEST_P(HydraE2E, KilledServerGivesServerGoneOrTimeout) {
   start();
   const int kTimeout = 500;
   auto c = Client::connect(options(kTimeout));
-  testing::killed_server_ends_everything(c.get(), [&] { server_->kill(); }, kTimeout);
+  testing::killed_server_ends_everything(c.get(), *server_, kTimeout);
 }
 
 TEST(HydraConnect, SendTransportIsRefused) { testing::send_transport_is_refused("hydradb"); }

@@ -4,9 +4,14 @@
 
 #include <signal.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "perf/process.h"
@@ -37,6 +42,7 @@ class ReadyProcess {
     if (!proc_) return -1;
     if (how_ == Stop::kStdinLine) proc_->write_line("STOP");
     else proc_->kill(SIGTERM);
+    if (suspended_) resume();
     int rc = proc_->wait(Deadline::after_ms(10000));
     if (rc < 0) proc_->kill(SIGKILL);
     proc_.reset();
@@ -51,11 +57,42 @@ class ReadyProcess {
     proc_.reset();
     perf::remove_shm_leftovers(pid);
   }
+  // SIGSTOP / SIGCONT: a server that answers nothing meanwhile (its clients' requests stay in
+  // flight; shm READs of its memory still complete, the initiator copies them). suspend()
+  // returns once every thread has stopped (a signal to a running process lands a little
+  // later), or false after 5 s.
+  bool suspend() {
+    if (!proc_) return false;
+    proc_->kill(SIGSTOP);
+    suspended_ = true;
+    const std::string tasks = "/proc/" + std::to_string(proc_->pid()) + "/task";
+    for (Deadline d = Deadline::after_ms(5000); !d.expired();) {
+      bool all = true;
+      std::error_code ec;
+      for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+        std::ifstream in(t.path() / "stat");
+        std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        // "pid (comm) S ...": the state follows the last ')'.
+        const size_t paren = stat.rfind(')');
+        const char state = paren + 2 < stat.size() ? stat[paren + 2] : '?';
+        all = all && (state == 'T' || state == 't');
+      }
+      if (!ec && all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+  void resume() {
+    if (!proc_) return;
+    proc_->kill(SIGCONT);
+    suspended_ = false;
+  }
 
  private:
   Stop how_;
   std::unique_ptr<perf::ChildProcess> proc_;
   std::string address_;
+  bool suspended_ = false;
 };
 
 }  // namespace fabkv::testing
