@@ -1,0 +1,121 @@
+// Test support: a child process of a test (a fabkv-server, a fabric peer, a client process)
+// whose end is judged. Its stdout is piped to the test (perf::ChildProcess); its stderr goes to
+// an unlinked temporary file, so that a child that ends otherwise than the test asked fails the
+// test with the end of what it wrote. A sanitizer's report is such an end: under the Makefile's
+// test-asan and test-tsan a report turns a clean stop (exit 0) into a non-zero exit or SIGABRT,
+// and LeakSanitizer reports at exit, i.e. only when the child is stopped cleanly and asked.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/deadline.h"
+#include "perf/process.h"
+
+namespace fabkv::testing {
+
+// What perf::ChildProcess::wait returns for a child killed by `sig` (as a shell says it).
+constexpr int killed_by(int sig) { return 128 + sig; }
+
+// "exit 0", "killed by SIGABRT", "still running" for a perf::ChildProcess::wait status. Under
+// the Makefile's test-asan a report of ASan, LeakSanitizer or UBSan aborts (abort_on_error=1:
+// SIGABRT); under test-tsan a TSan report exits 66 (halt_on_error=1, TSan's exit code).
+inline std::string ending_text(int status) {
+  if (status < 0) return "still running";
+  if (status > 128 && status < 128 + 65) {
+    const char* name = ::sigabbrev_np(status - 128);
+    return std::string("killed by SIG") + (name ? name : std::to_string(status - 128));
+  }
+  return "exit " + std::to_string(status);
+}
+
+// An unlinked temporary file for a child's stderr: nothing to clean up, however the test ends.
+class StderrFile {
+ public:
+  StderrFile() {
+    std::string path = (std::filesystem::temp_directory_path() / "fabkv-stderr-XXXXXX").string();
+    fd_ = ::mkostemp(path.data(), O_CLOEXEC);
+    if (fd_ < 0) throw std::runtime_error("mkostemp " + path + ": " + ::strerror(errno));
+    ::unlink(path.c_str());
+  }
+  ~StderrFile() { ::close(fd_); }
+  StderrFile(const StderrFile&) = delete;
+  StderrFile& operator=(const StderrFile&) = delete;
+
+  int fd() const { return fd_; }
+  // The last `max_bytes` written, from the start of a line.
+  std::string tail(size_t max_bytes = 6000) const {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || st.st_size <= 0) return {};
+    const size_t size = static_cast<size_t>(st.st_size);
+    const size_t from = size > max_bytes ? size - max_bytes : 0;
+    std::string s(size - from, '\0');
+    const ssize_t n = ::pread(fd_, s.data(), s.size(), static_cast<off_t>(from));
+    s.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    if (from > 0) {
+      const size_t nl = s.find('\n');
+      s = "[...]\n" + (nl == std::string::npos ? s : s.substr(nl + 1));
+    }
+    return s;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A child process of the test with its stderr kept (StderrFile).
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv)
+      : name_(std::filesystem::path(argv.at(0)).filename().string()),
+        proc_(std::make_unique<perf::ChildProcess>(argv, err_.fd())) {}
+
+  perf::ChildProcess& proc() { return *proc_; }
+  const perf::ChildProcess& proc() const { return *proc_; }
+  pid_t pid() const { return proc_->pid(); }
+  const std::string& name() const { return name_; }
+  std::string stderr_tail(size_t max_bytes = 6000) const { return err_.tail(max_bytes); }
+
+  // Whether it ended with `expected` (an exit code, or killed_by(sig)); otherwise a failure
+  // that says how it ended and shows its stderr tail. Waits up to `ms` for the end, and kills
+  // a child still running after that (a failure too).
+  ::testing::AssertionResult ends_as(int expected, int ms) {
+    int status = proc_->wait(Deadline::after_ms(ms));
+    if (status < 0) {
+      proc_->kill(SIGKILL);
+      proc_->wait(Deadline::after_ms(5000));
+    }
+    if (status == expected) return ::testing::AssertionSuccess();
+    auto failure = ::testing::AssertionFailure();
+    failure << name_ << " (pid " << pid() << ") ";
+    if (status < 0) failure << "was still running " << ms << " ms later (killed now)";
+    else failure << "ended with " << ending_text(status);
+    return failure << " where " << ending_text(expected)
+                   << " was expected; its stderr ends with:\n" << stderr_tail();
+  }
+  // SIGKILLs it on purpose (a crash, a victim): it must die of that signal, not of something
+  // it met before (a sanitizer's abort, an exit of its own).
+  ::testing::AssertionResult kill() {
+    proc_->kill(SIGKILL);
+    return ends_as(killed_by(SIGKILL), 10000);
+  }
+
+ private:
+  std::string name_;
+  StderrFile err_;
+  std::unique_ptr<perf::ChildProcess> proc_;
+};
+
+}  // namespace fabkv::testing
