@@ -14,6 +14,7 @@
 #include "client/client.h"
 #include "e2e_checks.h"
 #include "perf/process.h"
+#include "support/child.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -154,20 +155,20 @@ TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
   int64_t fresh_max_ms = 0;
   for (int i = 0; i < kKills; ++i) {
     const std::string protocol = protocols[i % 3];
-    perf::ChildProcess victim({FABKV_VICTIM_BIN, server_->address(), GetParam().provider, protocol,
-                               protocol == "herd" ? GetParam().transport : "", std::to_string(i)});
+    testing::Child victim({FABKV_VICTIM_BIN, server_->address(), GetParam().provider, protocol,
+                           protocol == "herd" ? GetParam().transport : "", std::to_string(i)});
     if (rng() % 4 == 0) {
       // During start-up or the handshake.
       std::this_thread::sleep_for(Ms(rng() % 40));
       killed_before_ready++;
     } else {
       std::string line;
-      ASSERT_TRUE(victim.read_line(&line, Deadline::after_ms(30000))) << "victim " << i << " never connected";
+      ASSERT_TRUE(victim.proc().read_line(&line, Deadline::after_ms(30000)))
+          << "victim " << i << " never connected: " << victim.stderr_tail();
       ASSERT_EQ(line.rfind("READY", 0), 0u) << line;
       std::this_thread::sleep_for(Ms(rng() % 60));  // mid-request
     }
-    victim.kill(SIGKILL);
-    ASSERT_GE(victim.wait(Deadline::after_ms(10000)), -1);
+    ASSERT_TRUE(victim.kill()) << "victim " << i;
     auto killed_at = std::chrono::steady_clock::now();
     if (i % 10 == 9) {
       const std::string p = protocols[(i / 10) % 3];
@@ -285,18 +286,18 @@ TEST_P(Faults, ServerKilledUnderAFullWindowEndsEveryRequest) {
     Status fl = c->flush();
     auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(c->in_flight(), 0u) << protocol;
-    EXPECT_TRUE(fl == Status::kServerGone || fl == Status::kOk) << protocol << ": " << to_string(fl);
     EXPECT_EQ(ended, full_window) << protocol << ": a request in flight at the kill succeeded";
+    EXPECT_TRUE(fl == Status::kServerGone || fl == Status::kOk) << protocol << ": " << to_string(fl);
     EXPECT_LE(ms, timeout_ms + 1000) << protocol;
     EXPECT_EQ(other, 0u) << protocol;
     EXPECT_EQ(c->get("k0", nullptr), Status::kServerGone) << protocol;
-    server_.reset();
     std::printf("%s: %llu requests of load (%llu timed out), then a full window of %llu (W = %u, "
                 "%u workers) in flight at the kill, all ended in %lld ms\n",
                 protocol.c_str(), static_cast<unsigned long long>(posted),
                 static_cast<unsigned long long>(load_ended),
                 static_cast<unsigned long long>(full_window), window, workers,
                 static_cast<long long>(ms));
+    server_.reset();
   }
 }
 

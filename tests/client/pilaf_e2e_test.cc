@@ -17,6 +17,7 @@
 #include "client/client.h"
 #include "perf/process.h"
 #include "server_fixture.h"
+#include "support/child.h"
 
 namespace fabkv {
 namespace {
@@ -318,10 +319,10 @@ TEST_P(PilafE2E, AClientKilledMidRequestLeavesTheServerServing) {
   start({"--max-clients", "64"});
   auto c = Client::connect(options("pilaf"));
   ASSERT_EQ(c->put("survivor", "still-here"), Status::kOk);
-  perf::ChildProcess load({FABKV_BENCH_BIN, "--server", server_->address(), "--provider",
-                           GetParam(), "--systems", "fabkv:pilaf", "--read-ratio", "0.7",
-                           "--keys", "2000", "--clients", "4", "--window", "4", "--duration", "30",
-                           "--warmup", "0", "--client-core", "-1", "--quiet"});
+  testing::Child load({FABKV_BENCH_BIN, "--server", server_->address(), "--provider",
+                       GetParam(), "--systems", "fabkv:pilaf", "--read-ratio", "0.7",
+                       "--keys", "2000", "--clients", "4", "--window", "4", "--duration", "30",
+                       "--warmup", "0", "--client-core", "-1", "--quiet"});
   // Wait until it is past loading and measuring, then kill it mid-flight.
   std::string line;
   Deadline ready = Deadline::after_ms(60000);  // sanitizer builds on a loaded CI host are slow
@@ -331,9 +332,8 @@ TEST_P(PilafE2E, AClientKilledMidRequestLeavesTheServerServing) {
     if (puts > 2500) break;  // loaded 2000 keys and is into the run's PUTs
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_GT(puts, 2500u) << "the load generator never got going";
-  load.kill(SIGKILL);
-  load.wait(Deadline::after_ms(5000));
+  ASSERT_GT(puts, 2500u) << "the load generator never got going: " << load.stderr_tail();
+  EXPECT_TRUE(load.kill());
   perf::remove_shm_leftovers(load.pid());
   // Its connections close; the server goes on serving this client and new ones.
   std::string v;

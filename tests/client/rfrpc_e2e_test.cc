@@ -573,7 +573,9 @@ class WorkerPreempted {
   ~WorkerPreempted() {
     if (busy_ <= 0) return;
     kill(busy_, SIGKILL);
-    waitpid(busy_, nullptr, 0);
+    int status = 0;
+    waitpid(busy_, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
   }
   bool on() const { return busy_ > 0; }
 

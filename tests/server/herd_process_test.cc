@@ -34,15 +34,14 @@ class HerdProcesses : public ::testing::TestWithParam<Param> {
   std::pair<unsigned, unsigned> kill_victim(const std::string& mode, RawClient& bystander,
                                             nlohmann::json* stats,
                                             const std::function<void()>& before_kill = {}) {
-    perf::ChildProcess victim({FABKV_TEST_CLIENT_BIN, mode, server_->address(), GetParam().provider});
+    Child victim({FABKV_TEST_CLIENT_BIN, mode, server_->address(), GetParam().provider});
     std::string line;
     unsigned idx = ~0u, epoch = 0;
-    if (!victim.read_line(&line, Deadline::after_ms(20000)) ||
+    if (!victim.proc().read_line(&line, Deadline::after_ms(20000)) ||
         std::sscanf(line.c_str(), "READY %u %u", &idx, &epoch) != 2)
-      throw std::runtime_error("victim did not start: " + line);
+      throw std::runtime_error("victim did not start: " + line + "\n" + victim.stderr_tail());
     if (before_kill) before_kill();
-    victim.kill(SIGKILL);
-    victim.wait(Deadline::after_ms(5000));
+    EXPECT_TRUE(victim.kill());
     perf::remove_shm_leftovers(victim.pid());
     // The server notices (control connection closed) and every worker lets the index go.
     auto worker_active = [](const nlohmann::json& st) {
@@ -61,13 +60,13 @@ class HerdProcesses : public ::testing::TestWithParam<Param> {
 };
 
 TEST_P(HerdProcesses, ManyClientsMatchTheirModels) {
-  std::vector<std::unique_ptr<perf::ChildProcess>> clients;
+  std::vector<std::unique_ptr<Child>> clients;
   // 3 clients + 2 busy-polling workers already oversubscribe 2 cores: keep the runs short.
   for (int i = 0; i < 3; ++i)
-    clients.push_back(std::make_unique<perf::ChildProcess>(std::vector<std::string>{
+    clients.push_back(std::make_unique<Child>(std::vector<std::string>{
         FABKV_TEST_CLIENT_BIN, "stress", server_->address(), GetParam().provider,
         std::to_string(1000 + i), "400"}));
-  for (auto& c : clients) EXPECT_EQ(c->wait(Deadline::after_ms(120000)), 0);
+  for (auto& c : clients) EXPECT_TRUE(c->ends_as(0, 120000));
 }
 
 static uint64_t worker_sum(const nlohmann::json& st, const char* name) {
