@@ -164,7 +164,7 @@ TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
     } else {
       std::string line;
       ASSERT_TRUE(victim.proc().read_line(&line, Deadline::after_ms(30000)))
-          << "victim " << i << " never connected: " << victim.stderr_tail();
+          << "victim " << i << " never connected: " << victim.stderr_excerpt();
       ASSERT_EQ(line.rfind("READY", 0), 0u) << line;
       std::this_thread::sleep_for(Ms(rng() % 60));  // mid-request
     }

@@ -332,7 +332,7 @@ TEST_P(PilafE2E, AClientKilledMidRequestLeavesTheServerServing) {
     if (puts > 2500) break;  // loaded 2000 keys and is into the run's PUTs
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_GT(puts, 2500u) << "the load generator never got going: " << load.stderr_tail();
+  ASSERT_GT(puts, 2500u) << "the load generator never got going: " << load.stderr_excerpt();
   EXPECT_TRUE(load.kill());
   perf::remove_shm_leftovers(load.pid());
   // Its connections close; the server goes on serving this client and new ones.

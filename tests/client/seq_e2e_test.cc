@@ -101,7 +101,7 @@ class SeqE2E : public ::testing::TestWithParam<Param> {
         std::to_string(window), std::to_string(count)});
     std::string line;
     if (!p->proc().read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
-      throw std::runtime_error("fabkv-seq-client did not start: " + line + "\n" + p->stderr_tail());
+      throw std::runtime_error("fabkv-seq-client did not start: " + line + "\n" + p->stderr_excerpt());
     return p;
   }
   // Reads the client's values until its DONE line; it must then exit 0 (no failed request).

@@ -41,7 +41,7 @@ class MsgPeer {
       : proc_(std::make_unique<Child>(std::vector<std::string>{FABKV_MSG_PEER_BIN, mode})) {}
   ~MsgPeer() { stop(); }
   // Asks the peer to exit; its exit status (perf::ChildProcess::wait's). Anything but 0 within
-  // 5 s is also a test failure showing the peer's stderr tail.
+  // 5 s is also a test failure showing the peer's stderr.
   int stop() {
     if (!proc_) return -1;
     proc_->proc().write_line("STOP");

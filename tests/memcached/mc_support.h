@@ -23,7 +23,7 @@ namespace fabkv::testing {
 
 // fabkv-server with --memcached 127.0.0.1:0 and `extra` flags; learns both addresses from its
 // "READY host:port" and "MEMCACHED host:port" lines. Stopped by SIGTERM, after which it must
-// exit 0 (support/child.h: else the test fails with the server's stderr tail).
+// exit 0 (support/child.h: else the test fails showing the server's stderr).
 class McServer {
  public:
   explicit McServer(std::vector<std::string> extra) {
@@ -33,7 +33,7 @@ class McServer {
     child_ = std::make_unique<Child>(argv);
     std::string line;
     if (!child_->proc().read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
-      throw std::runtime_error("fabkv-server did not start: " + line + "\n" + child_->stderr_tail());
+      throw std::runtime_error("fabkv-server did not start: " + line + "\n" + child_->stderr_excerpt());
     address_ = line.substr(6);
     if (!child_->proc().read_line(&line, Deadline::after_ms(20000)) ||
         line.rfind("MEMCACHED ", 0) != 0)

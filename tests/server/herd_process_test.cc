@@ -39,7 +39,7 @@ class HerdProcesses : public ::testing::TestWithParam<Param> {
     unsigned idx = ~0u, epoch = 0;
     if (!victim.proc().read_line(&line, Deadline::after_ms(20000)) ||
         std::sscanf(line.c_str(), "READY %u %u", &idx, &epoch) != 2)
-      throw std::runtime_error("victim did not start: " + line + "\n" + victim.stderr_tail());
+      throw std::runtime_error("victim did not start: " + line + "\n" + victim.stderr_excerpt());
     if (before_kill) before_kill();
     EXPECT_TRUE(victim.kill());
     perf::remove_shm_leftovers(victim.pid());

@@ -33,7 +33,7 @@ class ReadyProcess {
     std::string line;
     if (!child_->proc().read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
       throw std::runtime_error(argv[0] + " did not start: " + line + "\n" +
-                               child_->stderr_tail());
+                               child_->stderr_excerpt());
     address_ = line.substr(6);
   }
   ~ReadyProcess() { stop(); }
@@ -45,7 +45,7 @@ class ReadyProcess {
 
   // Asks the process to stop and returns its exit status (as perf::ChildProcess::wait; -1 if
   // gone already). Anything but exit 0 within 20 s is a test failure that shows the process's
-  // stderr tail: a server that crashed earlier, hung on the way out (then killed), or whose
+  // stderr: a server that crashed earlier, hung on the way out (then killed), or whose
   // sanitizer reported.
   int stop() {
     if (!child_) return -1;
