@@ -25,7 +25,7 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, int stderr_fd) {
   // Writing to a child that died must be an error return, not a process-killing SIGPIPE.
   ::signal(SIGPIPE, SIG_IGN);
   int in[2], out[2];
@@ -44,6 +44,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
     if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
     ::dup2(in[0], 0);
     ::dup2(out[1], 1);
+    if (stderr_fd >= 0) ::dup2(stderr_fd, 2);
     ::execv(args[0], args.data());
     ::_exit(127);
   }

@@ -14,7 +14,9 @@ namespace fabkv::perf {
 class ChildProcess {
  public:
   // Spawns `argv[0]` (an absolute path) with `argv`; throws std::runtime_error on failure.
-  explicit ChildProcess(const std::vector<std::string>& argv);
+  // With `stderr_fd` >= 0 the child's stderr is that descriptor (tests keep what a server
+  // wrote, a sanitizer's report included, to show it when the server ended badly).
+  explicit ChildProcess(const std::vector<std::string>& argv, int stderr_fd = -1);
   ~ChildProcess();  // kills (SIGKILL) and reaps a child that is still running
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

@@ -3,6 +3,7 @@
 // async_ops_match_model: random get/put/del with many requests in flight, checked against a
 // model map. At most one request per key is in flight, so each answer is determined by the
 // model at submit time. Values are "v<i>" plus up to max_pad bytes.
+// killed_server_ends_everything: a full window in flight when the server dies.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,8 +17,11 @@
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "client/client.h"
+#include "store/hash.h"
+#include "support/ready_process.h"
 
 namespace fabkv::testing {
 
@@ -80,38 +84,68 @@ inline void async_ops_match_model(Client* c, size_t max_pad, int ops = 6000) {
   }
 }
 
-// A server killed with requests in flight: every callback runs, later calls fail with
-// kServerGone or kTimeout, all within a few timeouts, and stats() throws. `c` was connected
-// with `timeout_ms`; this puts "before" first.
-inline void killed_server_ends_everything(Client* c, const std::function<void()>& kill,
-                                          int timeout_ms) {
+// Keys that the client sends to worker `w` of `workers` (store::partition_of, as the RPC
+// client picks a worker): `n` of them, "<prefix><i>".
+inline std::vector<std::string> keys_of_worker(const std::string& prefix, uint32_t w,
+                                               uint32_t workers, size_t n) {
+  std::vector<std::string> keys;
+  for (uint64_t i = 0; keys.size() < n; ++i) {
+    std::string k = prefix + std::to_string(i);
+    if (store::partition_of(store::hash_key(k), workers) == w) keys.push_back(std::move(k));
+  }
+  return keys;
+}
+
+// A server killed with requests in flight: every callback runs, each request in flight ends
+// with kServerGone or kTimeout, later calls fail the same way, all within a few timeouts, and
+// stats() throws. The premise is made, not hoped for: the server is stopped (SIGSTOP) before
+// the requests go out, so none can be answered before the kill, and a full window (W GETs per
+// worker) is asserted to be in flight at the instant of the kill. `c` was connected with
+// `timeout_ms`; this puts "before-<w>" first, one per worker (the first operation to a peer
+// waits for its progress, which a stopped server makes none of).
+inline void killed_server_ends_everything(Client* c, ReadyProcess& server, int timeout_ms) {
   using std::chrono::milliseconds;
+  const uint32_t window = c->layout().at("window").get<uint32_t>();
+  const uint32_t workers = c->layout().at("workers").get<uint32_t>();
   // The first request to a tcp peer waits for its connection; on a loaded host that was seen to
   // take longer than the short timeout this test needs.
-  Status first = Status::kTimeout;
-  for (int i = 0; i < 5 && first == Status::kTimeout; ++i) first = c->put("before", "the end");
-  ASSERT_EQ(first, Status::kOk);
-  int callbacks = 0, failures = 0;
-  for (int i = 0; i < 6; ++i)
-    ASSERT_EQ(c->get_async("inflight" + std::to_string(i),
-                           [&](Status s, std::string_view, uint64_t) {
-                             callbacks++;
-                             if (s == Status::kServerGone || s == Status::kTimeout) failures++;
-                           }),
-              Status::kOk);
-  kill();
+  for (uint32_t w = 0; w < workers; ++w) {
+    const std::string before = keys_of_worker("before-", w, workers, 1)[0];
+    Status first = Status::kTimeout;
+    for (int i = 0; i < 5 && first == Status::kTimeout; ++i) first = c->put(before, "the end");
+    ASSERT_EQ(first, Status::kOk) << "worker " << w;
+  }
+  ASSERT_TRUE(server.suspend()) << "the server did not stop within 5 s";
+  size_t sent = 0, callbacks = 0, failures = 0;
+  for (uint32_t w = 0; w < workers; ++w) {
+    for (const std::string& key : keys_of_worker("inflight-", w, workers, window)) {
+      ASSERT_EQ(c->get_async(key,
+                             [&](Status s, std::string_view, uint64_t) {
+                               callbacks++;
+                               if (s == Status::kServerGone || s == Status::kTimeout) failures++;
+                             }),
+                Status::kOk)
+          << key;
+      sent++;
+    }
+  }
+  ASSERT_EQ(c->in_flight(), sent) << "requests in flight at the kill";
+  ASSERT_EQ(callbacks, 0u) << "a stopped server answered";
+  server.kill();
   auto t0 = std::chrono::steady_clock::now();
   c->flush();
-  EXPECT_EQ(callbacks, 6);  // every callback ran, success (answered before the kill) or not
+  EXPECT_EQ(callbacks, sent);  // every callback ran
+  EXPECT_EQ(failures, sent) << "every request was in flight at the kill: none can succeed";
   std::string v;
-  Status s = c->get("before", &v);
+  Status s = c->get("before-0", &v);
   EXPECT_TRUE(s == Status::kServerGone || s == Status::kTimeout) << to_string(s);
   s = c->put("after", "x");
   EXPECT_TRUE(s == Status::kServerGone || s == Status::kTimeout) << to_string(s);
   auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_LT(took, milliseconds(3 * timeout_ms + 500));
-  std::printf("server killed: %d of 6 in-flight failed; flush+2 calls returned in %lld ms (%s)\n",
-              failures,
+  std::printf("server killed: %zu of %zu in flight (W = %u on %u workers) failed; flush+2 calls "
+              "returned in %lld ms (%s)\n",
+              failures, sent, window, workers,
               static_cast<long long>(std::chrono::duration_cast<milliseconds>(took).count()),
               to_string(s));
   EXPECT_THROW(c->stats(), ClientError);

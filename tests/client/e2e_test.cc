@@ -244,7 +244,7 @@ TEST_P(ClientE2E, KilledServerGivesServerGoneOrTimeoutWithinTheTimeout) {
   const int kTimeout = 500;
   auto c = Client::connect(options(kTimeout));
   // Requests in flight when the server dies.
-  testing::killed_server_ends_everything(c.get(), [&] { server_->kill(); }, kTimeout);
+  testing::killed_server_ends_everything(c.get(), *server_, kTimeout);
 }
 
 TEST_P(ClientE2E, CInterface) {

@@ -12,7 +12,9 @@
 #include <thread>
 
 #include "client/client.h"
+#include "e2e_checks.h"
 #include "perf/process.h"
+#include "support/child.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -153,20 +155,20 @@ TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
   int64_t fresh_max_ms = 0;
   for (int i = 0; i < kKills; ++i) {
     const std::string protocol = protocols[i % 3];
-    perf::ChildProcess victim({FABKV_VICTIM_BIN, server_->address(), GetParam().provider, protocol,
-                               protocol == "herd" ? GetParam().transport : "", std::to_string(i)});
+    testing::Child victim({FABKV_VICTIM_BIN, server_->address(), GetParam().provider, protocol,
+                           protocol == "herd" ? GetParam().transport : "", std::to_string(i)});
     if (rng() % 4 == 0) {
       // During start-up or the handshake.
       std::this_thread::sleep_for(Ms(rng() % 40));
       killed_before_ready++;
     } else {
       std::string line;
-      ASSERT_TRUE(victim.read_line(&line, Deadline::after_ms(30000))) << "victim " << i << " never connected";
+      ASSERT_TRUE(victim.proc().read_line(&line, Deadline::after_ms(30000)))
+          << "victim " << i << " never connected: " << victim.stderr_excerpt();
       ASSERT_EQ(line.rfind("READY", 0), 0u) << line;
       std::this_thread::sleep_for(Ms(rng() % 60));  // mid-request
     }
-    victim.kill(SIGKILL);
-    ASSERT_GE(victim.wait(Deadline::after_ms(10000)), -1);
+    ASSERT_TRUE(victim.kill()) << "victim " << i;
     auto killed_at = std::chrono::steady_clock::now();
     if (i % 10 == 9) {
       const std::string p = protocols[(i / 10) % 3];
@@ -240,19 +242,29 @@ TEST_P(Faults, ConnectChurnThenEverySlotTaken) {
 }
 
 // A server SIGKILLed under load: a client with a full window on every protocol gets
-// kServerGone or kTimeout for each request within its timeout, never a hang.
+// kServerGone or kTimeout for each request within its timeout, never a hang. The window is
+// kept full for a while; then, its answers in, the server is stopped (SIGSTOP), the client
+// fills its window (W PUTs per worker, by message or WRITE on all three protocols: pilaf's
+// GETs are READs, which on shm complete without the server) and the server is killed under
+// it. That the whole window was in flight at the kill is asserted: each request ends
+// kServerGone or kTimeout, none is answered.
 TEST_P(Faults, ServerKilledUnderAFullWindowEndsEveryRequest) {
   for (const std::string protocol : {"herd", "pilaf", "pilaf-vo"}) {
     server_ = std::make_unique<Server>(GetParam());
     const int timeout_ms = 2000;
     auto c = Client::connect(options(protocol, timeout_ms));
-    ASSERT_EQ(c->put("k0", "v"), Status::kOk);
-    uint64_t ended = 0, other = 0, posted = 0;
+    const uint32_t window = c->layout().at("window").get<uint32_t>();
+    const uint32_t workers = c->layout().at("workers").get<uint32_t>();
+    // One PUT to each worker first: the first operation to a peer waits for its progress.
+    for (uint32_t w = 0; w < workers; ++w)
+      ASSERT_EQ(c->put(testing::keys_of_worker("k", w, workers, 1)[0], "v"), Status::kOk);
+    uint64_t load_ended = 0, ended = 0, other = 0, posted = 0, full_window = 0;
+    bool full = false;  // the load is over, the window being filled for the kill
     auto cb = [&](Status st, std::string_view, uint64_t) {
-      if (st == Status::kServerGone || st == Status::kTimeout) ended++;
+      if (st == Status::kServerGone || st == Status::kTimeout) (full ? ended : load_ended)++;
       else if (st != Status::kOk && st != Status::kNotFound) other++;
     };
-    // Keep the window full for a while, then kill the server under it.
+    // Keep the window full for a while.
     Deadline load = Deadline::after_ms(300);
     while (!load.expired()) {
       Status st = posted % 2 ? c->get_async("k" + std::to_string(posted % 16), cb)
@@ -260,18 +272,31 @@ TEST_P(Faults, ServerKilledUnderAFullWindowEndsEveryRequest) {
       if (st == Status::kOk) posted++;
       c->poll();
     }
-    for (int i = 0; i < 64; ++i)
-      if (c->get_async("k" + std::to_string(i % 16), cb) == Status::kOk) posted++;
-    ASSERT_GT(c->in_flight(), 0u);
+    ASSERT_EQ(c->flush(), Status::kOk) << protocol;
+    ASSERT_TRUE(server_->suspend()) << protocol << ": the server did not stop within 5 s";
+    full = true;
+    for (uint32_t w = 0; w < workers; ++w)
+      for (const std::string& key : testing::keys_of_worker("full-", w, workers, window)) {
+        ASSERT_EQ(c->put_async(key, "value", cb), Status::kOk) << protocol << " " << key;
+        full_window++;
+      }
+    ASSERT_EQ(c->in_flight(), full_window) << protocol << ": the full window at the kill";
     server_->kill();
     auto t0 = std::chrono::steady_clock::now();
     Status fl = c->flush();
     auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(c->in_flight(), 0u) << protocol;
+    EXPECT_EQ(ended, full_window) << protocol << ": a request in flight at the kill succeeded";
     EXPECT_TRUE(fl == Status::kServerGone || fl == Status::kOk) << protocol << ": " << to_string(fl);
     EXPECT_LE(ms, timeout_ms + 1000) << protocol;
     EXPECT_EQ(other, 0u) << protocol;
     EXPECT_EQ(c->get("k0", nullptr), Status::kServerGone) << protocol;
+    std::printf("%s: %llu requests of load (%llu timed out), then a full window of %llu (W = %u, "
+                "%u workers) in flight at the kill, all ended in %lld ms\n",
+                protocol.c_str(), static_cast<unsigned long long>(posted),
+                static_cast<unsigned long long>(load_ended),
+                static_cast<unsigned long long>(full_window), window, workers,
+                static_cast<long long>(ms));
     server_.reset();
   }
 }

@@ -221,12 +221,16 @@ TEST_P(HydraE2E, AReaderHoldingAnAddressNeverReturnsTheReplacedValue) {
   EXPECT_EQ(v, "again");
 
   // The same under load: a writer thread rewrites a few keys as fast as it can; the reader's
-  // GETs return only values whose generation never goes backwards for a key.
+  // GETs return only values whose generation never goes backwards for a key. The race must
+  // have happened: the reader goes on (at least 2 s and 500 GETs, at most 60 s) until one of
+  // its READs found the item at a cached address replaced by the writer (stale_replaced).
   const int kKeys = 4;
   for (int k = 0; k < kKeys; ++k) {
     std::string key = "hot" + std::to_string(k);
     ASSERT_EQ(writer->put(key, value_for(key, 0, 48)), Status::kOk);
   }
+  const uint64_t stale_before = counter(*reader, "stale_replaced");
+  const uint64_t hits_before = counter(*reader, "cache_hits");
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> writes{0};
   std::string writer_error;
@@ -243,10 +247,16 @@ TEST_P(HydraE2E, AReaderHoldingAnAddressNeverReturnsTheReplacedValue) {
   });
   std::mt19937_64 rng(4);
   std::map<std::string, uint64_t> last;
-  uint64_t gets = 0, bad = 0;
+  uint64_t gets = 0, bad = 0, raced = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  while ((std::chrono::steady_clock::now() < t0 + std::chrono::seconds(2) || gets < 500) &&
-         std::chrono::steady_clock::now() < t0 + std::chrono::seconds(60)) {
+  auto more = [&] {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= t0 + std::chrono::seconds(60)) return false;
+    if (now < t0 + std::chrono::seconds(2) || gets < 500) return true;
+    if (gets % 64 == 0) raced = counter(*reader, "stale_replaced") - stale_before;
+    return raced == 0;
+  };
+  while (more()) {
     std::string key = "hot" + std::to_string(rng() % kKeys);
     Status s = reader->get(key, &v);
     gets++;
@@ -260,12 +270,18 @@ TEST_P(HydraE2E, AReaderHoldingAnAddressNeverReturnsTheReplacedValue) {
   t.join();
   ASSERT_TRUE(writer_error.empty()) << writer_error;
   EXPECT_EQ(bad, 0u);
+  EXPECT_GT(writes.load(), 100u);
   auto pc = reader->protocol_counters();
-  std::printf("race: %llu GETs against %llu PUTs: %llu READ hits, %llu stale (flag cleared), "
-              "%llu foreign\n",
+  const uint64_t stale = pc.at("stale_replaced").get<uint64_t>() - stale_before;
+  const uint64_t hits = pc.at("cache_hits").get<uint64_t>() - hits_before;
+  EXPECT_GT(hits, 0u) << "no GET was a READ of a cached address: " << pc.dump();
+  EXPECT_GT(stale, 0u) << "no READ met an item the writer had replaced in 60 s, so none was "
+                          "tested against the race: " << pc.dump();
+  std::printf("race: %llu GETs against %llu PUTs in %.1f s: %llu READ hits, %llu stale (flag "
+              "cleared), %llu foreign\n",
               (unsigned long long)gets, (unsigned long long)writes.load(),
-              (unsigned long long)pc.at("cache_hits").get<uint64_t>(),
-              (unsigned long long)pc.at("stale_replaced").get<uint64_t>(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              (unsigned long long)hits, (unsigned long long)stale,
               (unsigned long long)pc.at("stale_foreign").get<uint64_t>());
   EXPECT_EQ(pc.at("stale_foreign").get<uint64_t>(), 0u);  // memory held: never reused under a lease
 }
@@ -692,7 +708,7 @@ TEST_P(HydraE2E, KilledServerGivesServerGoneOrTimeout) {
   start();
   const int kTimeout = 500;
   auto c = Client::connect(options(kTimeout));
-  testing::killed_server_ends_everything(c.get(), [&] { server_->kill(); }, kTimeout);
+  testing::killed_server_ends_everything(c.get(), *server_, kTimeout);
 }
 
 TEST(HydraConnect, SendTransportIsRefused) { testing::send_transport_is_refused("hydradb"); }

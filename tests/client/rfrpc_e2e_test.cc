@@ -462,30 +462,77 @@ TEST_P(RfrpcE2E, BatchesMatchTheModelWithFewerOperationsPerCall) {
   EXPECT_GT(counter(c->protocol_counters(), "batch_overflows"), 0u);
 }
 
-// RF-RPC eq. 3: with llimit far above every call's latency the batch size grows by one per 100
-// calls up to N; with llimit under every latency it stays at 1. The size travels in each
-// request batch's aux field, where the worker sees it.
+// RF-RPC eq. 3: after each sample of calls (100, proto/rfrpc/client_batch.cc) the batch size s
+// becomes s - 1 when more than alpha (5%) of them took longer than llimit, s + 1 when fewer than
+// alpha / 10 did, s otherwise, within [1, N]. With llimit = 100 ms, far above a call here, it
+// starts at 1 and grows by one per sample up to N = 6. Then every call is made to take longer:
+// the server is stopped (SIGSTOP) for 150 ms under each round of W = 32 calls; the size must
+// shrink by one per sample down to 1, and stay there. The size travels in each request batch's
+// aux field, where the worker sees it.
 TEST_P(RfrpcE2E, BatchSizeFollowsEquationThree) {
-  for (const char* llimit : {"10000000", "1"}) {
-    start({"--engine", "store", "--workers", "1", "--rfrpc-batch-entries", "6",
-           "--rfrpc-batch-llimit-us", llimit, "--rfrpc-batch-timeout-us", "50"});
-    auto c = Client::connect(options());
-    ASSERT_EQ(model_ops(c.get(), "t-", 1500, 3), 0) << llimit;
-    const nlohmann::json p = c->protocol_counters();
-    const nlohmann::json st = c->stats();
-    const uint64_t seen =
-        st.at("workers").at(0).at("protocols").at("rfrpc").at("client_batch_size").at("last");
-    if (std::string(llimit) == "1") {
-      EXPECT_EQ(p.at("batch_size").get<double>(), 1.0) << p.dump();
-      EXPECT_EQ(seen, 1u);
-    } else {
-      EXPECT_EQ(p.at("batch_size").get<double>(), 6.0) << p.dump();
-      EXPECT_GE(counter(p, "batch_resizes"), 5u);
-      EXPECT_EQ(seen, 6u);
-    }
-    c.reset();
-    server_.reset();
+  constexpr uint32_t kN = 6, kWindow = 32, kSample = 100;
+  start({"--engine", "store", "--workers", "1", "--window", std::to_string(kWindow),
+         "--rfrpc-batch-entries", std::to_string(kN), "--rfrpc-batch-llimit-us", "100000",
+         "--rfrpc-batch-timeout-us", "50"});
+  auto c = Client::connect(options());
+  auto size = [&] { return c->protocol_counters().at("batch_size").get<double>(); };
+  auto resizes = [&] { return counter(c->protocol_counters(), "batch_resizes"); };
+  auto seen_by_worker = [&] {
+    return c->stats().at("workers").at(0).at("protocols").at("rfrpc").at("client_batch_size")
+        .at("last").get<uint64_t>();
+  };
+  EXPECT_EQ(size(), 1.0) << "eq. 3 starts from 1";
+  // Growth: quick calls until N (one step per sample at most; a call a loaded host holds past
+  // llimit only delays a step), at most 60 s.
+  const Deadline grow = Deadline::after_ms(60000);
+  for (int round = 0; size() < kN && !grow.expired(); ++round)
+    ASSERT_EQ(model_ops(c.get(), "t" + std::to_string(round) + "-", kSample, 3 + round), 0);
+  const uint64_t quick = counter(c->protocol_counters(), "batched_calls");
+  ASSERT_EQ(size(), double(kN)) << c->protocol_counters().dump();
+  EXPECT_GE(quick, uint64_t{(kN - 1) * kSample}) << "more than one step per sample";
+  EXPECT_GE(resizes(), uint64_t{kN - 1});
+  EXPECT_EQ(seen_by_worker(), kN);
+  // Shrink: rounds of W calls, each call held over a 150 ms stop of the server.
+  const uint64_t resizes_at_n = resizes();
+  std::vector<std::pair<int, double>> steps;  // (slow calls so far, size) at each change
+  int slow = 0, wrong = 0, rounds_at_one = 0;
+  double now = kN;
+  for (int round = 0; round < 40 && rounds_at_one < 8; ++round) {
+    ASSERT_TRUE(server_->suspend()) << "the server did not stop within 5 s";
+    for (uint32_t i = 0; i < kWindow; ++i)
+      ASSERT_EQ(c->get_async("t-" + std::to_string(i), [&](Status st, std::string_view, uint64_t) {
+        wrong += st != Status::kOk && st != Status::kNotFound;
+      }), Status::kOk);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    server_->resume();
+    ASSERT_EQ(c->flush(), Status::kOk);
+    slow += kWindow;
+    const double s = size();
+    if (s != now) steps.emplace_back(slow, s);
+    now = s;
+    rounds_at_one += s == 1.0;
   }
+  EXPECT_EQ(wrong, 0);
+  std::string trace;
+  for (const auto& [calls, s] : steps) trace += " " + std::to_string(int(s)) + "@" + std::to_string(calls);
+  ASSERT_EQ(now, 1.0) << "the size never shrank to 1:" << trace;
+  // One step down per sample: N - 1 steps of one, each a sample (give or take the round of W
+  // calls it was seen in) after the one before; the first after at most a sample (the quick
+  // calls of the growth's last sample count in it).
+  ASSERT_EQ(steps.size(), size_t{kN - 1}) << trace;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].second, double(kN - 1 - i)) << trace;
+    const int gap = steps[i].first - (i == 0 ? 0 : steps[i - 1].first);
+    EXPECT_LE(gap, int(kSample + kWindow)) << trace;
+    if (i > 0) {
+      EXPECT_GE(gap, int(kSample - kWindow)) << trace;
+    }
+  }
+  // At 1 it stays 1, however slow the calls: 8 rounds (over two samples) without a resize.
+  EXPECT_EQ(resizes() - resizes_at_n, uint64_t{kN - 1}) << trace;
+  EXPECT_EQ(seen_by_worker(), 1u);
+  std::printf("eq. 3: grew 1 -> %u in %llu quick calls; shrank by one per sample:%s (size@slow "
+              "calls)\n", kN, static_cast<unsigned long long>(quick), trace.c_str());
 }
 
 // Puts every thread of process `pid` (or the caller, pid 0) on `core`.
@@ -526,7 +573,9 @@ class WorkerPreempted {
   ~WorkerPreempted() {
     if (busy_ <= 0) return;
     kill(busy_, SIGKILL);
-    waitpid(busy_, nullptr, 0);
+    int status = 0;
+    waitpid(busy_, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
   }
   bool on() const { return busy_ > 0; }
 
@@ -626,7 +675,7 @@ TEST_P(RfrpcE2E, KilledServerGivesServerGoneOrTimeout) {
   start();
   const int kTimeout = 500;
   auto c = Client::connect(options(kTimeout));
-  testing::killed_server_ends_everything(c.get(), [&] { server_->kill(); }, kTimeout);
+  testing::killed_server_ends_everything(c.get(), *server_, kTimeout);
 }
 
 TEST(RfrpcConnect, SendTransportIsRefused) { testing::send_transport_is_refused("rfrpc"); }

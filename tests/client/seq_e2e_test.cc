@@ -28,6 +28,7 @@
 #include "client/client.h"
 #include "perf/process.h"
 #include "proto/seq/counter.h"
+#include "support/child.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -94,16 +95,18 @@ class SeqE2E : public ::testing::TestWithParam<Param> {
     size_t ok = 0, failed = 0;
     bool done = false;
   };
-  std::unique_ptr<perf::ChildProcess> spawn(size_t window, size_t count) const {
-    auto p = std::make_unique<perf::ChildProcess>(std::vector<std::string>{
+  std::unique_ptr<testing::Child> spawn(size_t window, size_t count) const {
+    auto p = std::make_unique<testing::Child>(std::vector<std::string>{
         FABKV_SEQ_CLIENT_BIN, server_->address(), provider(), protocol(),
         std::to_string(window), std::to_string(count)});
     std::string line;
-    if (!p->read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
-      throw std::runtime_error("fabkv-seq-client did not start: " + line);
+    if (!p->proc().read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
+      throw std::runtime_error("fabkv-seq-client did not start: " + line + "\n" + p->stderr_excerpt());
     return p;
   }
-  static Run collect(perf::ChildProcess& p, size_t count) {
+  // Reads the client's values until its DONE line; it must then exit 0 (no failed request).
+  static Run collect(testing::Child& c, size_t count) {
+    perf::ChildProcess& p = c.proc();
     Run r;
     r.values.assign(count, 0);
     std::string line;
@@ -122,7 +125,7 @@ class SeqE2E : public ::testing::TestWithParam<Param> {
         break;
       }
     }
-    p.wait(Deadline::after_ms(10000));
+    EXPECT_TRUE(c.ends_as(0, 10000));
     return r;
   }
 
@@ -137,7 +140,7 @@ TEST_P(SeqE2E, ManyClientProcessesGetUniqueIncreasingValuesWithoutGaps) {
   start({"--workers", "2"});
   const size_t count = tcp() ? 400 : 3000;
   const std::vector<size_t> windows = {1, 4, 8, 16};
-  std::vector<std::unique_ptr<perf::ChildProcess>> procs;
+  std::vector<std::unique_ptr<testing::Child>> procs;
   for (size_t w : windows) procs.push_back(spawn(w, count));
   std::vector<Run> runs;
   for (auto& p : procs) runs.push_back(collect(*p, count));
@@ -224,7 +227,7 @@ TEST_P(SeqE2E, AKilledClientLosesOnlyItsInFlightValues) {
   std::set<uint64_t> victim_values;
   std::string line;
   while (victim_values.size() < (tcp() ? 100u : 2000u) &&
-         victim->read_line(&line, Deadline::after_ms(30000))) {
+         victim->proc().read_line(&line, Deadline::after_ms(30000))) {
     std::istringstream in(line);
     std::string tag;
     size_t i;
@@ -237,10 +240,9 @@ TEST_P(SeqE2E, AKilledClientLosesOnlyItsInFlightValues) {
   uint64_t v = 0;
   ASSERT_EQ(other->next(&v), Status::kOk);
   mine.push_back(v);
-  victim->kill(SIGKILL);
-  victim->wait(Deadline::after_ms(5000));
+  EXPECT_TRUE(victim->kill());
   // Whatever the victim flushed before it died.
-  while (victim->read_line(&line, Deadline::after_ms(1000))) {
+  while (victim->proc().read_line(&line, Deadline::after_ms(1000))) {
     std::istringstream in(line);
     std::string tag;
     size_t i;

@@ -211,7 +211,7 @@ TEST_P(ServerReplyE2E, KilledServerGivesServerGoneOrTimeout) {
   start();
   const int kTimeout = 500;
   auto c = Client::connect(options(kTimeout));
-  testing::killed_server_ends_everything(c.get(), [&] { server_->kill(); }, kTimeout);
+  testing::killed_server_ends_everything(c.get(), *server_, kTimeout);
 }
 
 // The client refuses what server-reply cannot do before anything is opened.

@@ -19,6 +19,7 @@
 #include "fabric/fabric.h"
 #include "fabric/memory_region.h"
 #include "perf/process.h"
+#include "support/child.h"
 #include "support/hex.h"
 
 namespace fabkv::testing {
@@ -31,20 +32,21 @@ using fabric::Verb;
 using fabkv::testing::from_hex;
 using fabkv::testing::to_hex;
 
-// fabkv-fabric-msg-peer as a child process, with its stdout read line by line.
+// fabkv-fabric-msg-peer as a child process, with its stdout read line by line. How it ends is
+// checked (support/child.h): a STOP line must end it with exit 0 (served without a fault; under
+// the sanitizers also: no leak, no error), a kill must be what killed it.
 class MsgPeer {
  public:
   explicit MsgPeer(const std::string& mode)
-      : proc_(std::make_unique<perf::ChildProcess>(
-            std::vector<std::string>{FABKV_MSG_PEER_BIN, mode})) {}
+      : proc_(std::make_unique<Child>(std::vector<std::string>{FABKV_MSG_PEER_BIN, mode})) {}
   ~MsgPeer() { stop(); }
-  // Asks the peer to exit; its exit status (0: served without a fault; under the sanitizers
-  // also: no leak, no error), or -1 when it had to be killed.
+  // Asks the peer to exit; its exit status (perf::ChildProcess::wait's). Anything but 0 within
+  // 5 s is also a test failure showing the peer's stderr.
   int stop() {
     if (!proc_) return -1;
-    proc_->write_line("STOP");
-    int status = proc_->wait(Deadline::after_ms(5000));
-    if (status < 0) proc_->kill(SIGKILL);
+    proc_->proc().write_line("STOP");
+    EXPECT_TRUE(proc_->ends_as(0, 5000)) << "stopped by a STOP line";
+    int status = proc_->proc().wait(Deadline::after_ms(0));
     proc_.reset();
     return status;
   }
@@ -61,26 +63,25 @@ class MsgPeer {
     }
     Deadline d = Deadline::after_ms(ms);
     std::string line;
-    while (proc_->read_line(&line, d)) {
+    while (proc_->proc().read_line(&line, d)) {
       if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
       lines_.push_back(line);
     }
     return {};
   }
   nlohmann::json counters() {
-    proc_->write_line("COUNTERS");
+    proc_->proc().write_line("COUNTERS");
     std::string j = expect("COUNTERS ");
     return j.empty() ? nlohmann::json() : nlohmann::json::parse(j);
   }
-  void write_line(const std::string& s) { proc_->write_line(s); }
+  void write_line(const std::string& s) { proc_->proc().write_line(s); }
   void kill() {
-    proc_->kill(SIGKILL);
-    proc_->wait(Deadline::after_ms(5000));
+    EXPECT_TRUE(proc_->kill());
     proc_.reset();
   }
 
  private:
-  std::unique_ptr<perf::ChildProcess> proc_;
+  std::unique_ptr<Child> proc_;
   std::vector<std::string> lines_;
 };
 

@@ -20,6 +20,7 @@
 #include "fabric/fabric.h"
 #include "fabric/memory_region.h"
 #include "perf/process.h"
+#include "support/child.h"
 #include "support/hex.h"
 
 namespace fabkv::testing {
@@ -46,7 +47,7 @@ class Progress : public ::testing::TestWithParam<std::string> {
   void start(const std::string& rx_depth) {
     std::vector<std::string> argv{FABKV_PROGRESS_PEER_BIN, GetParam()};
     if (!rx_depth.empty()) argv.push_back(rx_depth);
-    peer_ = std::make_unique<perf::ChildProcess>(argv);
+    peer_ = std::make_unique<testing::Child>(argv);
     std::string name = expect("NAME ");
     std::istringstream region(expect("REGION "));
     ASSERT_NE(name, "?") << "the target did not start";
@@ -59,14 +60,14 @@ class Progress : public ::testing::TestWithParam<std::string> {
     mem_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, 1 << 20,
                                                       fabric::Access::kRemoteReadWrite);
     target_ = ep_->insert_peer(from_hex(name));
-    peer_->write_line("INSERT " + to_hex(ep_->name()));
+    peer_->proc().write_line("INSERT " + to_hex(ep_->name()));
     ASSERT_EQ(expect("OK"), "");
     completed_ = 0;
   }
   void stop() {
     if (!peer_) return;
-    peer_->write_line("STOP");
-    EXPECT_EQ(peer_->wait(Deadline::after_ms(5000)), 0);
+    peer_->proc().write_line("STOP");
+    EXPECT_TRUE(peer_->ends_as(0, 5000)) << "stopped by a STOP line";
     peer_.reset();
     mem_.reset();
     ep_.reset();
@@ -75,14 +76,14 @@ class Progress : public ::testing::TestWithParam<std::string> {
 
   std::string expect(const std::string& prefix) {
     std::string line;
-    while (peer_->read_line(&line, Deadline::after_ms(10000)))
+    while (peer_->proc().read_line(&line, Deadline::after_ms(10000)))
       if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
     ADD_FAILURE() << "no '" << prefix << "' from the target";
     return "?";
   }
   // Whether the target's bytes [off, off+n) all equal `byte`; read by the target, not polling.
   bool landed(size_t off, size_t n, uint8_t byte) {
-    peer_->write_line("PEEK " + std::to_string(off) + " " + std::to_string(n));
+    peer_->proc().write_line("PEEK " + std::to_string(off) + " " + std::to_string(n));
     auto b = from_hex(expect("PEEK "));
     return b.size() == n && std::all_of(b.begin(), b.end(), [&](uint8_t x) { return x == byte; });
   }
@@ -127,7 +128,7 @@ class Progress : public ::testing::TestWithParam<std::string> {
     bool posted = pending == nullptr;
     uint64_t inbound = 0;
     do {
-      peer_->write_line("POLL 100");
+      peer_->proc().write_line("POLL 100");
       Deadline chunk = Deadline::after_ms(100);
       while (!chunk.expired()) {
         if (!posted) {
@@ -165,7 +166,7 @@ class Progress : public ::testing::TestWithParam<std::string> {
     return ep_->write(mem_->local(off, len), target_, region_.at(off), region_.key, nullptr);
   }
 
-  std::unique_ptr<perf::ChildProcess> peer_;
+  std::unique_ptr<testing::Child> peer_;  // support/child.h: its end is checked
   std::unique_ptr<fabric::Fabric> fabric_;
   std::unique_ptr<fabric::Endpoint> ep_;
   std::unique_ptr<fabric::RegisteredBuffer> mem_;

@@ -30,6 +30,7 @@
 #include "fabric/memory_region.h"
 #include "fabric/waiter.h"
 #include "perf/process.h"
+#include "support/child.h"
 #include "support/hex.h"
 
 namespace fabkv::testing {
@@ -122,7 +123,7 @@ TEST(Wait, TcpHasADescriptorAndBlockingOnItIsFree) {
 class Wakeups : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    peer_ = std::make_unique<perf::ChildProcess>(
+    peer_ = std::make_unique<testing::Child>(
         std::vector<std::string>{FABKV_PROGRESS_PEER_BIN, GetParam(), "waitable"});
     std::string name = expect("NAME ");
     std::istringstream region(expect("REGION "));
@@ -133,20 +134,20 @@ class Wakeups : public ::testing::TestWithParam<std::string> {
     mem_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, 1 << 20,
                                                       fabric::Access::kRemoteReadWrite);
     target_ = ep_->insert_peer(from_hex(name));
-    peer_->write_line("INSERT " + to_hex(ep_->name()));
+    peer_->proc().write_line("INSERT " + to_hex(ep_->name()));
     ASSERT_EQ(expect("OK"), "");
   }
   void TearDown() override {
     if (!peer_) return;
-    peer_->write_line("STOP");
-    EXPECT_EQ(peer_->wait(Deadline::after_ms(5000)), 0);
+    peer_->proc().write_line("STOP");
+    EXPECT_TRUE(peer_->ends_as(0, 5000)) << "stopped by a STOP line";
   }
 
   bool tcp() const { return GetParam() == "tcp"; }
 
   std::string expect(const std::string& prefix) {
     std::string line;
-    while (peer_->read_line(&line, Deadline::after_ms(10000)))
+    while (peer_->proc().read_line(&line, Deadline::after_ms(10000)))
       if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
     ADD_FAILURE() << "no '" << prefix << "' from the target";
     return "?";
@@ -164,7 +165,7 @@ class Wakeups : public ::testing::TestWithParam<std::string> {
     bool posted = post == nullptr;
     Deadline d = Deadline::after_ms(10000);
     while ((!posted || completed_ < n) && !d.expired()) {
-      peer_->write_line("POLL 100");
+      peer_->proc().write_line("POLL 100");
       Deadline chunk = Deadline::after_ms(100);
       while (!chunk.expired()) {
         if (!posted) posted = post() == 0;
@@ -191,7 +192,7 @@ class Wakeups : public ::testing::TestWithParam<std::string> {
   // A post still refused when the target wakes (a first contact needs its progress) is
   // posted afterwards with the target polling. Then the operation must complete.
   Blocked block_during(const std::function<long()>& post, int ms = 3000) {
-    peer_->write_line("BLOCK " + std::to_string(ms));
+    peer_->proc().write_line("BLOCK " + std::to_string(ms));
     expect("BLOCKING");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     Deadline d = Deadline::after_ms(ms);
@@ -215,7 +216,7 @@ class Wakeups : public ::testing::TestWithParam<std::string> {
     }
   }
 
-  std::unique_ptr<perf::ChildProcess> peer_;
+  std::unique_ptr<testing::Child> peer_;  // support/child.h: its end is checked
   std::unique_ptr<fabric::Fabric> fabric_;
   std::unique_ptr<fabric::Endpoint> ep_;
   std::unique_ptr<fabric::RegisteredBuffer> mem_;
@@ -261,7 +262,7 @@ TEST_P(Wakeups, WriteWithImmediate) {
 // neither (rxm does not advertise FI_RMA_EVENT).
 TEST_P(Wakeups, RemoteOperationCounter) {
   warm_up();
-  peer_->write_line("REMOTE");
+  peer_->proc().write_line("REMOTE");
   std::string before = expect("REMOTE ");
   with_target(2, [&, n = 0]() mutable {
     long r = n == 0 ? write(8192, 64)
@@ -270,7 +271,7 @@ TEST_P(Wakeups, RemoteOperationCounter) {
     if (r == 0) ++n;
     return n == 2 ? 0L : fabric::kAgain;
   });
-  peer_->write_line("REMOTE");
+  peer_->proc().write_line("REMOTE");
   std::string after = expect("REMOTE ");
   ASSERT_NE(before, "none");
   ASSERT_NE(after, "none");

@@ -17,23 +17,26 @@
 
 #include "common/deadline.h"
 #include "perf/process.h"
+#include "support/child.h"
 
 namespace fabkv::testing {
 
 // fabkv-server with --memcached 127.0.0.1:0 and `extra` flags; learns both addresses from its
-// "READY host:port" and "MEMCACHED host:port" lines.
+// "READY host:port" and "MEMCACHED host:port" lines. Stopped by SIGTERM, after which it must
+// exit 0 (support/child.h: else the test fails showing the server's stderr).
 class McServer {
  public:
   explicit McServer(std::vector<std::string> extra) {
     std::vector<std::string> argv = {FABKV_SERVER_BIN, "--listen", "127.0.0.1:0", "--memcached",
                                      "127.0.0.1:0", "--cores", "-1", "--log", "warn"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    proc_ = std::make_unique<perf::ChildProcess>(argv);
+    child_ = std::make_unique<Child>(argv);
     std::string line;
-    if (!proc_->read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
-      throw std::runtime_error("fabkv-server did not start: " + line);
+    if (!child_->proc().read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
+      throw std::runtime_error("fabkv-server did not start: " + line + "\n" + child_->stderr_excerpt());
     address_ = line.substr(6);
-    if (!proc_->read_line(&line, Deadline::after_ms(20000)) || line.rfind("MEMCACHED ", 0) != 0)
+    if (!child_->proc().read_line(&line, Deadline::after_ms(20000)) ||
+        line.rfind("MEMCACHED ", 0) != 0)
       throw std::runtime_error("fabkv-server did not say where memcached is: " + line);
     const std::string mc = line.substr(10);
     port_ = static_cast<uint16_t>(std::stoi(mc.substr(mc.rfind(':') + 1)));
@@ -42,19 +45,21 @@ class McServer {
   const std::string& address() const { return address_; }
   uint16_t port() const { return port_; }
   bool running() {
-    return proc_ && proc_->wait(Deadline::after_ms(0)) < 0;
+    return child_ && child_->proc().wait(Deadline::after_ms(0)) < 0;
   }
+  // SIGTERM; returns the exit status (perf::ChildProcess::wait's; a test failure unless 0
+  // within 20 s).
   int stop() {
-    if (!proc_) return -1;
-    proc_->kill(SIGTERM);
-    int rc = proc_->wait(Deadline::after_ms(10000));
-    if (rc < 0) proc_->kill(SIGKILL);
-    proc_.reset();
+    if (!child_) return -1;
+    child_->proc().kill(SIGTERM);
+    EXPECT_TRUE(child_->ends_as(0, 20000)) << "stopped by SIGTERM";
+    int rc = child_->proc().wait(Deadline::after_ms(0));
+    child_.reset();
     return rc;
   }
 
  private:
-  std::unique_ptr<perf::ChildProcess> proc_;
+  std::unique_ptr<Child> child_;
   std::string address_;
   uint16_t port_ = 0;
 };

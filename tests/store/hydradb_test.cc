@@ -1,6 +1,7 @@
 // The hydradb engine (proto/hydradb/engine.h): item locations, out-of-place updates, the valid
 // flag, delayed reuse, and a property test against a model map that also READs every address
 // it was ever given, as a client holding it would (proto/hydradb/layout.h's check_item).
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -178,7 +179,8 @@ TEST(HydraEngine, MadeByKind) {
 // model map. Every address the engine ever gave out is READ after every step, as a client
 // holding it would: while its hold can still be running it shows the item it was (current or
 // replaced, never foreign bytes), and current exactly when the model says the key still has
-// that version.
+// that version. Both kinds of READ must have happened, each seed: a READ of a replaced item is
+// the race the readers are here for.
 TEST(HydraEngine, PropertyAgainstModelWithReaders) {
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     std::mt19937_64 rng(seed);
@@ -198,6 +200,7 @@ TEST(HydraEngine, PropertyAgainstModelWithReaders) {
       uint64_t retired_at = 0;  // 0 = not yet (as far as the test knows)
     };
     std::vector<Address> addresses;
+    uint64_t current_reads = 0, replaced_reads = 0;
     auto retire = [&](const std::string& key) {
       for (Address& a : addresses)
         if (a.key == key && a.retired_at == 0) a.retired_at = clock.now;
@@ -249,6 +252,7 @@ TEST(HydraEngine, PropertyAgainstModelWithReaders) {
         const bool current = it != model.end() && it->second.version == a.version;
         ASSERT_EQ(r, current ? ItemRead::kCurrent : ItemRead::kReplaced)
             << "seed " << seed << " step " << step << " key " << a.key;
+        (current ? current_reads : replaced_reads)++;
         if (current) {
           ASSERT_EQ(value, it->second.value);
         }
@@ -262,6 +266,12 @@ TEST(HydraEngine, PropertyAgainstModelWithReaders) {
     }
     ASSERT_EQ(e.check(), "");
     EXPECT_GT(e.hydra_stats().reclaimed, 0u) << "the test never let a hold end";
+    EXPECT_GT(current_reads, 0u) << "seed " << seed;
+    EXPECT_GT(replaced_reads, 0u) << "seed " << seed << ": no address was READ after its "
+                                                     "item was replaced";
+    std::printf("seed %llu: %llu READs of current items, %llu of replaced ones\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(current_reads),
+                static_cast<unsigned long long>(replaced_reads));
   }
 }
 
