@@ -469,7 +469,7 @@ void OpLog::append(Op op, std::string_view key, std::string_view value, uint64_t
     store_at<uint64_t>(p + 8, version);
     store_at<uint32_t>(p + 16, expire_at);
     store_at<uint32_t>(p + 20, flags);
-    std::memcpy(p + kHeaderSize, key.data(), key.size());
+    if (!key.empty()) std::memcpy(p + kHeaderSize, key.data(), key.size());  // CLEAR has none
     if (!value.empty()) std::memcpy(p + kHeaderSize + key.size(), value.data(), value.size());
     store_at<uint64_t>(p + kHeaderSize + body, XXH3_64bits(p, kHeaderSize + body));
     pending_ += n;
