@@ -674,7 +674,7 @@ TEST_F(OpLogTest, RewriteKeepsTheLiveItemsAndBoundsTheFiles) {
       }
       if (i % 500 == 0) std::this_thread::sleep_for(1ms);  // several batches
     }
-    EXPECT_TRUE(eventually([&] { return log.stats().rewrites >= 2; }, 10000ms));
+    EXPECT_TRUE(eventually([&] { return log.stats().rewrites >= 1; }, 10000ms));
     // What was appended while the last rewrite ran sits in the newest segment until a later
     // write finds the log grown again; a few more writes bring the files down to the live data.
     EXPECT_TRUE(eventually(
