@@ -196,7 +196,7 @@ TEST_P(PilafE2E, ReadersRacingAWriterNeverSeeATornValue) {
   // At least 3 s and 300 GETs (a loaded CI host on tcp, where READs wait for the busy server's
   // progress, may need longer) and until a race was met; at most 60 s.
   const uint64_t kMinGets = 300;
-  uint64_t gets = 0, bad = 0, raced = 0;
+  uint64_t gets = 0, bad = 0, raced = 0, contended = 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto more = [&] {
     auto t = std::chrono::steady_clock::now();
@@ -209,6 +209,13 @@ TEST_P(PilafE2E, ReadersRacingAWriterNeverSeeATornValue) {
     std::string key = "hot" + std::to_string(rng() % kKeys), v;
     Status s = r->get(key, &v);
     gets++;
+    // The retry bound (64 torn READs, docs/pilaf.md) may end a GET with kContended when the
+    // writer rewrites the key all the time: no value, which is allowed; a wrong or torn value
+    // never is.
+    if (s == Status::kContended) {
+      contended++;
+      continue;
+    }
     if (s != Status::kOk || !value_ok(key, v)) {
       bad++;
       ADD_FAILURE() << "GET " << key << ": " << to_string(s) << " '" << v.substr(0, 40) << "'";
@@ -223,14 +230,19 @@ TEST_P(PilafE2E, ReadersRacingAWriterNeverSeeATornValue) {
   EXPECT_GT(writes.load(), 100u);
   auto pc = r->protocol_counters();
   EXPECT_EQ(pc.at("gets").get<uint64_t>(), gets);
-  EXPECT_EQ(pc.at("gave_up").get<uint64_t>(), 0u);
+  EXPECT_EQ(pc.at("gave_up").get<uint64_t>(), contended);
+  // Seen: 3 of 68 736 GETs against 46 756 PUTs in 3 s on shm (229 torn entries), the tcp case
+  // running next to it on the 2 cores.
+  EXPECT_LE(contended * 1000, gets) << "more than 1 GET in 1000 gave up";
   EXPECT_GT(races(), 0u) << "no GET met the writer in 60 s, so none was tested against a race: "
                          << pc.dump();
   // Recorded for docs/pilaf.md; how many races a run meets depends on the scheduler.
-  std::printf("race: %llu GETs against %llu PUTs in %.1f s: %llu torn entries, %llu torn "
-              "extents, %llu re-probes, %.2f probes and %.2f extent READs per GET\n",
+  std::printf("race: %llu GETs against %llu PUTs in %.1f s: %llu gave up (kContended), %llu "
+              "torn entries, %llu torn extents, %llu re-probes, %.2f probes and %.2f extent READs "
+              "per GET\n",
               static_cast<unsigned long long>(gets), static_cast<unsigned long long>(writes.load()),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              static_cast<unsigned long long>(contended),
               static_cast<unsigned long long>(pc.at("torn_entries").get<uint64_t>()),
               static_cast<unsigned long long>(pc.at("torn_extents").get<uint64_t>()),
               static_cast<unsigned long long>(pc.at("reprobes").get<uint64_t>()),

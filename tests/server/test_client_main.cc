@@ -33,9 +33,9 @@ int victim(const std::string& server, const std::string& provider) {
 }
 
 // Leaves an indirect PUT (body in its own memory, for the worker to READ) in every slot of
-// one worker, then sleeps without ever driving progress: on tcp the worker's READ of the first
-// body waits for this process (a worker fetches one body at a time per client), so it is
-// still outstanding when the test kills it.
+// one worker, then sleeps without driving progress again: on tcp the worker's READs of the
+// bodies wait for this process's progress, which it drives only while it posts (a worker
+// fetches one body at a time per client), so one is still outstanding when the test kills it.
 int victim_indirect(const std::string& server, const std::string& provider) {
   RawClient c(provider, server, "write");
   char req[1024];
