@@ -60,11 +60,12 @@ def main():
             d = tempfile.mkdtemp(prefix="fabkv-restart-", dir=a.dir)
             log = f"{d}/log"
             p, addr, _ = start(a.build, log, rewrite, memory)
-            subprocess.run([f"{a.build}/bin/fabkv-bench", "--systems=fabkv:herd",
-                            f"--server={addr}", f"--keys={n}", "--fill=1", "--read-ratio=0",
-                            "--key-size=16", "--value-size=32", "--clients=4", "--window=4",
-                            f"--duration={a.overwrite_s}", "--quiet"],
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                fill(a, addr, n)
+            except BaseException:
+                p.kill()  # never leave a server behind
+                shutil.rmtree(d)
+                raise
             stop(p)
             size = log_bytes(d)
             times = []
@@ -77,6 +78,14 @@ def main():
                   f"  [{', '.join(f'{t:.2f}' for t in times)}]", flush=True)
             shutil.rmtree(d)
 
+
+def fill(a, addr, n):
+    """N keys, then PUT-only overwrites for --overwrite-s seconds."""
+    subprocess.run([f"{a.build}/bin/fabkv-bench", "--systems=fabkv:herd", f"--server={addr}",
+                    f"--keys={n}", "--fill=1", "--read-ratio=0", "--key-size=16",
+                    "--value-size=32", "--clients=4", "--window=4",
+                    f"--duration={a.overwrite_s}", "--quiet"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 if __name__ == "__main__":
     main()
