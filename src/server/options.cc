@@ -91,6 +91,10 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "also serve memcached's text, meta and binary protocols on HOST:PORT (port 0: any free "
          "port, printed as 'MEMCACHED host:port' after READY), on the same data; off by default "
          "(docs/memcached.md)");
+  s.text("name", "--name", &o->name,
+         "this server's name on a cluster's ketama ring, as memcached clients and twemproxy "
+         "name it ('host' for port 11211, else 'host:port'); default: that of the --memcached "
+         "address, else of the --listen address (docs/cluster.md)");
   s.number("memcached_max_conns", "--memcached-max-conns", &o->memcached_max_conns,
            "memcached connections at once; past it a new one gets 'ERROR Too many open "
            "connections' and is closed, as memcached does past -c (each takes a descriptor and "

@@ -66,6 +66,12 @@ struct ServerOptions : proto::ProtocolOptions {
   // and data (docs/memcached.md); "" = off (the default).
   std::string memcached;
   uint32_t memcached_max_conns = 4096;  // past it: "ERROR Too many open connections", closed
+  // This server's name on a cluster's ketama ring (docs/cluster.md), told to every client in
+  // the handshake so that a cluster client whose list names it otherwise refuses it rather
+  // than place keys where memcached's clients would not. "" = the ring name of the memcached
+  // listener's address, else of the control address ("host" for port 11211, else
+  // "host:port"); none when that host is a wildcard (0.0.0.0, ::).
+  std::string name;
 };
 
 // What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf, kFarm or

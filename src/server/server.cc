@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cluster/ketama.h"
 #include "common/deadline.h"
 #include "common/log.h"
 #include "control/client.h"
@@ -37,6 +38,16 @@ void check_oplog_workers(const ServerOptions& o) {
   std::ofstream out(meta, std::ios::trunc);
   out << o.workers << "\n";
   if (!out) throw std::runtime_error("cannot write " + meta);
+}
+
+// The ketama name of a listener's bound "host:port" (cluster/ketama.h), "" for a wildcard host:
+// its clients reach it by names the server does not know.
+std::string default_name(const std::string& bound) {
+  std::string host;
+  uint16_t port = 0;
+  if (!control::split_host_port(bound, &host, &port) || host == "0.0.0.0" || host == "::")
+    return "";
+  return cluster::ketama_name(host, port);
 }
 
 }  // namespace
@@ -83,6 +94,8 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   co.port = port;
   co.secret = o.secret;
   control_ = std::make_unique<control::ControlServer>(co, h);
+  name_ = o.name;
+  if (name_.empty()) name_ = default_name(memcached_ ? memcached_->address() : control_->address());
 }
 
 Server::~Server() { stop(); }
@@ -235,7 +248,7 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
                            {"workers", o_.workers},   {"max_clients", o_.max_clients},
                            {"protocol", p->name},     {"max_value", o_.max_value},
                            {"max_key", store::kMaxKeySize}, {"engine", o_.engine},
-                           {"provider", provider()}};
+                           {"provider", provider()}, {"name", name_}};
   layout.update(parts.layout);
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());
@@ -279,6 +292,7 @@ nlohmann::json Server::stats() const {
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& w : workers_) workers.push_back(w->stats());
   nlohmann::json j = {{"provider", provider()},
+                      {"name", name_},
                       {"protocols", o_.protocols},
                       {"engine", o_.engine},
                       {"workers", workers}};

@@ -30,6 +30,9 @@ class Server {
   // The memcached front end's "host:port" (--memcached), "" when off.
   std::string memcached_address() const { return memcached_ ? memcached_->address() : ""; }
   const std::string& provider() const;
+  // Its name on a cluster's ketama ring (--name, else from its listeners; "" when they listen
+  // on a wildcard host): sent to every client in the Welcome (layout "name").
+  const std::string& name() const { return name_; }
   void start();                 // starts the worker threads
   // Stops admitting clients, lets workers answer what they hold, joins them.
   void stop();
@@ -47,6 +50,7 @@ class Server {
   std::atomic<bool> stop_{false};
   std::unique_ptr<control::ControlServer> control_;
   std::unique_ptr<memcached::Service> memcached_;  // --memcached; runs in the workers' loops
+  std::string name_;                                // name()
 
   mutable std::mutex mu_;  // client table (control thread and stats readers)
   struct Slot {

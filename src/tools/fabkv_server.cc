@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
     spdlog::info("memcached protocols on {}", srv->memcached_address());
     fmt::print("MEMCACHED {}\n", srv->memcached_address());
   }
+  if (!srv->name().empty()) spdlog::info("ring name '{}' (docs/cluster.md)", srv->name());
   std::fflush(stdout);
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   spdlog::info("shutting down: answering requests in hand, releasing fabric resources");
