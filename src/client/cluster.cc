@@ -20,7 +20,8 @@ struct Cluster::Member {
   bool drop = false;             // its Client saw the server go: destroy it at the next call
   uint32_t failures_in_row = 0;
   Clock::time_point retry_at{};  // while ejected
-  uint64_t failed_call = 0;      // the call in which connecting failed (not tried again in it)
+  uint64_t failed_call = 0;      // the last call in which it failed: not tried again in that call
+  Status failed_status = Status::kServerGone;  // how
   ServerCounters c;
 };
 
@@ -206,11 +207,11 @@ Client* Cluster::connect(size_t i, Status* st) {
     *st = Status::kServerGone;
     return nullptr;
   }
-  if (m.client && !m.drop) return m.client.get();
-  if (m.failed_call == call_) {  // tried in this very call: no second wait for it
-    *st = Status::kServerGone;
+  if (m.failed_call == call_) {  // failed in this very call (a multi-get): no second wait for it
+    *st = m.failed_status;
     return nullptr;
   }
+  if (m.client && !m.drop) return m.client.get();
   if (m.client) {  // gone, with answers (its failures) still to deliver: not reusable
     *st = Status::kServerGone;
     return nullptr;
@@ -222,7 +223,6 @@ Client* Cluster::connect(size_t i, Status* st) {
     auto c = Client::connect(co);
     std::string said = c->layout().value("name", "");
     if (!said.empty() && said != m.spec.name) {
-      m.failed_call = call_;
       failed(i, Status::kError,
              fmt::format("the server at {} is named '{}' on the ring (its --name or --memcached "
                          "address) but the list names it '{}': write it as '{} {}' so that "
@@ -236,7 +236,6 @@ Client* Cluster::connect(size_t i, Status* st) {
     ++m.c.connects;
     return m.client.get();
   } catch (const ClientError& e) {
-    m.failed_call = call_;
     *st = e.status() == Status::kTimeout ? Status::kTimeout : Status::kServerGone;
     failed(i, *st, e.what());
     return nullptr;
@@ -248,6 +247,8 @@ void Cluster::succeeded(size_t i) { members_[i]->failures_in_row = 0; }
 void Cluster::failed(size_t i, Status st, const std::string& why) {
   Member& m = *members_[i];
   ++m.c.failures;
+  m.failed_call = call_;
+  m.failed_status = st;
   m.c.last_error = why.empty() ? to_string(st) : why;
   if (st == Status::kServerGone && m.client) m.drop = true;  // destroyed at the next call
   if (m.c.ejected || ++m.failures_in_row < o_.server_failure_limit) return;

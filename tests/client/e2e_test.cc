@@ -18,6 +18,7 @@
 #include "perf/process.h"
 #include "store/hash.h"
 #include "support/ready_process.h"
+#include "support/run_tool.h"
 
 namespace fabkv {
 namespace {
@@ -277,18 +278,7 @@ int run_cli(const std::vector<std::string>& args, std::string* out = nullptr,
             const std::string* stdin_text = nullptr) {
   std::vector<std::string> argv = {FABKV_CLI_BIN};
   argv.insert(argv.end(), args.begin(), args.end());
-  perf::ChildProcess p(argv);
-  if (stdin_text) p.write_line(*stdin_text);
-  p.close_stdin();
-  std::string line, all;
-  bool first = true;
-  while (p.read_line(&line, Deadline::after_ms(10000))) {
-    if (!first) all += '\n';
-    all += line;
-    first = false;
-  }
-  if (out) *out = all;
-  return p.wait(Deadline::after_ms(10000));
+  return testing::run_tool(argv, out, stdin_text);
 }
 
 TEST_P(ClientE2E, Cli) {
