@@ -519,12 +519,20 @@ void OpLog::writer_main() {
     lk.unlock();
     if (options_.before_write) options_.before_write();
     write_batch(batch);
+    // everysec and no: written is durable() (a crash of the process keeps it), so the answers
+    // held for this batch go before everysec's fdatasync, which may take long on a busy disk.
+    if (options_.sync != Sync::kAlways) {
+      durable_.store(end, std::memory_order_seq_cst);  // see Worker::open_oplog
+      if (options_.on_durable) options_.on_durable();
+    }
     const auto now = std::chrono::steady_clock::now();
     if (options_.sync == Sync::kAlways ||
         (options_.sync == Sync::kEverySec && now - last_sync_ >= kSyncInterval))
       sync_now();
-    durable_.store(end, std::memory_order_seq_cst);  // see Worker::open_oplog
-    if (options_.on_durable) options_.on_durable();
+    if (options_.sync == Sync::kAlways) {
+      durable_.store(end, std::memory_order_seq_cst);  // see Worker::open_oplog
+      if (options_.on_durable) options_.on_durable();
+    }
     maybe_rotate();
     const size_t n = batch.size;
     batch.size = 0;

@@ -22,9 +22,10 @@
 // Positions. Every appended byte has a position (an LSN: bytes appended since this OpLog
 // opened). appended() is the position after the last record appended; durable() the position
 // up to which the records are on stable storage (Sync::kAlways: fdatasync returned) or at least
-// written to the file (the other modes). A worker with Sync::kAlways holds every answer built
-// while appended() > durable() until durable() reaches the appended() it saw
-// (Worker::log_barrier_st), so no answer ever reveals a write the log could still lose.
+// written to the file (the other modes). A worker holds every answer built while
+// appended() > durable() until durable() reaches the appended() it saw
+// (Worker::log_barrier_st), so no answer ever reveals a write the log could still lose (to a
+// crash of the machine with kAlways, to a crash of the process in every mode).
 //
 // Sync (Options::sync, --oplog-sync):
 //   kAlways    fdatasync after every written batch; durable() moves only then.
@@ -32,7 +33,7 @@
 //              a crash of the machine loses at most about a second of acknowledged writes.
 //   kNo        never fdatasync while running (the page cache decides; once at close).
 // A process crash (SIGKILL) loses nothing written in any mode: written bytes are in the page
-// cache. A failed fdatasync with kAlways ends the process (see writer_main): Linux may report
+// cache; and nothing acknowledged, since answers wait for the write. A failed fdatasync with kAlways ends the process (see writer_main): Linux may report
 // the pages clean afterwards, so the log could no longer tell what is durable.
 //
 // Rewrite (compaction, Redis's BGREWRITEAOF): once the files hold more than
