@@ -713,8 +713,17 @@ def test_failover(fabkv, servers):
     slow += [("get_multi", round(1000 * (st - t_kill)), round(1000 * (e - st)), ok,
               None if ok else got) for st, e, part, ok, got in rrec.calls
              if (e - st) * 1000 > limit]
-    check(not slow, f"calls over timeout_ms {FAILOVER_TIMEOUT_MS} + {TIMING_SLACK_MS} ms slack "
-          f"(call, start after the kill ms, took ms, ok, error, server): {slow[:6]}")
+    if slow:
+        # What the writer did meanwhile (its calls over 20 ms), to tell a stall of the whole
+        # process from one of a call.
+        t0 = t_kill + min(x[1] for x in slow) / 1000
+        t1 = t0 + max(x[2] for x in slow) / 1000
+        beside = [(round(1000 * (st - t_kill)), round(1000 * (e - st)), ok, err, whome[i])
+                  for st, e, i, ok, err in wrec.calls if e >= t0 and st <= t1 and e - st > 0.02]
+        raise Failure(f"calls over timeout_ms {FAILOVER_TIMEOUT_MS} + {TIMING_SLACK_MS} ms "
+                      f"slack (call, start after the kill ms, took ms, ok, error, server): "
+                      f"{slow[:6]}; the writer's calls over 20 ms then: {beside[:10]}; "
+                      f"writer's stats {cw.stats()}")
     # Other writes failed? Only the victim's keys may fail.
     other_failed = [c for c in wrec.calls if not c[3] and whome[c[2]] != vi]
     check(not other_failed, f"{len(other_failed)} writes to live servers failed, e.g. {other_failed[:3]}")
@@ -778,13 +787,17 @@ def test_replicas(fabkv, servers):
     for k in base:
         c.put(k, val(k))
     c.close()
-    longest = 0.0
+    longest, slow = 0.0, []
     for vi, victim in enumerate(servers):
         keys = [f"r2:{vi}:{i}".encode() for i in range(30_000)]
         cw = cluster(fabkv, servers, **opts)
         owners = cluster(fabkv, servers, replicas=2)
         # Precomputed: the killer must not leave Python (and the GIL) between look and kill.
-        has_victim = [vi in owners.servers_for_key(k) for k in keys]
+        owners_of = [owners.servers_for_key(k) for k in keys]
+        has_victim = [vi in o for o in owners_of]
+        # Connected first, as in test_failover: a first PUT would connect to both replicas,
+        # one after the other, each connect bounded by timeout_ms.
+        check(len(cw.get_multi(base[:300])) == 300, "replicas: warm-up reads")
         rec = Recorder()
         t = threading.Thread(target=writer, args=(cw, keys, val, rec))
         t.start()
@@ -807,6 +820,9 @@ def test_replicas(fabkv, servers):
         after_kill = [1 for s, e, i, ok, _ in rec.calls if ok and s > t_kill]
         check(after_kill, "replicas: no write acknowledged after the kill")
         longest = max(longest, max(e - s for s, e, *_ in rec.calls) * 1000)
+        slow += [(victim.addr, round(1000 * (st - t_kill)), round(1000 * (e - st)), ok, err,
+                  owners_of[i]) for st, e, i, ok, err in rec.calls
+                 if (e - st) * 1000 > FAILOVER_TIMEOUT_MS + TIMING_SLACK_MS]
         reader_c = cluster(fabkv, servers, **opts)
         want = base + acked
         got = {}
@@ -818,14 +834,20 @@ def test_replicas(fabkv, servers):
             f"({len(after_kill)} after the kill), {failed} failed; {len(lost)} of "
             f"{len(want)} acknowledged keys unreadable")
         metric(f"replicas2_kill_{victim.addr}_lost", len(lost))
-        check(not lost, f"replicas=2: {len(lost)} acknowledged PUTs unreadable after "
-              f"{victim.addr}'s kill, e.g. {lost[:3]}")
+        if lost:
+            live = [s for s in servers if s is not victim]
+            raise Failure(f"replicas=2: {len(lost)} acknowledged PUTs unreadable after "
+                          f"{victim.addr}'s kill, e.g. {lost[:3]}; their replicas "
+                          f"{[owners.servers_for_key(k) for k in lost[:3]]}; read from the "
+                          f"live servers: {read_everywhere(live, lost[:3])}; "
+                          f"stats: {reader_c.stats()}")
         for x in (cw, owners, reader_c):
             x.close()
         victim.start()
     metric("replicas2_longest_put_ms", longest)
-    check(longest <= FAILOVER_TIMEOUT_MS + TIMING_SLACK_MS,
-          f"replicas=2: a PUT took {longest:.0f} ms")
+    check(not slow, f"replicas=2: PUTs over timeout_ms {FAILOVER_TIMEOUT_MS} + "
+          f"{TIMING_SLACK_MS} ms slack (killed, start after the kill ms, took ms, ok, error, "
+          f"replicas): {slow[:6]}")
 
 
 def test_mixed(fabkv, pylibmc, servers, n=500):
@@ -880,7 +902,10 @@ def main():
                     help="keys written by pylibmc and by nutcracker each (equal weights)")
     ap.add_argument("--fabkv-keys", type=int, default=PLACEMENT_KEYS_FABKV,
                     help="keys written by fabkv.Cluster (equal weights)")
+    ap.add_argument("--parts", default="placement,remap,failover,replicas,mixed",
+                    help="which parts to run (remap needs placement)")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     if not os.access(args.server_bin, os.X_OK):
         raise Failure(f"no fabkv-server at {args.server_bin}")
     if os.geteuid() != 0:
@@ -905,40 +930,48 @@ def main():
         for s in servers[:3]:
             s.start()
         s3, s4 = servers[:3], servers[3]
+        # What each server says of itself: the engine that herd and pilaf share (pilaf's, which
+        # its one-sided READs need), tcp, and its ring name (port 11211: the bare host).
+        for s in s3:
+            with fabkv.Client(f"{s.addr}:{CTRL_PORT}", provider="tcp") as c:
+                st = c.stats()
+            said = (st["engine"], st["name"], st["provider"].split(";")[0],
+                    sorted(p["name"] if isinstance(p, dict) else p for p in st["protocols"]))
+            check(said == ("pilaf", s.addr, "tcp", ["herd", "pilaf"]),
+                  f"server {s.n} is (engine, name, provider, protocols) {said}")
         say(f"3 servers up in {time.monotonic() - t_start:.1f} s: {[s.spec for s in s3]}")
 
         t = time.monotonic()
-        keys, found = test_placement(fabkv, pylibmc, s3, workdir, [1, 1, 1],
-                                     {"fab": args.fabkv_keys, "mc": args.keys, "nut": args.keys},
-                                     "p")
-        test_placement(fabkv, pylibmc, s3, workdir, [1, 2, 1],
-                       {"fab": args.fabkv_keys // 4, "mc": args.keys // 4,
-                        "nut": args.keys // 4}, "pw")
-        metric("time_placement_s", time.monotonic() - t)
+        if "placement" in parts:
+            keys, found = test_placement(fabkv, pylibmc, s3, workdir, [1, 1, 1],
+                                         {"fab": args.fabkv_keys, "mc": args.keys,
+                                          "nut": args.keys}, "p")
+            test_placement(fabkv, pylibmc, s3, workdir, [1, 2, 1],
+                           {"fab": args.fabkv_keys // 4, "mc": args.keys // 4,
+                            "nut": args.keys // 4}, "pw")
+            metric("time_placement_s", time.monotonic() - t)
 
-        t = time.monotonic()
-        s4.start()
-        test_remap(fabkv, pylibmc, s3, s4, keys, {s.n: found[s.n] for s in s3})
-        check(s4.stop() == 0, "the fourth server's clean stop")
-        metric("time_remap_s", time.monotonic() - t)
+        if "remap" in parts:
+            t = time.monotonic()
+            s4.start()
+            test_remap(fabkv, pylibmc, s3, s4, keys, {s.n: found[s.n] for s in s3})
+            check(s4.stop() == 0, "the fourth server's clean stop")
+            metric("time_remap_s", time.monotonic() - t)
 
-        t = time.monotonic()
-        test_failover(fabkv, s3)
-        metric("time_failover_s", time.monotonic() - t)
-        t = time.monotonic()
-        test_replicas(fabkv, s3)
-        metric("time_replicas_s", time.monotonic() - t)
-
-        t = time.monotonic()
-        test_mixed(fabkv, pylibmc, s3)
-        metric("time_mixed_s", time.monotonic() - t)
+        for name, run_part in (("failover", lambda: test_failover(fabkv, s3)),
+                               ("replicas", lambda: test_replicas(fabkv, s3)),
+                               ("mixed", lambda: test_mixed(fabkv, pylibmc, s3))):
+            if name in parts:
+                t = time.monotonic()
+                run_part()
+                metric(f"time_{name}_s", time.monotonic() - t)
 
         for s in s3:
             check(s.alive(), f"server {s.n} died: {s.stderr_tail()}")
             rc = s.stop()
             check(rc == 0, f"server {s.n} exited {rc} on SIGTERM: {s.stderr_tail()}")
         metric("time_total_s", time.monotonic() - t_start)
-        say("PASS: placement, remap, failover, replicas and mixed clients over 4 namespaces")
+        say(f"PASS: {args.parts} over {len(servers)} network namespaces and the clients'")
         return 0
     finally:
         for s in servers:
@@ -950,6 +983,8 @@ def main():
 
 
 if __name__ == "__main__":
+    # ctest's timeout and ^C: the finally of main() still removes namespaces and processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         sys.exit(main())
     except Skip as e:
