@@ -93,8 +93,9 @@ ClusterOptions load_cluster_file(const std::string& path) {
   auto fail = [&](const toml::node& n, const std::string& why) {
     return std::runtime_error(fmt::format("{}:{}: {}", path, n.source().begin.line, why));
   };
-  for (auto& [k, v] : t) {
-    std::string key(k.str());
+  for (auto& entry : t) {
+    const std::string key(entry.first.str());
+    const toml::node& v = entry.second;  // named: clang 14 cannot capture a structured binding
     auto text = [&](std::string* out) {
       if (!v.is_string()) throw fail(v, key + " must be a string");
       *out = *v.value<std::string>();
