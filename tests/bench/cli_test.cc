@@ -323,6 +323,39 @@ TEST_F(BenchCli, AClusterItStartsReportsKeysAndRequestsPerServer) {
   }
 }
 
+// Servers already running, from a cluster file with weights 1 and 2: fabkv-bench starts
+// nothing, and the server of weight 2 (twice the ring points) gets the larger share of keys.
+TEST_F(BenchCli, AClusterFileOfRunningServersIsDrivenAsItSays) {
+  fabkv::bench::ServerSpec ss;
+  ss.core = -1;
+  ss.memory = "32M";
+  ss.fabkv_server_bin = (fs::path(FABKV_BENCH_BIN).parent_path() / "fabkv-server").string();
+  ss.protocols = "herd";
+  ss.poll = "adaptive";  // two spinning servers would take both cores of a 2-core machine
+  const auto a = fabkv::bench::LocalServer::start_fabkv(ss);
+  const auto b = fabkv::bench::LocalServer::start_fabkv(ss);
+  const fs::path toml = dir_ / "cluster.toml";
+  {
+    std::ofstream f(toml);
+    f << "servers = [\"" << a->address() << "\", \"" << b->address() << ":2\"]\n";
+  }
+  const std::vector<nlohmann::json> records =
+      run_ok("--systems fabkv-cluster:herd --cluster " + toml.string());
+  ASSERT_EQ(records.size(), 1u);
+  const nlohmann::json& j = records[0];
+  const nlohmann::json& c = j["cluster"];
+  ASSERT_EQ(c["servers"].size(), 2u) << j.dump();
+  EXPECT_EQ(c["started"], false) << j.dump();
+  EXPECT_TRUE(j["server_cpu_s"].is_null()) << "no pids of servers it did not start";
+  EXPECT_EQ(c["servers"][1]["address"], b->address());
+  EXPECT_EQ(c["servers"][1]["weight"], 2);
+  EXPECT_GT(c["servers"][1]["keys"].get<uint64_t>(), c["servers"][0]["keys"].get<uint64_t>())
+      << j.dump();
+  EXPECT_EQ(c["servers"][0]["keys"].get<uint64_t>() + c["servers"][1]["keys"].get<uint64_t>(),
+            1000u);
+  EXPECT_EQ(j["check"]["ok"], true) << j.dump();
+}
+
 TEST_F(BenchCli, ReportRendersFromARecordedResultsFile) {
   if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "matplotlib is missing for /usr/bin/python3 (apt-get install python3-matplotlib)";
