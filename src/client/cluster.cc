@@ -516,6 +516,10 @@ nlohmann::json Cluster::stats() const {
           {"auto_eject_hosts", o_.auto_eject_hosts}};
 }
 
+const Client* Cluster::connected_client(size_t i) const {
+  return members_.at(i)->client.get();
+}
+
 Client* Cluster::client(size_t i, std::string* why) {
   housekeeping();
   Member& m = *members_.at(i);
