@@ -180,7 +180,8 @@ fabkv_cluster* fabkv_cluster_open(const fabkv_cluster_options* opts, char* err, 
     set_common(&co.client, o.protocol, o.provider, o.secret, o.timeout_ms);
     if (o.replicas > 0) co.replicas = static_cast<uint32_t>(o.replicas);
     if (o.auto_eject_hosts < 0) co.auto_eject_hosts = false;
-    if (o.server_failure_limit > 0) co.server_failure_limit = static_cast<uint32_t>(o.server_failure_limit);
+    if (o.server_failure_limit > 0)
+      co.server_failure_limit = static_cast<uint32_t>(o.server_failure_limit);
     if (o.retry_timeout_ms > 0) co.retry_timeout_ms = o.retry_timeout_ms;
     return open_cluster(std::move(co), err, errlen);
   } catch (const std::exception& e) {
