@@ -351,7 +351,7 @@ class PyCluster {
     return run("delete", k.view(), 0, [&](Cluster& c) { return c.del(k.view()); }) == Status::kOk;
   }
 
-  // {key: value} of the keys found, as given (str stays str). A key that is missing, or whose
+  // {key: value} of the keys found, keyed as given (str stays str). A key that is missing, or whose
   // servers failed, is left out, as pylibmc leaves out what it could not get; the call raises
   // only when every key failed (no server answered for any), or for a key refused as such
   // (TooLarge, InvalidKey: nothing could ever read it).
@@ -360,7 +360,11 @@ class PyCluster {
     std::vector<std::string> bytes;
     for (py::handle h : keys) {
       ByteArg k(h, "key");
-      given.push_back(py::reinterpret_borrow<py::object>(h));
+      // The result's keys: str and bytes as given; a bytearray or memoryview (not hashable,
+      // or not for long) as the bytes it held.
+      given.push_back(PyBytes_Check(h.ptr()) || PyUnicode_Check(h.ptr())
+                          ? py::reinterpret_borrow<py::object>(h)
+                          : py::bytes(k.view().data(), k.view().size()));
       bytes.emplace_back(k.view());
     }
     std::vector<Cluster::GetResult> got;

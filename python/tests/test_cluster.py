@@ -56,6 +56,8 @@ def test_every_key_is_on_exactly_its_server(start_server, provider):
         assert all(n > NKEYS / 5 for n in per_server), per_server
         got = c.get_multi(keys + ["never-written"])
         assert len(got) == NKEYS and "never-written" not in got
+        assert c.get_multi([b"key-1", bytearray(b"key-2"), "key-3"]) == {
+            b"key-1": b"key-1-value", b"key-2": b"key-2-value", "key-3": b"key-3-value"}
         assert got["key-17"] == b"key-17-value"
         assert c.get("key-17") == b"key-17-value" and c.get("never-written") is None
         assert c.delete("key-17") is True and c.delete("key-17") is False
