@@ -61,13 +61,43 @@ void set_common(fabkv::ClientOptions* co, const char* protocol, const char* prov
   }
 }
 
-// fabkv_get and fabkv_cluster_get: the value in *scratch out to (buf, cap).
-int copy_out(fabkv::Status s, const std::string& scratch, void* buf, size_t cap, size_t* vlen) {
-  if (s != fabkv::Status::kOk) return to_c(s);
+// get, put and del of the C interface, for a Client and a Cluster alike (T has their calls):
+// arguments checked, the value copied out of `scratch` into (buf, cap), no exception out.
+template <class T>
+int get_into(T& t, std::string& scratch, const void* key, size_t klen, void* buf, size_t cap,
+             size_t* vlen) {
+  if ((key == nullptr && klen != 0) || vlen == nullptr || (buf == nullptr && cap != 0))
+    return FABKV_INVALID_ARGUMENT;
+  try {
+    fabkv::Status s = t.get(view(key, klen), &scratch);
+    if (s != fabkv::Status::kOk) return to_c(s);
+  } catch (...) {
+    return FABKV_ERROR;  // allocation failure: the data path itself does not throw
+  }
   *vlen = scratch.size();
   if (scratch.size() > cap) return FABKV_BUFFER_TOO_SMALL;
   if (!scratch.empty()) std::memcpy(buf, scratch.data(), scratch.size());
   return FABKV_OK;
+}
+
+template <class T>
+int put_from(T& t, const void* key, size_t klen, const void* val, size_t vlen) {
+  if ((key == nullptr && klen != 0) || (val == nullptr && vlen != 0)) return FABKV_INVALID_ARGUMENT;
+  try {
+    return to_c(t.put(view(key, klen), view(val, vlen)));
+  } catch (...) {
+    return FABKV_ERROR;
+  }
+}
+
+template <class T>
+int del_of(T& t, const void* key, size_t klen) {
+  if (key == nullptr && klen != 0) return FABKV_INVALID_ARGUMENT;
+  try {
+    return to_c(t.del(view(key, klen)));
+  } catch (...) {
+    return FABKV_ERROR;
+  }
 }
 
 fabkv_cluster* open_cluster(fabkv::ClusterOptions co, char* err, size_t errlen) {
@@ -126,33 +156,15 @@ const char* fabkv_protocol_name(size_t i) {
 
 int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t cap,
               size_t* vlen) {
-  if (c == nullptr || (key == nullptr && klen != 0) || vlen == nullptr ||
-      (buf == nullptr && cap != 0))
-    return FABKV_INVALID_ARGUMENT;
-  try {
-    return copy_out(c->client->get(view(key, klen), &c->scratch), c->scratch, buf, cap, vlen);
-  } catch (...) {
-    return FABKV_ERROR;  // allocation failure: the data path itself does not throw
-  }
+  return c == nullptr ? FABKV_INVALID_ARGUMENT : get_into(*c->client, c->scratch, key, klen, buf, cap, vlen);
 }
 
 int fabkv_put(fabkv_client* c, const void* key, size_t klen, const void* val, size_t vlen) {
-  if (c == nullptr || (key == nullptr && klen != 0) || (val == nullptr && vlen != 0))
-    return FABKV_INVALID_ARGUMENT;
-  try {
-    return to_c(c->client->put(view(key, klen), view(val, vlen)));
-  } catch (...) {
-    return FABKV_ERROR;
-  }
+  return c == nullptr ? FABKV_INVALID_ARGUMENT : put_from(*c->client, key, klen, val, vlen);
 }
 
 int fabkv_del(fabkv_client* c, const void* key, size_t klen) {
-  if (c == nullptr || (key == nullptr && klen != 0)) return FABKV_INVALID_ARGUMENT;
-  try {
-    return to_c(c->client->del(view(key, klen)));
-  } catch (...) {
-    return FABKV_ERROR;
-  }
+  return c == nullptr ? FABKV_INVALID_ARGUMENT : del_of(*c->client, key, klen);
 }
 
 int fabkv_next(fabkv_client* c, uint64_t* value) {
@@ -210,34 +222,17 @@ fabkv_cluster* fabkv_cluster_open_file(const char* path, char* err, size_t errle
 
 int fabkv_cluster_get(fabkv_cluster* c, const void* key, size_t klen, void* buf, size_t cap,
                       size_t* vlen) {
-  if (c == nullptr || (key == nullptr && klen != 0) || vlen == nullptr ||
-      (buf == nullptr && cap != 0))
-    return FABKV_INVALID_ARGUMENT;
-  try {
-    return copy_out(c->cluster->get(view(key, klen), &c->scratch), c->scratch, buf, cap, vlen);
-  } catch (...) {
-    return FABKV_ERROR;
-  }
+  return c == nullptr ? FABKV_INVALID_ARGUMENT
+                      : get_into(*c->cluster, c->scratch, key, klen, buf, cap, vlen);
 }
 
 int fabkv_cluster_put(fabkv_cluster* c, const void* key, size_t klen, const void* val,
                       size_t vlen) {
-  if (c == nullptr || (key == nullptr && klen != 0) || (val == nullptr && vlen != 0))
-    return FABKV_INVALID_ARGUMENT;
-  try {
-    return to_c(c->cluster->put(view(key, klen), view(val, vlen)));
-  } catch (...) {
-    return FABKV_ERROR;
-  }
+  return c == nullptr ? FABKV_INVALID_ARGUMENT : put_from(*c->cluster, key, klen, val, vlen);
 }
 
 int fabkv_cluster_del(fabkv_cluster* c, const void* key, size_t klen) {
-  if (c == nullptr || (key == nullptr && klen != 0)) return FABKV_INVALID_ARGUMENT;
-  try {
-    return to_c(c->cluster->del(view(key, klen)));
-  } catch (...) {
-    return FABKV_ERROR;
-  }
+  return c == nullptr ? FABKV_INVALID_ARGUMENT : del_of(*c->cluster, key, klen);
 }
 
 size_t fabkv_cluster_size(const fabkv_cluster* c) { return c == nullptr ? 0 : c->cluster->size(); }
