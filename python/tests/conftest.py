@@ -109,6 +109,27 @@ def stop_process(pid):
     assert process_state(pid) == "T"
 
 
+class Ticker:
+    """A thread counting milliseconds while the `with` block runs: its `ticks` show whether
+    other Python threads ran meanwhile (the GIL released by a blocking call)."""
+
+    def __enter__(self):
+        self.ticks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._count)
+        self._thread.start()
+        return self
+
+    def _count(self):
+        while not self._stop.is_set():
+            self.ticks += 1
+            time.sleep(0.001)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 @pytest.fixture(params=PROVIDERS)
 def provider(request):
     return request.param

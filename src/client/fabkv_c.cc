@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "client/client.h"
@@ -100,17 +101,24 @@ int del_of(T& t, const void* key, size_t klen) {
   }
 }
 
-fabkv_cluster* open_cluster(fabkv::ClusterOptions co, char* err, size_t errlen) {
+// Runs `open`, turning an exception into NULL with its text in err (cleared first).
+template <class F>
+auto or_null(char* err, size_t errlen, F open) -> decltype(open()) {
+  set_err(err, errlen, "");
   try {
-    auto c = std::make_unique<fabkv_cluster>();
-    c->cluster = std::make_unique<fabkv::Cluster>(std::move(co));
-    return c.release();
+    return open();
   } catch (const std::exception& e) {
     set_err(err, errlen, e.what());
   } catch (...) {
     set_err(err, errlen, "fabkv: unknown error");
   }
   return nullptr;
+}
+
+fabkv_cluster* open_cluster(fabkv::ClusterOptions co) {
+  auto c = std::make_unique<fabkv_cluster>();
+  c->cluster = std::make_unique<fabkv::Cluster>(std::move(co));
+  return c.release();
 }
 
 }  // namespace
@@ -122,9 +130,8 @@ void fabkv_options_init(fabkv_options* o) {
 }
 
 fabkv_client* fabkv_connect(const fabkv_options* opts, char* err, size_t errlen) {
-  set_err(err, errlen, "");
   const fabkv_options o = opts != nullptr ? *opts : fabkv_options{};
-  try {
+  return or_null(err, errlen, [&] {
     fabkv::ClientOptions co;
     if (o.server != nullptr) co.server = o.server;
     set_common(&co, o.protocol, o.provider, o.secret, o.timeout_ms);
@@ -136,12 +143,7 @@ fabkv_client* fabkv_connect(const fabkv_options* opts, char* err, size_t errlen)
     auto c = std::make_unique<fabkv_client>();
     c->client = fabkv::Client::connect(co);
     return c.release();
-  } catch (const std::exception& e) {
-    set_err(err, errlen, e.what());
-  } catch (...) {
-    set_err(err, errlen, "fabkv: unknown error");
-  }
-  return nullptr;
+  });
 }
 
 const char* fabkv_protocols(void) {
@@ -184,9 +186,8 @@ size_t fabkv_max_value(const fabkv_client* c) {
 void fabkv_close(fabkv_client* c) { delete c; }
 
 fabkv_cluster* fabkv_cluster_open(const fabkv_cluster_options* opts, char* err, size_t errlen) {
-  set_err(err, errlen, "");
   const fabkv_cluster_options o = opts != nullptr ? *opts : fabkv_cluster_options{};
-  try {
+  return or_null(err, errlen, [&] {
     fabkv::ClusterOptions co;
     co.servers = fabkv::parse_cluster_servers(o.servers != nullptr ? o.servers : "");
     set_common(&co.client, o.protocol, o.provider, o.secret, o.timeout_ms);
@@ -195,29 +196,15 @@ fabkv_cluster* fabkv_cluster_open(const fabkv_cluster_options* opts, char* err, 
     if (o.server_failure_limit > 0)
       co.server_failure_limit = static_cast<uint32_t>(o.server_failure_limit);
     if (o.retry_timeout_ms > 0) co.retry_timeout_ms = o.retry_timeout_ms;
-    return open_cluster(std::move(co), err, errlen);
-  } catch (const std::exception& e) {
-    set_err(err, errlen, e.what());
-  } catch (...) {
-    set_err(err, errlen, "fabkv: unknown error");
-  }
-  return nullptr;
+    return open_cluster(std::move(co));
+  });
 }
 
 fabkv_cluster* fabkv_cluster_open_file(const char* path, char* err, size_t errlen) {
-  set_err(err, errlen, "");
-  if (path == nullptr) {
-    set_err(err, errlen, "fabkv: no cluster file given");
-    return nullptr;
-  }
-  try {
-    return open_cluster(fabkv::load_cluster_file(path), err, errlen);
-  } catch (const std::exception& e) {
-    set_err(err, errlen, e.what());
-  } catch (...) {
-    set_err(err, errlen, "fabkv: unknown error");
-  }
-  return nullptr;
+  return or_null(err, errlen, [&]() -> fabkv_cluster* {
+    if (path == nullptr) throw std::invalid_argument("fabkv: no cluster file given");
+    return open_cluster(fabkv::load_cluster_file(path));
+  });
 }
 
 int fabkv_cluster_get(fabkv_cluster* c, const void* key, size_t klen, void* buf, size_t cap,
