@@ -7,14 +7,20 @@
         c.delete("k")      # str keys and values are UTF-8
         c.stats()          # the server's statistics as a dict
 
+    # Many servers, each key on its ketama server (as pylibmc and twemproxy place it):
+    with fabkv.Cluster(["10.0.0.1:7000", "10.0.0.2:7000:2", "10.0.0.3:7000"]) as c:
+        c.put("k", b"v")
+        c.get_multi(["k", "other"])   # {"k": b"v"}
+        c.server_for_key("k")         # its server's index in c.servers
+
 docs/python.md has the whole API; fabkv.report turns fabkv-bench results into plots.
 """
-from ._fabkv import Client, __version__, protocol_info, protocols
+from ._fabkv import Client, Cluster, __version__, protocol_info, protocols
 from .errors import (Contended, Error, InvalidKey, Malformed, NoSpace, ServerGone, Status,
                      TimeoutError, TooLarge, VersionMismatch)
 
 __all__ = [
-    "Client", "protocols", "protocol_info", "Status", "Error", "TooLarge", "InvalidKey",
+    "Client", "Cluster", "protocols", "protocol_info", "Status", "Error", "TooLarge", "InvalidKey",
     "NoSpace", "VersionMismatch", "ServerGone", "TimeoutError", "Malformed", "Contended",
     "__version__",
 ]

@@ -1,15 +1,15 @@
-// fabkv._fabkv: the client library (src/client/client.h) for Python, with pybind11. The
-// package around it is python/fabkv/ (__init__.py re-exports, errors.py has the exception
-// classes); docs/python.md is the user's page.
+// fabkv._fabkv: the client library (src/client/client.h, src/client/cluster.h) for Python, with
+// pybind11. The package around it is python/fabkv/ (__init__.py re-exports, errors.py has the
+// exception classes); docs/python.md is the user's page.
 //
 // Three rules shape this file:
-// - Every blocking call (connect, get, put, delete, next, stats, close) runs with the GIL
-//   released, so other Python threads run while a request waits (each is bounded by the
+// - Every blocking call (connect, get, put, delete, get_multi, next, stats, close) runs with the
+//   GIL released, so other Python threads run while a request waits (each is bounded by the
 //   client's timeout_ms, client/client.h). Nothing that touches a Python object runs then.
-// - A fabkv::Client is not thread-safe (client/client.h, "Threading"), but a Python object can
-//   be shared between threads: each Client carries a mutex, taken after the GIL is released
-//   (taking it with the GIL held would deadlock against a thread that waits for the GIL while
-//   holding the mutex).
+// - A fabkv::Client (or Cluster) is not thread-safe (client/client.h, "Threading"), but a Python
+//   object can be shared between threads: each carries a mutex (Guarded), taken after the GIL
+//   is released (taking it with the GIL held would deadlock against a thread that waits for
+//   the GIL while holding the mutex).
 // - Errors reach Python as fabkv.errors classes chosen by status (errors.py); the status
 //   numbers are the C API's (client/fabkv.h), which are stable.
 #include <Python.h>
@@ -22,10 +22,12 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "client/client.h"
+#include "client/cluster.h"
 #include "client/fabkv.h"
 #include "fabric/fabric.h"
 #include "proto/registry.h"
@@ -102,11 +104,66 @@ py::object json_to_python(const nlohmann::json& j) {
   return py::module_::import("json").attr("loads")(j.dump());
 }
 
+// The exception of a failed call: the operation, the status, and what helps: the limits for a
+// key or value refused, else `where` (the server, or why the cluster's servers failed).
+// max_value 0: unknown.
+[[noreturn]] void raise_status(Status s, const char* op, size_t klen, size_t vlen,
+                               size_t max_value, const std::string& where) {
+  std::string what = fmt::format("fabkv: {}: {}", op, to_string(s));
+  if (s == Status::kTooLarge) {
+    what += fmt::format(" (key {} bytes, at most 250; value {} bytes", klen, vlen);
+    what += max_value != 0 ? fmt::format(", the server's max_value is {})", max_value) : ")";
+  } else if (s == Status::kInvalidKey) {
+    what += " (keys are 1 to 250 bytes)";
+  } else if (!where.empty()) {
+    what += " (" + where + ")";
+  }
+  throw StatusError(s, what);
+}
+
+// One T (Client, Cluster) behind a mutex, null once closed. call() runs f(T&) with the GIL
+// released and the mutex held.
+template <typename T>
+class Guarded {
+ public:
+  explicit Guarded(const char* kind) : kind_(kind) {}
+
+  template <typename F>
+  std::invoke_result_t<F&, T&> call(F&& f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!obj_) throw py::value_error(fmt::format("fabkv: the {} is closed", kind_));
+    return f(*obj_);
+  }
+
+  bool closed() {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    return obj_ == nullptr;
+  }
+
+  // Closes it (its connections torn down without the GIL); a second close does nothing.
+  void close() {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    obj_.reset();
+  }
+
+  // Set once, by the constructor (before any other thread can see this object).
+  void set(std::unique_ptr<T> obj) { obj_ = std::move(obj); }
+
+ private:
+  const char* kind_;
+  std::mutex mu_;
+  std::unique_ptr<T> obj_;
+};
+
 // fabkv.Client: one connection (one fabric endpoint) to one server over one protocol.
 class PyClient {
  public:
   PyClient(std::string server, std::string protocol, std::string provider, std::string transport,
-           std::string secret, int timeout_ms, py::object connect_timeout_ms, std::string poll) {
+           std::string secret, int timeout_ms, py::object connect_timeout_ms, std::string poll)
+      : client_("client") {
     options_.server = std::move(server);
     options_.protocol = std::move(protocol);
     options_.provider = std::move(provider);
@@ -117,7 +174,7 @@ class PyClient {
     options_.poll = std::move(poll);
     py::gil_scoped_release nogil;
     try {
-      client_ = Client::connect(options_);
+      client_.set(Client::connect(options_));
     } catch (const ClientError& e) {
       throw StatusError(e.status(), e.what());
     }
@@ -185,22 +242,9 @@ class PyClient {
   const std::string& server() const { return options_.server; }
   int timeout_ms() const { return options_.timeout_ms; }
 
-  bool closed() {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
-    return client_ == nullptr;
-  }
-
+  bool closed() { return client_.closed(); }
   // Closes the connection; a second close does nothing.
-  void close() {
-    std::unique_ptr<Client> gone;
-    {
-      py::gil_scoped_release nogil;
-      std::lock_guard<std::mutex> lock(mu_);
-      gone = std::move(client_);
-      gone.reset();  // tears down the endpoint and the control connection
-    }
-  }
+  void close() { client_.close(); }
 
   std::string repr() {
     bool is_closed = closed();
@@ -209,31 +253,248 @@ class PyClient {
   }
 
  private:
-  // Runs f(client) with the GIL released and the client's mutex held.
   template <typename F>
   std::invoke_result_t<F&, Client&> call(F&& f) {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!client_) throw py::value_error("fabkv: the client is closed");
-    return f(*client_);
+    return client_.call(std::forward<F>(f));
   }
 
   void check(Status s, const char* op, size_t klen, size_t vlen) {
     if (s == Status::kOk) return;
-    std::string what = fmt::format("fabkv: {}: {}", op, to_string(s));
-    if (s == Status::kTooLarge)
-      what += fmt::format(" (key {} bytes, at most 250; value {} bytes, the server's max_value is {})",
-                          klen, vlen, max_value());
-    else if (s == Status::kInvalidKey)
-      what += " (keys are 1 to 250 bytes)";
-    else if (s == Status::kServerGone || s == Status::kTimeout)
-      what += " (" + options_.server + ")";
-    throw StatusError(s, what);
+    raise_status(s, op, klen, vlen, s == Status::kTooLarge ? max_value() : 0,
+                 s == Status::kServerGone || s == Status::kTimeout ? options_.server : "");
   }
 
   ClientOptions options_;
-  std::mutex mu_;
-  std::unique_ptr<Client> client_;  // null once closed
+  Guarded<Client> client_;
+};
+
+// fabkv.Cluster: many servers, each key on its ketama server (client/cluster.h). Connects to
+// nothing until a key needs a server.
+class PyCluster {
+ public:
+  // servers: "HOST:PORT[:WEIGHT][ NAME]" strings, or one string of them comma-separated.
+  PyCluster(py::object servers, std::string protocol, std::string provider, py::object secret,
+            int timeout_ms, uint32_t replicas, bool auto_eject_hosts,
+            uint32_t server_failure_limit, int retry_timeout_ms)
+      : cluster_("cluster") {
+    ClusterOptions o;
+    if (py::isinstance<py::str>(servers)) {
+      o.servers = parse_cluster_servers(servers.cast<std::string>());
+    } else {
+      for (py::handle h : servers) {
+        if (!py::isinstance<py::str>(h))
+          throw py::type_error(fmt::format("fabkv: each server must be a str, not {}",
+                                           Py_TYPE(h.ptr())->tp_name));
+        o.servers.push_back(parse_cluster_server(h.cast<std::string>()));
+      }
+    }
+    o.client.protocol = std::move(protocol);
+    o.client.provider = std::move(provider);
+    if (!secret.is_none()) o.client.secret = secret.cast<std::string>();
+    if (timeout_ms <= 0) throw py::value_error("fabkv: timeout_ms must be > 0");
+    o.client.timeout_ms = timeout_ms;
+    o.replicas = replicas;
+    o.auto_eject_hosts = auto_eject_hosts;
+    o.server_failure_limit = server_failure_limit;
+    if (retry_timeout_ms < 0) throw py::value_error("fabkv: retry_timeout_ms must be >= 0");
+    o.retry_timeout_ms = retry_timeout_ms;
+    open(std::move(o));
+  }
+
+  // Cluster.from_file(path): a TOML cluster file (client/cluster.h, load_cluster_file).
+  explicit PyCluster(ClusterOptions o) : cluster_("cluster") { open(std::move(o)); }
+
+  static std::unique_ptr<PyCluster> from_file(const std::string& path) {
+    // Python's own open() first, for its FileNotFoundError or PermissionError.
+    py::module_::import("builtins").attr("open")(path, "rb").attr("close")();
+    ClusterOptions o;
+    try {
+      o = load_cluster_file(path);
+    } catch (const std::runtime_error& e) {
+      throw py::value_error(e.what());  // the file's content, with its line
+    }
+    return std::make_unique<PyCluster>(std::move(o));
+  }
+
+  py::object get(py::handle key) {
+    ByteArg k(key, "key");
+    std::string value;
+    Status s = run("get", k.view(), 0, [&](Cluster& c) { return c.get(k.view(), &value); });
+    if (s == Status::kNotFound) return py::none();
+    return py::bytes(value);
+  }
+
+  // (value, version), or (None, None) when there is no such key.
+  py::tuple gets(py::handle key) {
+    ByteArg k(key, "key");
+    std::string value;
+    uint64_t version = 0;
+    Status s =
+        run("gets", k.view(), 0, [&](Cluster& c) { return c.get(k.view(), &value, &version); });
+    if (s == Status::kNotFound) return py::make_tuple(py::none(), py::none());
+    return py::make_tuple(py::bytes(value), version);
+  }
+
+  void put(py::handle key, py::handle value, uint32_t expire_at, uint64_t version) {
+    ByteArg k(key, "key");
+    ByteArg v(value, "value");
+    if (version != 0 && replicas_ > 1)
+      throw StatusError(Status::kError, "fabkv: put: a version needs replicas=1 (each replica "
+                                        "numbers its versions itself)");
+    Status s = run("put", k.view(), v.view().size(),
+                   [&](Cluster& c) { return c.put(k.view(), v.view(), version, expire_at); });
+    if (s == Status::kNotFound) raise_status(s, "put", 0, 0, 0, "no such key to replace");
+  }
+
+  bool del(py::handle key) {
+    ByteArg k(key, "key");
+    return run("delete", k.view(), 0, [&](Cluster& c) { return c.del(k.view()); }) == Status::kOk;
+  }
+
+  // {key: value} of the keys found, keyed as given (str stays str). A key that is missing, or whose
+  // servers failed, is left out, as pylibmc leaves out what it could not get; the call raises
+  // only when every key failed (no server answered for any), or for a key refused as such
+  // (TooLarge, InvalidKey: nothing could ever read it).
+  py::dict get_multi(py::iterable keys) {
+    std::vector<py::object> given;
+    std::vector<std::string> bytes;
+    for (py::handle h : keys) {
+      ByteArg k(h, "key");
+      // The result's keys: str and bytes as given; a bytearray or memoryview (not hashable,
+      // or not for long) as the bytes it held.
+      given.push_back(PyBytes_Check(h.ptr()) || PyUnicode_Check(h.ptr())
+                          ? py::reinterpret_borrow<py::object>(h)
+                          : py::bytes(k.view().data(), k.view().size()));
+      bytes.emplace_back(k.view());
+    }
+    std::vector<Cluster::GetResult> got;
+    std::string detail;
+    cluster_.call([&](Cluster& c) {
+      auto before = failures(c);
+      got = c.get_multi(bytes);
+      detail = what_failed(c, before);
+      return 0;
+    });
+    py::dict out;
+    size_t failed = 0;
+    const Cluster::GetResult* first_failure = nullptr;
+    for (size_t j = 0; j < got.size(); ++j) {
+      Status s = got[j].status;
+      if (s == Status::kOk) {
+        out[given[j]] = py::bytes(got[j].value);
+      } else if (s == Status::kTooLarge || s == Status::kInvalidKey) {
+        raise_status(s, "get_multi", bytes[j].size(), 0, 0, "");
+      } else if (s != Status::kNotFound) {
+        ++failed;
+        if (first_failure == nullptr) first_failure = &got[j];
+      }
+    }
+    if (failed > 0 && failed == got.size())
+      raise_status(first_failure->status, "get_multi", 0, 0, 0,
+                   fmt::format("all {} keys failed; {}", failed, detail));
+    return out;
+  }
+
+  py::object server_for_key(py::handle key) {
+    ByteArg k(key, "key");
+    size_t i = cluster_.call([&](Cluster& c) { return c.server_for_key(k.view()); });
+    if (i == Cluster::npos) return py::none();
+    return py::int_(i);
+  }
+
+  py::list servers_for_key(py::handle key) {
+    ByteArg k(key, "key");
+    auto v = cluster_.call([&](Cluster& c) { return c.servers_for_key(k.view()); });
+    py::list out;
+    for (size_t i : v) out.append(i);
+    return out;
+  }
+
+  py::list servers() {
+    auto list = cluster_.call([](Cluster& c) {
+      std::vector<ClusterServer> v;
+      for (size_t i = 0; i < c.size(); ++i) v.push_back(c.server(i));
+      return v;
+    });
+    py::list out;
+    for (const ClusterServer& s : list) {
+      py::dict d;
+      d["address"] = s.address;
+      d["name"] = s.name;
+      d["weight"] = s.weight;
+      out.append(std::move(d));
+    }
+    return out;
+  }
+
+  py::object stats() {
+    return json_to_python(cluster_.call([](Cluster& c) { return c.stats(); }));
+  }
+
+  bool closed() { return cluster_.closed(); }
+  void close() { cluster_.close(); }
+
+  std::string repr() {
+    bool is_closed = closed();
+    return fmt::format("<fabkv.Cluster of {} servers, {}{}>", size_, protocol_,
+                       is_closed ? " (closed)" : "");
+  }
+
+ private:
+  void open(ClusterOptions o) {
+    protocol_ = o.client.protocol;
+    size_ = o.servers.size();
+    replicas_ = o.replicas;
+    cluster_.set(std::make_unique<Cluster>(std::move(o)));  // std::invalid_argument: ValueError
+  }
+
+  static std::vector<uint64_t> failures(const Cluster& c) {
+    std::vector<uint64_t> v(c.size());
+    for (size_t i = 0; i < c.size(); ++i) v[i] = c.counters(i).failures;
+    return v;
+  }
+
+  // The servers that failed since `before`, each with its reason; else those off the ring.
+  static std::string what_failed(const Cluster& c, const std::vector<uint64_t>& before) {
+    std::string out, ejected;
+    for (size_t i = 0; i < c.size(); ++i) {
+      auto n = c.counters(i);
+      std::string one = fmt::format("{}{} '{}': {}", out.empty() ? "" : "; ", c.server(i).address,
+                                    c.server(i).name, n.last_error);
+      if (n.failures > before[i]) out += one;
+      else if (n.ejected) ejected += (ejected.empty() ? "" : "; ") + one;
+    }
+    if (out.empty() && !ejected.empty()) out = "no server left on the ring for it: " + ejected;
+    return out;
+  }
+
+  // Runs one keyed call; raises for anything but kOk and kNotFound, saying which servers failed
+  // and why (a server's name refused, nobody listening, a timeout).
+  template <typename F>
+  Status run(const char* op, std::string_view key, size_t vlen, F&& f) {
+    std::string detail;
+    size_t max_value = 0;
+    Status s = cluster_.call([&](Cluster& c) {
+      auto before = failures(c);
+      Status st = f(c);
+      if (st == Status::kOk || st == Status::kNotFound) return st;
+      detail = what_failed(c, before);
+      if (st == Status::kTooLarge) {
+        size_t i = c.server_for_key(key);
+        if (i != Cluster::npos && c.counters(i).connected)
+          max_value = c.client(i)->layout().value("max_value", size_t{0});
+      }
+      return st;
+    });
+    if (s != Status::kOk && s != Status::kNotFound)
+      raise_status(s, op, key.size(), vlen, max_value, detail);
+    return s;
+  }
+
+  Guarded<Cluster> cluster_;
+  std::string protocol_;
+  size_t size_ = 0;
+  uint32_t replicas_ = 1;
 };
 
 const char* engine_name(proto::EngineNeed e) {
@@ -335,4 +596,58 @@ GIL released. One Client may be shared between threads; its calls then take turn
              return false;
            })
       .def("__repr__", &PyClient::repr);
+
+  using fabkv::python::PyCluster;
+  py::class_<PyCluster>(m, "Cluster", R"(Many fabkv-servers as one store: each key on the server the
+ketama ring of memcached's clients gives it (pylibmc's ketama_weighted, twemproxy's ketama), so
+fabkv, pylibmc and nutcracker given the same servers agree on every key (docs/cluster.md).
+
+Cluster(servers, *, protocol="herd", provider="auto", secret=None, timeout_ms=2000,
+        replicas=1, auto_eject_hosts=True, server_failure_limit=2, retry_timeout_ms=2000)
+Cluster.from_file(path)   # a TOML cluster file
+
+servers: "HOST:PORT[:WEIGHT][ NAME]" strings (control addresses; NAME is the server's ring
+name, by default "host:port"), or one string of them comma-separated. A bad list raises
+ValueError; nothing is connected until a key needs its server. Calls raise fabkv.Error classes
+as Client's do, with the GIL released.)")
+      .def(py::init<py::object, std::string, std::string, py::object, int, uint32_t, bool,
+                    uint32_t, int>(),
+           py::arg("servers"), py::kw_only(),
+           py::arg("protocol") = fabkv::proto::info(fabkv::proto::kDefault).name,
+           py::arg("provider") = "auto", py::arg("secret") = py::none(),
+           py::arg("timeout_ms") = 2000, py::arg("replicas") = 1,
+           py::arg("auto_eject_hosts") = true, py::arg("server_failure_limit") = 2,
+           py::arg("retry_timeout_ms") = 2000)
+      .def_static("from_file", &PyCluster::from_file, py::arg("path"),
+                  "A Cluster as a TOML cluster file says (docs/cluster.md).")
+      .def("get", &PyCluster::get, py::arg("key"),
+           "The value of key as bytes, or None when there is no such key.")
+      .def("gets", &PyCluster::gets, py::arg("key"),
+           "(value, version), or (None, None) when there is no such key.")
+      .def("put", &PyCluster::put, py::arg("key"), py::arg("value"), py::kw_only(),
+           py::arg("expire_at") = 0, py::arg("version") = 0,
+           "Stores value under key on its server (and replicas). expire_at: absolute Unix "
+           "seconds, 0 = never; version: store only over that version (gets), needs replicas=1.")
+      .def("delete", &PyCluster::del, py::arg("key"),
+           "Deletes key; True when it was there, False when it was not.")
+      .def("get_multi", &PyCluster::get_multi, py::arg("keys"),
+           "{key: value} of the keys found; missing keys and keys whose servers failed are left "
+           "out (raises only when every key failed).")
+      .def("server_for_key", &PyCluster::server_for_key, py::arg("key"),
+           "The index in servers of the key's server now, None when no server is left.")
+      .def("servers_for_key", &PyCluster::servers_for_key, py::arg("key"),
+           "The key's replicas in ring order (the first is server_for_key).")
+      .def_property_readonly("servers", &PyCluster::servers,
+                             "One dict per server: address, name, weight.")
+      .def("stats", &PyCluster::stats,
+           "The client's counters per server (requests, failures, ejections, ...) as a dict.")
+      .def("close", &PyCluster::close, "Closes every connection (again: nothing).")
+      .def_property_readonly("closed", &PyCluster::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](PyCluster& c, py::handle, py::handle, py::handle) {
+             c.close();
+             return false;
+           })
+      .def("__repr__", &PyCluster::repr);
 }

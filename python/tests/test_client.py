@@ -7,7 +7,7 @@ import time
 import pytest
 
 import fabkv
-from conftest import TIMEOUT_MS
+from conftest import TIMEOUT_MS, Ticker, stop_process
 
 pytestmark = pytest.mark.server
 
@@ -110,51 +110,24 @@ def test_dead_server_raises_server_gone_in_bounded_time(start_server, provider):
         client(s, "herd", timeout_ms=2000)
 
 
-def process_state(pid):
-    """The state letter of every thread of `pid` agreeing, from /proc (R, S, T, ...)."""
-    states = set()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            states.add(f.read().rsplit(")", 1)[1].split()[0])
-    return states.pop() if len(states) == 1 else "?"
-
-
 def test_a_hung_server_times_out_and_the_gil_is_released_meanwhile(start_server, provider):
     s = start_server(provider, "herd")
     with client(s, "herd", timeout_ms=1500) as c:
         c.put(b"k", b"v")
-        ticks = 0
-        stop = threading.Event()
-
-        def count():
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                time.sleep(0.001)
-
-        os.kill(s.proc.pid, signal.SIGSTOP)
-        # SIGSTOP takes effect when the server's threads next enter the kernel: a busy-polling
-        # worker on a loaded host was seen to answer one more GET after kill() returned.
-        deadline = time.monotonic() + 10
-        while process_state(s.proc.pid) != "T" and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert process_state(s.proc.pid) == "T"
-        t = threading.Thread(target=count)
-        t.start()
+        stop_process(s.proc.pid)
         try:
-            t0 = time.monotonic()
-            with pytest.raises(fabkv.TimeoutError) as e:
-                c.get(b"k")
-            waited = time.monotonic() - t0
+            with Ticker() as ticker:
+                t0 = time.monotonic()
+                with pytest.raises(fabkv.TimeoutError) as e:
+                    c.get(b"k")
+                waited = time.monotonic() - t0
         finally:
-            stop.set()
-            t.join()
             os.kill(s.proc.pid, signal.SIGCONT)
         assert e.value.status is fabkv.Status.TIMEOUT
         assert isinstance(e.value, TimeoutError)  # the built-in one too
         assert 1.0 <= waited < 15
         # The other thread ran while get() waited: it would count 0 with the GIL held.
-        assert ticks > 100
+        assert ticker.ticks > 100
 
 
 def test_context_manager_closes(pilaf_server):

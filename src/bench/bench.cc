@@ -18,6 +18,7 @@
 #include "bench/metrics.h"
 #include "bench/runner.h"
 #include "bench/servers.h"
+#include "client/cluster.h"
 #include "common/cpu.h"
 #include "proto/registry.h"
 
@@ -32,6 +33,17 @@ struct SystemName {
 
 SystemName parse_system(const std::string& s) {
   if (s == "memcached" || s == "redis" || s == "null") return {s, ""};
+  // fabkv::Cluster (client/cluster.h) over many fabkv-servers, each key on its ketama server.
+  if (s == "fabkv-cluster") return {s, proto::info(proto::kDefault).name};
+  if (s.rfind("fabkv-cluster:", 0) == 0) {
+    std::string p = s.substr(14);
+    const proto::Info* info = proto::find(p);
+    if (!info || info->engine == proto::EngineNeed::kNone)
+      throw std::invalid_argument("fabkv-cluster:" + p + " in --systems: a cluster places keys "
+                                  "with a key-value protocol (one of " + proto::names() +
+                                  " but the sequencers)");
+    return {"fabkv-cluster", p};
+  }
   if (s.rfind("fabkv:", 0) == 0) {
     std::string p = s.substr(6);
     // fabkv-server's memcached front end (docs/memcached.md), driven as memcached is.
@@ -43,7 +55,8 @@ SystemName parse_system(const std::string& s) {
     return {"fabkv", p};
   }
   if (s == "fabkv") return {"fabkv", proto::info(proto::kDefault).name};
-  throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, memcached, redis, null)");
+  throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, "
+                              "fabkv-cluster:<protocol>, memcached, redis, null)");
 }
 
 // The --protocols of the server started for `protocol`: it and every protocol served by the same
@@ -114,6 +127,93 @@ LoadProgress progress_printer(const std::string& label, bool quiet) {
   };
 }
 
+// The cluster of the fabkv-cluster systems, but for the servers fabkv-bench starts (their
+// addresses are known once they run): a cluster file's servers and settings, --replicas.
+ClusterOptions cluster_settings(const BenchOptions& o) {
+  ClusterOptions c;
+  if (!o.cluster_file.empty()) {
+    try {
+      c = load_cluster_file(o.cluster_file);
+    } catch (const std::runtime_error& e) {
+      throw std::invalid_argument(std::string("--cluster ") + e.what());
+    }
+  }
+  if (o.replicas) c.replicas = o.replicas;
+  return c;
+}
+
+// max / mean of per-server figures (1 = perfectly even); null when they sum to 0.
+nlohmann::json max_over_mean(const std::vector<uint64_t>& v) {
+  uint64_t sum = 0, mx = 0;
+  for (uint64_t x : v) {
+    sum += x;
+    mx = std::max(mx, x);
+  }
+  if (sum == 0) return nullptr;
+  return static_cast<double>(mx) * static_cast<double>(v.size()) / static_cast<double>(sum);
+}
+
+// Where the cluster puts the workload's keys: per server, the keys it is the first server of
+// (Cluster::server_for_key) and the copies it holds with replicas (servers_for_key). A Cluster
+// connects to nothing until a request, so this is the ring alone.
+struct Placement {
+  std::vector<uint64_t> keys, copies;
+};
+Placement place_keys(const ClusterOptions& co, const WorkloadSpec& w) {
+  Cluster ring(co);
+  Placement p;
+  p.keys.assign(ring.size(), 0);
+  p.copies.assign(ring.size(), 0);
+  std::string key;
+  for (uint64_t id = 0; id < w.keys; ++id) {
+    make_key(id, w.key_size, &key);
+    const std::vector<size_t> servers = ring.servers_for_key(key);
+    p.keys.at(servers.at(0))++;
+    for (size_t i : servers) p.copies.at(i)++;
+  }
+  return p;
+}
+
+// The record's "cluster": its servers with their keys, copies and requests in the interval,
+// and max/mean of each (docs/bench.md).
+nlohmann::json cluster_record(const ClusterOptions& co, const Placement& p,
+                              const std::vector<uint64_t>& requests, bool started,
+                              const std::string& poll) {
+  nlohmann::json servers = nlohmann::json::array();
+  for (size_t i = 0; i < co.servers.size(); ++i)
+    servers.push_back({{"name", co.servers[i].name},
+                       {"address", co.servers[i].address},
+                       {"weight", co.servers[i].weight},
+                       {"keys", p.keys.at(i)},
+                       {"copies", p.copies.at(i)},
+                       {"requests", i < requests.size() ? requests[i] : 0}});
+  uint64_t total = 0;
+  for (uint64_t r : requests) total += r;
+  return {{"servers", servers},
+          {"replicas", co.replicas},
+          {"started", started},
+          {"server_poll", started ? nlohmann::json(poll) : nlohmann::json(nullptr)},
+          {"keys_max_over_mean", max_over_mean(p.keys)},
+          {"copies_max_over_mean", max_over_mean(p.copies)},
+          {"requests", total},
+          {"requests_max_over_mean", max_over_mean(requests)}};
+}
+
+// The table's line under a cluster run: per server its keys and requests, and max/mean.
+void print_cluster(const nlohmann::json& c) {
+  std::string keys, requests;
+  for (const auto& s : c["servers"]) {
+    keys += fmt::format(" {}", s["keys"].get<uint64_t>());
+    requests += fmt::format(" {}", s["requests"].get<uint64_t>());
+  }
+  auto ratio = [](const nlohmann::json& x) {
+    return x.is_null() ? std::string("-") : fmt::format("{:.3f}", x.get<double>());
+  };
+  fmt::print("  {} servers, replicas {}: keys{} (max/mean {}); requests{} (max/mean {})\n",
+             c["servers"].size(), c["replicas"].get<uint32_t>(), keys,
+             ratio(c["keys_max_over_mean"]), requests, ratio(c["requests_max_over_mean"]));
+}
+
 }  // namespace
 
 void validate(const BenchOptions& o) {
@@ -144,6 +244,25 @@ void validate(const BenchOptions& o) {
         throw std::invalid_argument("--multiget: " + s + " has no multi-get (memcached, "
                                     "fabkv:memcached and redis have)");
     }
+  const bool cluster = std::any_of(o.systems.begin(), o.systems.end(), [](const std::string& s) {
+    return parse_system(s).system == "fabkv-cluster";
+  });
+  if (!cluster && (!o.cluster_file.empty() || o.cluster_servers || o.replicas))
+    throw std::invalid_argument("--cluster, --cluster-servers and --replicas are for the "
+                                "fabkv-cluster systems (--systems fabkv-cluster:<protocol>)");
+  if (!o.cluster_file.empty() && o.cluster_servers)
+    throw std::invalid_argument("--cluster-servers is for the servers fabkv-bench starts, not "
+                                "for a running cluster (--cluster)");
+  if (o.cluster_servers > 64)
+    throw std::invalid_argument(fmt::format("--cluster-servers {} is not in 1..64", o.cluster_servers));
+  if (cluster) {
+    const ClusterOptions c = cluster_settings(o);
+    const size_t servers = !o.cluster_file.empty() ? c.servers.size()
+                           : o.cluster_servers     ? o.cluster_servers : 3;
+    if (c.replicas < 1 || c.replicas > servers)
+      throw std::invalid_argument(fmt::format("--replicas {} is not in 1..{} (the cluster's servers)",
+                                              c.replicas, servers));
+  }
   if (!o.server.empty() && !o.server_args.empty())
     throw std::invalid_argument("--server-arg is for the fabkv-server fabkv-bench starts, not "
                                 "for a running one (--server)");
@@ -176,7 +295,8 @@ int run_bench(const BenchOptions& o) {
       ss.window = std::max<uint32_t>(4, o.window);
       ss.max_clients = static_cast<uint32_t>(std::max<size_t>(64, max_clients + 1));
       ss.memcached_bin = o.memcached_bin;
-      const proto::Info* fabkv_protocol = name.system == "fabkv" ? proto::find(name.protocol) : nullptr;
+      const proto::Info* fabkv_protocol =
+          name.system == "fabkv" || name.system == "fabkv-cluster" ? proto::find(name.protocol) : nullptr;
       if (fabkv_protocol) ss.protocols = served_with(*fabkv_protocol);
       if (fabkv_protocol && fabkv_protocol->engine == proto::EngineNeed::kPilaf) {
         // The pilaf engine: the table has one entry per key of the key space, so --fill is the
@@ -190,6 +310,9 @@ int run_bench(const BenchOptions& o) {
       }
       ss.redis_bin = o.redis_bin;
       std::unique_ptr<LocalServer> server;
+      std::vector<std::unique_ptr<LocalServer>> cluster_servers;  // fabkv-cluster's, when started
+      ClusterOptions cluster;
+      Placement placement;
       DriverOptions d;
       d.protocol = name.protocol;
       d.provider = o.provider;
@@ -213,6 +336,27 @@ int run_bench(const BenchOptions& o) {
         d.address = o.server.empty() ? server->address() : o.server;
         d.server_pid = server ? server->pid() : 0;
         driver = make_fabkv_driver(d);
+      } else if (name.system == "fabkv-cluster") {
+        cluster = cluster_settings(o);
+        if (o.cluster_file.empty()) {
+          // Each on its own port, all on the server core. Named on the ring, so that keys land
+          // on the same servers in every run whatever ports they got. More than one busy-polling
+          // server on one core would hold it for whole scheduler slices while the others' clients
+          // wait: they poll adaptively then (docs/server.md, "Polling").
+          const size_t n = o.cluster_servers ? o.cluster_servers : 3;
+          if (n > 1) ss.poll = "adaptive";
+          for (size_t i = 0; i < n; ++i) {
+            ss.name = fmt::format("fabkv-bench-{}", i);
+            cluster_servers.push_back(LocalServer::start_fabkv(ss));
+            cluster.servers.push_back({cluster_servers.back()->address(), 1, ss.name});
+            d.server_pids.push_back(cluster_servers.back()->pid());
+          }
+        } else if (d.secret.empty()) {
+          d.secret = cluster.client.secret;
+        }
+        placement = place_keys(cluster, expand(o, value_size).front());
+        d.cluster = cluster;
+        driver = make_fabkv_driver(d);
       } else if (name.system == "null") {
         driver = make_null_driver(d);  // no server: requests complete in-process
       } else if (name.system == "memcached") {
@@ -234,7 +378,7 @@ int run_bench(const BenchOptions& o) {
       // The workers' idle poll rate (clients connected, nothing sent), the reference for how
       // busy a run keeps them.
       std::optional<double> idle_rounds_per_s;
-      if (name.system == "fabkv") {
+      if (name.system == "fabkv" || (name.system == "fabkv-cluster" && ss.poll == "spin")) {
         ServerSample a = driver->sample_server();
         auto t0 = std::chrono::steady_clock::now();
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -261,7 +405,8 @@ int run_bench(const BenchOptions& o) {
           RunContext ctx;
           ctx.system = name.system;
           ctx.protocol = driver->protocol();
-          ctx.provider = name.system == "fabkv" ? o.provider : "";
+          const bool fabric = name.system == "fabkv" || name.system == "fabkv-cluster";
+          ctx.provider = fabric ? o.provider : "";
           ctx.spec.workload = w;
           ctx.spec.clients = clients;
           ctx.spec.window = o.window;
@@ -279,7 +424,7 @@ int run_bench(const BenchOptions& o) {
           // A sequencer stores nothing: its GETs "miss" by construction (fabkv_driver.cc); its
           // check is the sequence check below.
           bool misses_explained = sequencer || r.check.unexpected_misses == 0 ||
-                                  (name.system == "fabkv" && r.evictions > 0);
+                                  (fabric && r.evictions > 0);
           rec["check"]["ok"] = r.check.mismatches == 0 && misses_explained;
           if (auto sc = driver->sequence_check()) {
             // Every value handed out since the clients connected (all runs so far, each
@@ -290,6 +435,9 @@ int run_bench(const BenchOptions& o) {
                                  (*sc)["gaps"].get<uint64_t>() == 0 &&
                                  (*sc)["failed"].get<uint64_t>() == 0;
           }
+          if (name.system == "fabkv-cluster")
+            rec["cluster"] = cluster_record(cluster, placement, r.server_requests,
+                                            !cluster_servers.empty(), ss.poll);
           out.append(rec);
           const auto& lat = rec["latency_us"];
           fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}{}: {:>9.0f} ops/s{}  p50 {:.1f} us  "
@@ -307,6 +455,7 @@ int run_bench(const BenchOptions& o) {
                          : fmt::format("{:.2f}s", rec["server_cpu_s"].get<double>()),
                      rec["load_cpu_us_per_request"].is_null() ? std::string("-")
                          : fmt::format("{:.3f}", rec["load_cpu_us_per_request"].get<double>()));
+          if (rec.contains("cluster")) print_cluster(rec["cluster"]);
           std::fflush(stdout);
           if (r.check.mismatches > 0) {
             fmt::print(stderr, "fabkv-bench: {}: {} of {} GETs returned a value the generator "
@@ -327,6 +476,7 @@ int run_bench(const BenchOptions& o) {
       }
       driver.reset();
       if (server) server->stop();
+      for (auto& cs : cluster_servers) cs->stop();
     }
   }
   return rc;

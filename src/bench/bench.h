@@ -14,11 +14,18 @@
 namespace fabkv::bench {
 
 struct BenchOptions {
-  // "fabkv:<protocol>" (proto/registry.h), "memcached", "redis".
+  // "fabkv:<protocol>" (proto/registry.h), "fabkv-cluster:<protocol>", "memcached", "redis",
+  // "null".
   std::vector<std::string> systems = {std::string("fabkv:") + proto::info(proto::kDefault).name};
   std::string provider = "shm";  // fabkv's libfabric provider
   std::string server;            // HOST:PORT of a running fabkv-server ("" = start one)
   std::string secret;            // its control secret
+  // fabkv-cluster systems (client/cluster.h): the servers of a TOML cluster file, already
+  // running, or else `cluster_servers` fabkv-servers it starts (0: 3), and the replicas
+  // (0: the file's; 1 for the servers it starts).
+  std::string cluster_file;
+  size_t cluster_servers = 0;
+  uint32_t replicas = 0;
   // Sweep dimensions (a plain run has one value in each).
   std::vector<double> read_ratios = {0.95};
   std::vector<std::string> distributions = {"uniform"};

@@ -9,7 +9,8 @@
 // from a get/put of the same client that has to wait for room). Different clients may be
 // driven from different threads at the same time (runner.h's --threads): a driver keeps no
 // unsynchronized state shared between clients (fabkv: one fabkv::Client, endpoint and fabric
-// per logical client; memcached/redis: one socket and buffers each; the first-error text is
+// per logical client; fabkv-cluster: one fabkv::Cluster, with a Client per server, per logical
+// client; memcached/redis: one socket and buffers each; the first-error text is
 // under a lock). clients(), max_value(), system() and protocol() are constant. client_verbs()
 // may be called from any thread; protocol_counters(first, n) only from the thread driving
 // those clients; sample_server() only from the thread driving client 0 (fabkv asks over
@@ -24,9 +25,11 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "client/cluster.h"
 #include "fabric/counters.h"
 
 namespace fabkv::bench {
@@ -70,7 +73,7 @@ class Driver {
  public:
   virtual ~Driver() = default;
 
-  virtual std::string system() const = 0;    // "fabkv" | "memcached" | "redis" | "null"
+  virtual std::string system() const = 0;    // "fabkv" | "fabkv-cluster" | "memcached" | "redis" | "null"
   // fabkv: its access protocol (proto/registry.h); memcached: "text"; redis: "resp"; null: "none"
   virtual std::string protocol() const = 0;
   virtual size_t clients() const = 0;
@@ -104,6 +107,10 @@ class Driver {
   // "decreases", "gaps", "min", "max", "failed"}. nullopt for key-value systems. Only while
   // no thread is driving.
   virtual std::optional<nlohmann::json> sequence_check() const { return std::nullopt; }
+  // A cluster (fabkv-cluster): the requests each of its servers was sent so far (Cluster's
+  // counters: a PUT counts once per replica), summed over clients [first, first + n). Empty
+  // for a single server. Threading as protocol_counters().
+  virtual std::vector<uint64_t> server_requests(size_t /*first*/, size_t /*n*/) const { return {}; }
 };
 
 // Connection parameters the runner hands to every driver factory.
@@ -117,10 +124,16 @@ struct DriverOptions {
   int timeout_ms = 5000;  // per-request bound
   bool pilaf_parallel_probes = false;  // fabkv:pilaf: READ the three entries at once
   pid_t server_pid = 0;   // when we started the server: for its CPU accounting (0: unknown)
+  // fabkv-cluster: the servers and the cluster's settings (its `client` options are filled
+  // from the fields above), and the pids of those we started (their CPU is summed).
+  std::optional<ClusterOptions> cluster;
+  std::vector<pid_t> server_pids;
   size_t load_threads = 1;  // load threads that will drive the clients (runner.h)
 };
 
 // Each throws std::runtime_error with a one-line reason when it cannot connect.
+// fabkv: one fabkv::Client per logical client; with o.cluster, one fabkv::Cluster per logical
+// client (system "fabkv-cluster"), connected to every server before it returns.
 std::unique_ptr<Driver> make_fabkv_driver(const DriverOptions& o);
 // `system`/`protocol` label the results: "memcached"/"text" for memcached itself, "fabkv"/
 // "memcached" for fabkv-server's memcached front end (fabkv:memcached), same driver.

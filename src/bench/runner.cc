@@ -194,6 +194,9 @@ class Runner::LoadThread final : public CompletionSink {
       try {
         r_.protocol = driver_.protocol_counters(first_, n_);
         for (auto& [k, v] : r_.protocol) v -= protocol_before_[k];
+        r_.server_requests = driver_.server_requests(first_, n_);
+        for (size_t i = 0; i < r_.server_requests.size(); ++i)
+          r_.server_requests[i] -= server_requests_before_.at(i);
       } catch (const std::exception& e) {
         fail(e.what());
       }
@@ -340,6 +343,7 @@ class Runner::LoadThread final : public CompletionSink {
 
   void start_measuring(int64_t from, int64_t to) {
     protocol_before_ = driver_.protocol_counters(first_, n_);
+    server_requests_before_ = driver_.server_requests(first_, n_);
     cpu_from_ = thread_cpu_s();
     measure_from_ = from;
     measure_to_ = to;
@@ -497,6 +501,7 @@ class Runner::LoadThread final : public CompletionSink {
   int64_t measure_from_ = kNever, measure_to_ = kNever, ended_ = kNever;
   double cpu_from_ = 0;
   ProtocolCounters protocol_before_;
+  std::vector<uint64_t> server_requests_before_;
   fabric::VerbSnapshot client_before_;
   ServerSample server_before_;
 
@@ -559,6 +564,8 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
     r.check.misses += p.check.misses;
     r.check.unexpected_misses += p.check.unexpected_misses;
     for (const auto& [k, v] : p.protocol) r.protocol[k] += v;
+    r.server_requests.resize(std::max(r.server_requests.size(), p.server_requests.size()));
+    for (size_t i = 0; i < p.server_requests.size(); ++i) r.server_requests[i] += p.server_requests[i];
     std::copy(p.per_client_ops.begin(), p.per_client_ops.end(), r.per_client_ops.begin() + lt->first());
     failed |= lt->failed();
     drained &= lt->drained();

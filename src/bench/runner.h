@@ -59,6 +59,9 @@ struct RunResult {
   std::optional<double> server_cpu_s;
   std::optional<uint64_t> server_rounds;  // fabkv workers' poll rounds in the interval
   ProtocolCounters protocol;              // client-side protocol counters, interval diff
+  // A cluster: requests sent to each server in the interval (Driver::server_requests; each
+  // thread's clients from when it starts measuring to when it stops posting); else empty.
+  std::vector<uint64_t> server_requests;
   uint64_t evictions = 0;  // server-side evictions so far (cache engine)
   GetCheck check;
   // The load generator's own cost: CPU time of the load thread(s) over the interval

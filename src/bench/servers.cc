@@ -221,6 +221,7 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
   if (s.pilaf_extents) argv.insert(argv.end(), {"--pilaf-extents", std::to_string(s.pilaf_extents)});
   if (s.memcached) argv.insert(argv.end(), {"--memcached", "127.0.0.1:0"});
   if (!s.max_value.empty()) argv.insert(argv.end(), {"--max-value", s.max_value});
+  if (!s.name.empty()) argv.insert(argv.end(), {"--name", s.name});
   argv.insert(argv.end(), s.extra_args.begin(), s.extra_args.end());
   // Workers pin themselves with --cores; the control thread may float.
   auto child = spawn("fabkv-server", argv, -1, "2>" + shell_quote(log));

@@ -32,6 +32,7 @@ struct ServerSpec {
   // --memcached 127.0.0.1:0: also serve memcached's protocols (fabkv:memcached)
   bool memcached = false;
   std::string max_value;           // --max-value ("" = the server's default)
+  std::string name;                // --name: its name on a cluster's ring ("" = none given)
   std::vector<std::string> extra_args;  // appended to fabkv-server's command line as they are
   // --poll: spin as the papers' servers (fabkv-server's own default is adaptive); the memcached
   // front end runs adaptive, blocking in epoll like memcached when idle.

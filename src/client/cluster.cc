@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "proto/registry.h"
+
 namespace fabkv {
 
 struct Cluster::Member {
@@ -51,7 +53,7 @@ ClusterServer parse_cluster_server(std::string_view spec) {
   }
   // A third field after the port is the weight: "host:port:weight" (a bracketed v6 host keeps
   // its own colons inside the brackets).
-  size_t host_end = addr.front() == '[' ? addr.find(']') : 0;
+  size_t host_end = !addr.empty() && addr.front() == '[' ? addr.find(']') : 0;
   if (host_end == std::string_view::npos) throw bad("no ']' after an IPv6 host");
   size_t c1 = addr.find(':', host_end);
   size_t c2 = c1 == std::string_view::npos ? c1 : addr.find(':', c1 + 1);
@@ -93,8 +95,9 @@ ClusterOptions load_cluster_file(const std::string& path) {
   auto fail = [&](const toml::node& n, const std::string& why) {
     return std::runtime_error(fmt::format("{}:{}: {}", path, n.source().begin.line, why));
   };
-  for (auto& [k, v] : t) {
-    std::string key(k.str());
+  for (auto& entry : t) {
+    const std::string key(entry.first.str());
+    const toml::node& v = entry.second;  // named: clang 14 cannot capture a structured binding
     auto text = [&](std::string* out) {
       if (!v.is_string()) throw fail(v, key + " must be a string");
       *out = *v.value<std::string>();
@@ -148,6 +151,13 @@ Cluster::Cluster(ClusterOptions options) : o_(std::move(options)) {
     throw std::invalid_argument(fmt::format("replicas must be 1 to the number of servers ({}), not {}",
                                             o_.servers.size(), o_.replicas));
   if (o_.server_failure_limit < 1) throw std::invalid_argument("server_failure_limit must be >= 1");
+  // Checked here, not left to each connect: there it would count as every server failing (and
+  // eject them all) while the reason sat in last_error.
+  const proto::Info* p = proto::find(o_.client.protocol);
+  if (p == nullptr || p->engine == proto::EngineNeed::kNone)
+    throw std::invalid_argument(fmt::format(
+        "'{}' is not a key-value protocol of this client (it speaks: {})", o_.client.protocol,
+        proto::names()));
   for (ClusterServer& s : o_.servers) {
     if (s.name.empty()) s.name = cluster::ketama_name(s.address);
     if (s.name.empty()) throw std::invalid_argument("bad server address '" + s.address + "'");
@@ -513,6 +523,10 @@ nlohmann::json Cluster::stats() const {
   }
   return {{"servers", servers}, {"replicas", o_.replicas},
           {"auto_eject_hosts", o_.auto_eject_hosts}};
+}
+
+const Client* Cluster::connected_client(size_t i) const {
+  return members_.at(i)->client.get();
 }
 
 Client* Cluster::client(size_t i, std::string* why) {

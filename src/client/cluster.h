@@ -136,6 +136,10 @@ class Cluster {
   // The connected client of server i, connecting first; nullptr (with *why) when it cannot.
   // Bypasses the ring: for reading one server directly.
   Client* client(size_t i, std::string* why = nullptr);
+  // The client of server i while the Cluster holds one, else nullptr: connects nothing, changes
+  // nothing, so another thread may read its counters() while this one makes no call that
+  // posts (fabkv-bench sums them at its interval's edges: src/bench/fabkv_driver.cc).
+  const Client* connected_client(size_t i) const;
 
  private:
   struct Member;

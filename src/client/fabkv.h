@@ -84,6 +84,66 @@ size_t fabkv_max_value(const fabkv_client* c);
 /* Closes the connection and frees the client; NULL is allowed. */
 void fabkv_close(fabkv_client* c);
 
+/* ---- Many servers (client/cluster.h, docs/cluster.md): each key on the server the ketama ring
+ * of memcached's clients gives it (libmemcached's KETAMA_WEIGHTED, as pylibmc and twemproxy),
+ * one connection per server, opened at its first key. Same threading rule: one per thread. */
+typedef struct fabkv_cluster fabkv_cluster;
+
+/* How to reach the servers. Zero or NULL in any field means its default, as in
+ * fabkv_options: `fabkv_cluster_options o = {0}; o.servers = "10.0.0.1:7000,10.0.0.2:7000";` */
+typedef struct fabkv_cluster_options {
+  /* "HOST:PORT[:WEIGHT][ NAME],...": each server's control address, its weight (default 1)
+   * and its ring name (default: "host:port", or "host" for port 11211). Required. */
+  const char* servers;
+  const char* protocol;     /* NULL: "herd" (every server must serve it) */
+  const char* provider;     /* NULL: "auto" */
+  const char* secret;       /* control-channel shared secret; NULL: none */
+  int timeout_ms;           /* bound on every call to one server, connecting included; <= 0: 2000 */
+  int replicas;             /* servers each key is written to; <= 0: 1 (no replicas) */
+  int auto_eject_hosts;     /* a failing server: > 0 or 0 (the default) takes it off the ring
+                               (its keys go to the next servers); < 0 fails its keys instead */
+  int server_failure_limit; /* failures in a row that eject it; <= 0: 2 */
+  int retry_timeout_ms;     /* then it is tried again after this; <= 0: 2000 */
+} fabkv_cluster_options;
+
+/* fabkv_cluster_server_for_key when no server is left on the ring (all ejected), and for
+ * bad arguments. */
+#define FABKV_NO_SERVER SIZE_MAX
+
+/* Checks the list (at least one server, no ring name twice, replicas <= servers, a known
+ * protocol) and builds the ring; connects to nothing (a server is connected at its first
+ * key). On failure returns NULL and writes the reason into err (errlen bytes, NUL-terminated),
+ * as fabkv_connect. */
+fabkv_cluster* fabkv_cluster_open(const fabkv_cluster_options* o, char* err, size_t errlen);
+/* The same from a TOML cluster file (docs/cluster.md): servers = ["HOST:PORT[:WEIGHT][ NAME]",
+ * ...] and the options above by the same names. err names the file and the line. */
+fabkv_cluster* fabkv_cluster_open_file(const char* path, char* err, size_t errlen);
+
+/* As fabkv_get, fabkv_put and fabkv_del, on the key's server (with replicas: a get reads the
+ * first replica that answers, a put or del goes to all of them). FABKV_SERVER_GONE when no
+ * server is left on the ring; FABKV_ERROR when the key's server calls itself by another ring
+ * name than the list's (fabkv_cluster_server_error says both). */
+int fabkv_cluster_get(fabkv_cluster* c, const void* key, size_t klen, void* buf, size_t cap,
+                      size_t* vlen);
+int fabkv_cluster_put(fabkv_cluster* c, const void* key, size_t klen, const void* val,
+                      size_t vlen);
+int fabkv_cluster_del(fabkv_cluster* c, const void* key, size_t klen);
+
+/* The number of servers in the list (0 for a NULL cluster). */
+size_t fabkv_cluster_size(const fabkv_cluster* c);
+/* The index (in the list's order) of the server the key is on now, ejected servers left out;
+ * FABKV_NO_SERVER when none is left (or c or key is NULL). Needs no connection. */
+size_t fabkv_cluster_server_for_key(fabkv_cluster* c, const void* key, size_t klen);
+/* Server i's ring name (the list's NAME, else its ketama name), NULL past the last. Valid
+ * until fabkv_cluster_close. */
+const char* fabkv_cluster_server_name(const fabkv_cluster* c, size_t i);
+/* Why server i's last connection attempt or call failed ("" when none did), NULL past the
+ * last. Valid until the next call on c. */
+const char* fabkv_cluster_server_error(fabkv_cluster* c, size_t i);
+
+/* Closes every connection and frees the cluster; NULL is allowed. */
+void fabkv_cluster_close(fabkv_cluster* c);
+
 /* A static, human-readable text for a status ("not found"). */
 const char* fabkv_strerror(int status);
 

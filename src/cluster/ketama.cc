@@ -12,11 +12,14 @@
 namespace fabkv::cluster {
 namespace {
 
-// MD5 by OpenSSL's libcrypto (EVP: the one-shot digest API of OpenSSL 3).
+// MD5 by OpenSSL's libcrypto (EVP: the one-shot digest API of OpenSSL 3), the algorithm fetched
+// once: EVP_md5() fetches it again on every digest, half of a key's hashing cost in a profile of
+// fabkv-bench over a cluster (docs/results/cluster-2026-11-27.md).
 std::array<unsigned char, 16> md5(std::string_view s) {
+  static EVP_MD* const kMd5 = EVP_MD_fetch(nullptr, "MD5", nullptr);  // never freed: process-wide
   std::array<unsigned char, 16> d{};
   unsigned int n = 0;
-  if (EVP_Digest(s.data(), s.size(), d.data(), &n, EVP_md5(), nullptr) != 1 || n != d.size())
+  if (!kMd5 || EVP_Digest(s.data(), s.size(), d.data(), &n, kMd5, nullptr) != 1 || n != d.size())
     throw std::runtime_error("OpenSSL's MD5 failed");
   return d;
 }

@@ -38,12 +38,21 @@ int main(int argc, char** argv) {
   CLI::App app{"fabkv-bench: fabkv vs memcached vs redis on one YCSB-style workload generator"};
   app.fallthrough();
   app.add_option("--systems", o.systems, "systems to run: fabkv:<protocol> (protocol: " +
-                 proto::names() + "), memcached, redis, null (no server: measures the load generator)")
+                 proto::names() + "), fabkv-cluster:<protocol> (fabkv::Cluster over several "
+                 "servers), memcached, redis, null (no server: measures the load generator)")
       ->delimiter(',')->capture_default_str();
   app.add_option("--provider", o.provider, "fabkv's libfabric provider (shm, tcp, verbs)")->capture_default_str();
   app.add_option("--server", o.server, "HOST:PORT of a running fabkv-server (default: start one "
                  "next to this executable, pinned to --server-core)");
   app.add_option("--secret", o.secret, "the fabkv-server's control secret");
+  app.add_option("--cluster", o.cluster_file, "fabkv-cluster systems: a TOML cluster file "
+                 "(docs/cluster.md) of running fabkv-servers (default: start --cluster-servers)");
+  app.add_option("--cluster-servers", o.cluster_servers, "fabkv-cluster systems: fabkv-servers "
+                 "to start, each on its own port, all pinned to --server-core [3]")
+      ->check(CLI::Range(size_t{1}, size_t{64}));
+  app.add_option("--replicas", o.replicas, "fabkv-cluster systems: servers each PUT goes to "
+                 "(GETs read the first that answers) [the cluster file's, else 1]")
+      ->check(CLI::Range(uint32_t{1}, uint32_t{64}));
   app.add_option("--workload", o.workload, "YCSB core workload A (50% GET), B (95%), C (100%), "
                  "F (50% GET, 50% read-modify-write); overrides --read-ratio");
   app.add_option("--read-ratio", read_ratios, "fraction of GETs in [0,1] (list: a sweep) [0.95]")->delimiter(',');

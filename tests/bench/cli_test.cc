@@ -162,6 +162,12 @@ TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
       {"--systems fabkv:herd --server " + gone + " --server-arg=--window", "--server-arg"},
       {"--systems fabkv:herd --multiget 4", "has no multi-get"},
       {"--systems memcached --multiget 0", "--multiget 0"},
+      {"--systems fabkv:herd --replicas 2", "fabkv-cluster systems"},
+      {"--systems fabkv-cluster:herd --replicas 4", "--replicas 4"},
+      {"--systems fabkv-cluster:seq-rpc", "a cluster places keys"},
+      {"--systems fabkv-cluster:herd --cluster " + (dir_ / "none.toml").string(), "--cluster"},
+      {"--systems fabkv-cluster:herd --cluster-servers 65", "--cluster-servers"},
+      {"--systems fabkv-cluster:herd --replicas 0", "--replicas"},
       {"calibrate --fetch-sizes 60", "fetch size 60"},
       {"calibrate --delays-us -1", "--delays-us"},
       {"calibrate --server " + gone, "drop --server"},
@@ -274,6 +280,81 @@ TEST_F(BenchCli, MultiGetRunsCountRequestsAndKeys) {
                 double(gets + puts), 1.0) << line;
   }
   EXPECT_NE(r.out.find("keys/s"), std::string::npos) << r.out;
+}
+
+// A cluster of 3 servers that fabkv-bench starts itself, without and with replicas: the
+// record's keys per server add up to the key space (copies to replicas times it), and its
+// requests per server to what the run sent: GETs once, PUTs once per replica. The servers
+// count the requests sent in the interval, the run those completed in it; the two differ by
+// what was in flight at its edges, at most clients x window logical requests.
+TEST_F(BenchCli, AClusterItStartsReportsKeysAndRequestsPerServer) {
+  for (uint64_t replicas : {1, 2}) {
+    fs::remove(dir_ / "r.jsonl");  // run_ok's results file: this run's line only
+    Ran r;
+    const std::vector<nlohmann::json> records =
+        run_ok("--systems fabkv-cluster:herd --cluster-servers 3 --read-ratio 0.5 --replicas " +
+                   std::to_string(replicas), &r);
+    ASSERT_EQ(records.size(), 1u);
+    const nlohmann::json& j = records[0];
+    const std::string line = j.dump();
+    EXPECT_EQ(j["system"], "fabkv-cluster") << line;
+    EXPECT_EQ(j["check"]["ok"], true) << line;
+    const nlohmann::json& c = j["cluster"];
+    ASSERT_EQ(c["servers"].size(), 3u) << line;
+    EXPECT_EQ(c["replicas"], replicas) << line;
+    uint64_t keys = 0, copies = 0, requests = 0;
+    for (const nlohmann::json& s : c["servers"]) {
+      EXPECT_GT(s["keys"].get<uint64_t>(), 0u) << line;
+      EXPECT_GT(s["requests"].get<uint64_t>(), 0u) << line;
+      keys += s["keys"].get<uint64_t>();
+      copies += s["copies"].get<uint64_t>();
+      requests += s["requests"].get<uint64_t>();
+    }
+    EXPECT_EQ(keys, 1000u) << "kQuick's key space: " << line;
+    EXPECT_EQ(copies, replicas * 1000u) << line;
+    EXPECT_EQ(c["requests"].get<uint64_t>(), requests) << line;
+    const uint64_t sent = j["gets"].get<uint64_t>() + replicas * j["puts"].get<uint64_t>();
+    const uint64_t edge = replicas * j["clients"].get<uint64_t>() * j["window"].get<uint64_t>();
+    EXPECT_LE(requests, sent + edge) << line;
+    EXPECT_GE(requests + edge, sent) << line;
+    EXPECT_GE(c["keys_max_over_mean"].get<double>(), 1.0) << line;
+    EXPECT_GE(c["requests_max_over_mean"].get<double>(), 1.0) << line;
+    EXPECT_NE(r.out.find("3 servers, replicas " + std::to_string(replicas) + ": keys"),
+              std::string::npos) << r.out;
+  }
+}
+
+// Servers already running, from a cluster file with weights 1 and 2: fabkv-bench starts
+// nothing, and the server of weight 2 (twice the ring points) gets the larger share of keys.
+TEST_F(BenchCli, AClusterFileOfRunningServersIsDrivenAsItSays) {
+  fabkv::bench::ServerSpec ss;
+  ss.core = -1;
+  ss.memory = "32M";
+  ss.fabkv_server_bin = (fs::path(FABKV_BENCH_BIN).parent_path() / "fabkv-server").string();
+  ss.protocols = "herd";
+  ss.poll = "adaptive";  // two spinning servers would take both cores of a 2-core machine
+  const auto a = fabkv::bench::LocalServer::start_fabkv(ss);
+  const auto b = fabkv::bench::LocalServer::start_fabkv(ss);
+  const fs::path toml = dir_ / "cluster.toml";
+  {
+    std::ofstream f(toml);
+    f << "servers = [\"" << a->address() << "\", \"" << b->address() << ":2\"]\n";
+  }
+  const std::vector<nlohmann::json> records =
+      run_ok("--systems fabkv-cluster:herd --cluster " + toml.string());
+  ASSERT_EQ(records.size(), 1u);
+  const nlohmann::json& j = records[0];
+  const nlohmann::json& c = j["cluster"];
+  ASSERT_EQ(c["servers"].size(), 2u) << j.dump();
+  EXPECT_EQ(c["started"], false) << j.dump();
+  EXPECT_TRUE(j["server_cpu_s"].is_null()) << "no pids of servers it did not start";
+  EXPECT_EQ(c["servers"][1]["address"], b->address());
+  EXPECT_EQ(c["servers"][1]["weight"], 2);
+  EXPECT_GT(c["servers"][1]["keys"].get<uint64_t>(), c["servers"][0]["keys"].get<uint64_t>())
+      << j.dump();
+  EXPECT_EQ(c["servers"][0]["keys"].get<uint64_t>() + c["servers"][1]["keys"].get<uint64_t>(),
+            1000u);
+  EXPECT_EQ(j["check"]["ok"], true) << j.dump();
 }
 
 TEST_F(BenchCli, ReportRendersFromARecordedResultsFile) {

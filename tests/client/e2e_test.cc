@@ -1,6 +1,7 @@
 // The client library against a real fabkv-server process, on shm and tcp, with both request
 // transports: round trips, a model map under many requests in flight, oversized and large
-// values, exact verb counts per request, a killed server, the C interface and fabkv-cli.
+// values, exact verb counts per request, a killed server, the C interface (fabkv_cluster too)
+// and fabkv-cli.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -271,6 +272,76 @@ TEST_P(ClientE2E, CInterface) {
   std::string huge(fabkv_max_value(c) + 1, 'h');
   EXPECT_EQ(fabkv_put(c, "h", 1, huge.data(), huge.size()), FABKV_TOO_LARGE);
   fabkv_close(c);
+}
+
+// fabkv_cluster over this server and a second one: each key on exactly the server
+// fabkv_cluster_server_for_key names (read from both directly), the statuses of fabkv_get, and
+// a server listed under another name than its own refused with both names.
+TEST_P(ClientE2E, CClusterInterface) {
+  Server second(GetParam(), {"--engine", "store", "--workers", "2", "--cores", "-1"});
+  // Without --name or --memcached a server's ring name is its --listen address's ketama name,
+  // the list's default for it.
+  const std::string list = server_->address() + "," + second.address();
+  char err[256];
+  fabkv_cluster_options o = {};
+  o.servers = list.c_str();
+  o.provider = GetParam().provider.c_str();
+  o.timeout_ms = 10000;
+  fabkv_cluster* c = fabkv_cluster_open(&o, err, sizeof err);
+  ASSERT_NE(c, nullptr) << err;
+  ASSERT_EQ(fabkv_cluster_size(c), 2u);
+  std::vector<fabkv_client*> direct;
+  for (const std::string* a : {&server_->address(), &second.address()}) {
+    fabkv_options d;
+    fabkv_options_init(&d);
+    d.server = a->c_str();
+    d.provider = GetParam().provider.c_str();
+    d.timeout_ms = 10000;
+    direct.push_back(fabkv_connect(&d, err, sizeof err));
+    ASSERT_NE(direct.back(), nullptr) << err;
+  }
+  char buf[64];
+  size_t vlen = 0;
+  size_t on[2] = {0, 0};
+  for (int i = 0; i < 200; ++i) {
+    std::string k = "ck" + std::to_string(i), v = "value " + std::to_string(i);
+    ASSERT_EQ(fabkv_cluster_put(c, k.data(), k.size(), v.data(), v.size()), FABKV_OK);
+    size_t where = fabkv_cluster_server_for_key(c, k.data(), k.size());
+    ASSERT_LT(where, 2u);
+    ++on[where];
+    for (size_t s = 0; s < 2; ++s)
+      EXPECT_EQ(fabkv_get(direct[s], k.data(), k.size(), buf, sizeof buf, &vlen),
+                s == where ? FABKV_OK : FABKV_NOT_FOUND) << k;
+    ASSERT_EQ(fabkv_cluster_get(c, k.data(), k.size(), buf, sizeof buf, &vlen), FABKV_OK);
+    EXPECT_EQ(std::string(buf, vlen), v);
+  }
+  EXPECT_GT(on[0], 40u);
+  EXPECT_GT(on[1], 40u);
+  EXPECT_EQ(fabkv_cluster_get(c, "ck1", 3, buf, 3, &vlen), FABKV_BUFFER_TOO_SMALL);
+  EXPECT_EQ(vlen, 7u);
+  EXPECT_EQ(fabkv_cluster_del(c, "ck1", 3), FABKV_OK);
+  EXPECT_EQ(fabkv_cluster_del(c, "ck1", 3), FABKV_NOT_FOUND);
+  EXPECT_EQ(fabkv_cluster_get(c, "ck1", 3, buf, sizeof buf, &vlen), FABKV_NOT_FOUND);
+  EXPECT_EQ(fabkv_cluster_put(c, "", 0, "v", 1), FABKV_INVALID_KEY);
+  EXPECT_STREQ(fabkv_cluster_server_error(c, 0), "");
+  fabkv_cluster_close(c);
+  for (fabkv_client* d : direct) fabkv_close(d);
+
+  // The second server listed as "cache-b": its keys fail, and the reason has both names.
+  const std::string misnamed = server_->address() + "," + second.address() + " cache-b";
+  o.servers = misnamed.c_str();
+  c = fabkv_cluster_open(&o, err, sizeof err);
+  ASSERT_NE(c, nullptr) << err;
+  std::string k;
+  for (int i = 0; k.empty(); ++i) {
+    std::string x = "m" + std::to_string(i);
+    if (fabkv_cluster_server_for_key(c, x.data(), x.size()) == 1) k = x;
+  }
+  EXPECT_EQ(fabkv_cluster_put(c, k.data(), k.size(), "v", 1), FABKV_ERROR);
+  std::string why = fabkv_cluster_server_error(c, 1);
+  EXPECT_NE(why.find("'cache-b'"), std::string::npos) << why;
+  EXPECT_NE(why.find("'" + second.address() + "'"), std::string::npos) << why;
+  fabkv_cluster_close(c);
 }
 
 // fabkv-cli: exit 0 / 1 (not found) / 2 (error), value raw on stdout.
