@@ -28,7 +28,8 @@ nutcracker (twemproxy; distribution ketama, hash md5).
 
 Measured figures are printed as "METRIC <name> <value>" lines (docs/testing.md).
 
-  netns_cluster_test.py --server-bin build/bin/fabkv-server      (as root; PYTHONPATH=build/python)
+  netns_cluster_test.py --server-bin build/bin/fabkv-server [--parts failover,...]
+      (as root; PYTHONPATH=build/python:build/python-deps, docs/testing.md)
 
 Exit 0: passed. Exit 77: network namespaces cannot be made here (ctest: skipped). Else failed.
 """
