@@ -393,8 +393,10 @@ OpLog::OpLog(const std::string& stem, Options options, const ApplyFn& apply)
     base_bytes_.store(total);
     last_sync_ = std::chrono::steady_clock::now();
     rewriter_ = std::thread([this] { rewriter_main(); });
+    if (options_.sync == Sync::kEverySec) syncer_ = std::thread([this] { syncer_main(); });
     writer_ = std::thread([this] { writer_main(); });
   } catch (...) {
+    stop_syncer();
     if (rewriter_.joinable()) {
       {
         std::lock_guard lk(rw_mu_);
@@ -417,6 +419,7 @@ OpLog::~OpLog() {
   }
   work_cv_.notify_one();
   writer_.join();
+  stop_syncer();  // after the writer: it may have handed over one more sync
   {
     std::lock_guard lk(rw_mu_);
     rw_stop_ = true;
@@ -510,7 +513,7 @@ void OpLog::writer_main() {
         return;
       }
       lk.unlock();
-      sync_now();  // everysec, a quiet second
+      sync_in_background();  // everysec, a quiet second
       lk.lock();
       continue;
     }
@@ -519,12 +522,20 @@ void OpLog::writer_main() {
     lk.unlock();
     if (options_.before_write) options_.before_write();
     write_batch(batch);
-    const auto now = std::chrono::steady_clock::now();
-    if (options_.sync == Sync::kAlways ||
-        (options_.sync == Sync::kEverySec && now - last_sync_ >= kSyncInterval))
+    // everysec and no: written is durable() (a crash of the process keeps it), so the answers
+    // held for this batch go before everysec's fdatasync, which may take long on a busy disk.
+    if (options_.sync != Sync::kAlways) {
+      durable_.store(end, std::memory_order_seq_cst);  // see Worker::open_oplog
+      if (options_.on_durable) options_.on_durable();
+    }
+    if (options_.sync == Sync::kEverySec &&
+        std::chrono::steady_clock::now() - last_sync_ >= kSyncInterval)
+      sync_in_background();
+    if (options_.sync == Sync::kAlways) {
       sync_now();
-    durable_.store(end, std::memory_order_seq_cst);  // see Worker::open_oplog
-    if (options_.on_durable) options_.on_durable();
+      durable_.store(end, std::memory_order_seq_cst);  // see Worker::open_oplog
+      if (options_.on_durable) options_.on_durable();
+    }
     maybe_rotate();
     const size_t n = batch.size;
     batch.size = 0;
@@ -554,6 +565,55 @@ void OpLog::sync_now() {
   }
   unsynced_ = false;
   last_sync_ = std::chrono::steady_clock::now();
+}
+
+// Writer thread, everysec: hands the syncer the segment to fdatasync (a dup() of its descriptor,
+// so that a rotation may close ours meanwhile). While the last sync still runs (a slow disk),
+// this one waits for the next second.
+void OpLog::sync_in_background() {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lk(sync_mu_);
+  last_sync_ = now;
+  if (sync_fd_ >= 0) return;
+  const int fd = ::dup(fd_);
+  if (fd < 0) {
+    write_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("op log {}: dup for fdatasync failed: {}", current_segment(),
+                  std::strerror(errno));
+    return;
+  }
+  sync_fd_ = fd;
+  unsynced_ = false;
+  sync_cv_.notify_one();
+}
+
+void OpLog::syncer_main() {
+  std::unique_lock lk(sync_mu_);
+  for (;;) {
+    sync_cv_.wait(lk, [&] { return sync_fd_ >= 0 || sync_stop_; });
+    if (sync_fd_ < 0) return;  // stopped, nothing left to sync
+    const int fd = sync_fd_;
+    lk.unlock();
+    if (::fdatasync(fd) != 0) {
+      write_errors_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::error("op log {}: fdatasync failed: {}", stem_, std::strerror(errno));
+    } else {
+      syncs_.fetch_add(1, std::memory_order_relaxed);
+    }
+    ::close(fd);
+    lk.lock();
+    sync_fd_ = -1;
+  }
+}
+
+void OpLog::stop_syncer() {
+  if (!syncer_.joinable()) return;
+  {
+    std::lock_guard lk(sync_mu_);
+    sync_stop_ = true;
+  }
+  sync_cv_.notify_one();
+  syncer_.join();
 }
 
 // Writes one batch at the end of the current segment, retrying until it is there (see the

@@ -22,17 +22,19 @@
 // Positions. Every appended byte has a position (an LSN: bytes appended since this OpLog
 // opened). appended() is the position after the last record appended; durable() the position
 // up to which the records are on stable storage (Sync::kAlways: fdatasync returned) or at least
-// written to the file (the other modes). A worker with Sync::kAlways holds every answer built
-// while appended() > durable() until durable() reaches the appended() it saw
-// (Worker::log_barrier_st), so no answer ever reveals a write the log could still lose.
+// written to the file (the other modes). A worker holds every answer built while
+// appended() > durable() until durable() reaches the appended() it saw
+// (Worker::log_barrier_st), so no answer ever reveals a write the log could still lose (to a
+// crash of the machine with kAlways, to a crash of the process in every mode).
 //
 // Sync (Options::sync, --oplog-sync):
 //   kAlways    fdatasync after every written batch; durable() moves only then.
-//   kEverySec  fdatasync at most once a second (and within about a second of the last write):
-//              a crash of the machine loses at most about a second of acknowledged writes.
+//   kEverySec  fdatasync at most once a second (and within about a second of the last write),
+//              on a thread of its own: a crash of the machine loses at most about a second of
+//              acknowledged writes (more while a sync takes longer than a second).
 //   kNo        never fdatasync while running (the page cache decides; once at close).
 // A process crash (SIGKILL) loses nothing written in any mode: written bytes are in the page
-// cache. A failed fdatasync with kAlways ends the process (see writer_main): Linux may report
+// cache; and nothing acknowledged, since answers wait for the write. A failed fdatasync with kAlways ends the process (see writer_main): Linux may report
 // the pages clean afterwards, so the log could no longer tell what is durable.
 //
 // Rewrite (compaction, Redis's BGREWRITEAOF): once the files hold more than
@@ -204,6 +206,9 @@ class OpLog {
   void writer_main();
   void write_batch(const Buffer& batch);
   void sync_now();
+  void sync_in_background();
+  void syncer_main();
+  void stop_syncer();
   void maybe_rotate();
   void rewriter_main();
   bool rewrite(uint64_t through);
@@ -237,8 +242,16 @@ class OpLog {
   std::atomic<uint64_t> file_bytes_{0}, base_bytes_{0};
   std::atomic<uint64_t> retry_at_bytes_{0};  // after a failed rewrite, wait for this size
 
+  // kEverySec's fdatasync runs on the syncer thread (Redis's background fsync), so that a slow
+  // disk never holds the writes behind a sync, nor the answers waiting for those writes.
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  int sync_fd_ = -1;        // guarded by sync_mu_: a dup() of the segment to sync; -1 = none
+  bool sync_stop_ = false;  // guarded by sync_mu_
+
   std::atomic<uint64_t> records_{0}, bytes_{0}, flushes_{0}, syncs_{0}, stalls_{0},
       write_errors_{0}, rewrites_{0}, rewrite_errors_{0};
+  std::thread syncer_;  // kEverySec only
   std::thread rewriter_;
   std::thread writer_;  // last: started when everything above is ready
 };

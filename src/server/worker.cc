@@ -161,7 +161,10 @@ void Worker::open_oplog() {
     lo.before_rename = [ms = std::atoi(pause)] {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     };
-  hold_answers_ = lo.sync == OpLog::Sync::kAlways;
+  // Every mode holds answers until their records are durable() (always: synced; everysec and
+  // no: written to the file, which a crash of the process keeps). Answering before the write
+  // lost acknowledged writes to a SIGKILL (tests/client/durability_test.cc, *_everysec).
+  hold_answers_ = true;
   if (hold_answers_)
     lo.on_durable = [this] {
       // seq_cst with block_st's store of sleeping_ and its look at the log: either it sees the

@@ -238,7 +238,7 @@ class Worker {
   fabric::VerbSnapshot closed_verbs_;  // what closed client endpoints had counted
   std::unique_ptr<store::Engine> engine_;
   std::unique_ptr<OpLog> oplog_;
-  bool hold_answers_ = false;  // --oplog-sync always
+  bool hold_answers_ = false;  // --oplog (answers wait for OpLog::durable(), every sync mode)
   struct Held {
     uint64_t position;
     std::function<void()> fn;
