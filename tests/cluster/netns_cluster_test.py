@@ -457,6 +457,13 @@ def test_placement(fabkv, pylibmc, servers, workdir, weights, counts_by_writer, 
             if have != [want] or found[servers[want].n][k] != value(k):
                 wrong.append((w, k, want, have))
             counts[want] += 1
+    # What went through the proxy, read by the fabkv herd cluster client (the same items).
+    sample = keys["nut"][::25]
+    got = fab.get_multi(sample)
+    unread = [k for k in sample if got.get(k) != value(k)]
+    check(not unread, f"placement {wname}: fabkv.Cluster (herd) did not read {len(unread)} of "
+          f"{len(sample)} keys written through nutcracker, e.g. {unread[:3]}")
+    metric(f"placement_{wname}_proxy_keys_read_by_fabkv", len(sample))
     fab.close()
     say(f"placement {wname}: keys written by fabkv.Cluster {len(keys['fab'])} in "
         f"{t_fab - t0:.1f} s, pylibmc {len(keys['mc'])} in {t_mc - t_fab:.1f} s, nutcracker "
