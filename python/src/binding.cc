@@ -395,6 +395,39 @@ class PyCluster {
     return out;
   }
 
+  // The keys of `items` (a mapping) that were not stored, as pylibmc's set_multi returns them;
+  // raises when none was stored, or for a key or value refused as such (TooLarge, InvalidKey).
+  py::list put_multi(py::handle items, uint32_t expire_at) {
+    if (!py::hasattr(items, "keys"))  // PyMapping_Check takes a list too
+      throw py::type_error("fabkv: put_multi takes a mapping of keys to values");
+    std::vector<py::object> given;
+    std::vector<std::pair<std::string, std::string>> kv;
+    for (py::handle k : py::reinterpret_borrow<py::object>(items).attr("keys")()) {
+      ByteArg key(k, "key");
+      ByteArg value(items[k], "value");
+      given.push_back(py::reinterpret_borrow<py::object>(k));
+      kv.emplace_back(std::string(key.view()), std::string(value.view()));
+    }
+    std::vector<Status> got;
+    std::string detail;
+    cluster_.call([&](Cluster& c) {
+      auto before = failures(c);
+      got = c.put_multi(kv, expire_at);
+      detail = what_failed(c, before);
+      return 0;
+    });
+    py::list failed;
+    for (size_t j = 0; j < got.size(); ++j) {
+      if (got[j] == Status::kTooLarge || got[j] == Status::kInvalidKey)
+        raise_status(got[j], "put_multi", kv[j].first.size(), kv[j].second.size(), 0, "");
+      if (got[j] != Status::kOk) failed.append(given[j]);
+    }
+    if (!got.empty() && failed.size() == got.size())
+      raise_status(got[0], "put_multi", 0, 0, 0,
+                   fmt::format("all {} keys failed; {}", got.size(), detail));
+    return failed;
+  }
+
   py::object server_for_key(py::handle key) {
     ByteArg k(key, "key");
     size_t i = cluster_.call([&](Cluster& c) { return c.server_for_key(k.view()); });
@@ -633,6 +666,10 @@ as Client's do, with the GIL released.)")
       .def("get_multi", &PyCluster::get_multi, py::arg("keys"),
            "{key: value} of the keys found; missing keys and keys whose servers failed are left "
            "out (raises only when every key failed).")
+      .def("put_multi", &PyCluster::put_multi, py::arg("items"), py::kw_only(),
+           py::arg("expire_at") = 0,
+           "Stores every key: value of the mapping, each server's share pipelined; returns the "
+           "keys not stored (raises only when none was).")
       .def("server_for_key", &PyCluster::server_for_key, py::arg("key"),
            "The index in servers of the key's server now, None when no server is left.")
       .def("servers_for_key", &PyCluster::servers_for_key, py::arg("key"),

@@ -72,6 +72,25 @@ def test_every_key_is_on_exactly_its_server(start_server, provider):
 
 
 @pytest.mark.server
+def test_put_multi_stores_every_key_on_its_server(start_server, provider):
+    servers = start_three(start_server, provider)
+    clients = direct(servers)
+    with cluster_of(servers) as c:
+        items = {f"pm-{i}": f"v{i}".encode() for i in range(NKEYS)}
+        items[b"pm-bytes"] = bytearray(b"b")
+        assert c.put_multi(items) == []
+        assert c.get_multi(list(items)) == {k: bytes(v) for k, v in items.items()}
+        for k in list(items)[::50]:
+            assert holders(clients, k) == [c.server_for_key(k)], k
+        with pytest.raises(fabkv.TooLarge):
+            c.put_multi({"x" * 251: b"v"})
+        with pytest.raises(TypeError):
+            c.put_multi([("k", b"v")])
+    for cl in clients:
+        cl.close()
+
+
+@pytest.mark.server
 @pytest.mark.parametrize("weights", [(1, 1, 1), (1, 2, 1)])
 def test_pylibmc_and_fabkv_place_every_key_alike(start_server, provider, weights):
     servers = start_three(start_server, provider)

@@ -328,7 +328,6 @@ Status Cluster::start_get(std::string_view key, Callback cb) {
 // A PUT (put = true) or DELETE to every replica of the key.
 Status Cluster::fan_out(bool put, std::string_view key, std::string_view value,
                         uint32_t expire_at, Callback cb) {
-  housekeeping();
   auto order = ring_.nodes_for_key(key, o_.replicas);
   if (order.empty()) return Status::kServerGone;
   auto fan = std::make_shared<Fan>();
@@ -383,10 +382,12 @@ Status Cluster::fan_out(bool put, std::string_view key, std::string_view value,
 
 Status Cluster::put_async(std::string_view key, std::string_view value, Callback cb,
                           uint32_t expire_at) {
+  housekeeping();
   return fan_out(true, key, value, expire_at, std::move(cb));
 }
 
 Status Cluster::del_async(std::string_view key, Callback cb) {
+  housekeeping();
   return fan_out(false, key, {}, 0, std::move(cb));
 }
 
@@ -497,6 +498,19 @@ std::vector<Cluster::GetResult> Cluster::get_multi(const std::vector<std::string
       r.version = ver;
     });
     if (st != Status::kOk) (*results)[j].status = st;
+  }
+  wait_all();
+  return std::move(*results);
+}
+
+std::vector<Status> Cluster::put_multi(
+    const std::vector<std::pair<std::string, std::string>>& items, uint32_t expire_at) {
+  auto results = std::make_shared<std::vector<Status>>(items.size(), Status::kError);
+  housekeeping();  // once, as get_multi
+  for (size_t j = 0; j < items.size(); ++j) {
+    Status st = fan_out(true, items[j].first, items[j].second, expire_at,
+                        [results, j](Status s, std::string_view, uint64_t) { (*results)[j] = s; });
+    if (st != Status::kOk) (*results)[j] = st;
   }
   wait_all();
   return std::move(*results);

@@ -100,6 +100,10 @@ class Cluster {
   // The keys split by server, every server's share posted before any answer is awaited, so a
   // dead server costs its own keys one timeout and nothing more. result[i] is keys[i]'s.
   std::vector<GetResult> get_multi(const std::vector<std::string>& keys);
+  // Stores each (key, value), every server's share posted before any answer is awaited (as
+  // pylibmc's set_multi); result[i] is items[i]'s status, with replicas as put's.
+  std::vector<Status> put_multi(const std::vector<std::pair<std::string, std::string>>& items,
+                                uint32_t expire_at = 0);
 
   // ---- asynchronous calls, as Client's: kOk once posted (the callback then runs exactly once
   // from poll()/flush()); anything else means nothing was sent and no callback will run.

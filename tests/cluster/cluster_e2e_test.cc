@@ -91,14 +91,14 @@ TEST_F(ClusterE2E, EveryKeyIsOnTheServerTheRingGivesAndNowhereElse) {
   EXPECT_EQ(requests, n);
 }
 
-// Random puts, gets, deletes and multi-gets through a cluster, against a std::map (keys of
+// Random puts, gets, deletes, multi-puts and multi-gets through a cluster, against a std::map (keys of
 // their own per seed: the clusters of one test share servers).
 void run_against_model(Cluster& c, uint32_t seed, size_t ops) {
   std::mt19937 rng(seed);
   std::map<std::string, std::string> model;
   for (size_t i = 0; i < ops; ++i) {
     std::string key = fmt::format("m{}-{}", seed, rng() % 500);
-    switch (rng() % 4) {
+    switch (rng() % 5) {
       case 0: {
         std::string v = fmt::format("{}-{}", key, rng());
         ASSERT_EQ(c.put(key, v), Status::kOk);
@@ -118,6 +118,20 @@ void run_against_model(Cluster& c, uint32_t seed, size_t ops) {
       case 2:
         ASSERT_EQ(c.del(key), model.erase(key) ? Status::kOk : Status::kNotFound) << key;
         break;
+      case 3: {
+        std::vector<std::pair<std::string, std::string>> items;
+        for (int j = 0; j < 20; ++j) {
+          std::string k = fmt::format("m{}-{}", seed, rng() % 500);
+          items.emplace_back(k, fmt::format("{}-{}", k, rng()));
+        }
+        auto r = c.put_multi(items);
+        ASSERT_EQ(r.size(), items.size());
+        for (size_t j = 0; j < items.size(); ++j) {
+          ASSERT_EQ(r[j], Status::kOk) << items[j].first;
+          model[items[j].first] = items[j].second;  // a key twice in one call: the last wins
+        }
+        break;
+      }
       default: {
         std::vector<std::string> keys;
         for (int j = 0; j < 20; ++j) keys.push_back(fmt::format("m{}-{}", seed, rng() % 500));

@@ -54,14 +54,10 @@ CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 
 # Keys written per writer in the placement test, all read back from every server and all placed
-# by fabkv.Cluster.server_for_key. pylibmc and nutcracker pipeline their writes (100 000 keys:
-# about 1 s each). fabkv.Cluster's Python API has no pipelined PUT and its calls poll by spinning
-# (so client threads only take cores from the servers): 220 to 330 us a PUT measured here on 2
-# shared cores (10 000 in 2.2 to 3.3 s, load average 5 to 8) would make 100 000 keys 22 to 33 s
-# alone, so it writes a quarter of that; every key of the three writers is still checked
-# against its server_for_key.
+# by fabkv.Cluster.server_for_key: 100 000 by each of fabkv.Cluster (put_multi), pylibmc and
+# nutcracker, all three pipelining their writes.
 PLACEMENT_KEYS = 100_000
-PLACEMENT_KEYS_FABKV = 25_000
+PLACEMENT_KEYS_FABKV = PLACEMENT_KEYS
 # The failover clients' bound on every call (fabkv.Cluster timeout_ms), and the slack allowed on
 # top of it and of one connection attempt (call_limit_ms) for a loaded 2-core machine
 # (scheduling, the GIL, Python's own work around a call).
@@ -431,8 +427,9 @@ def test_placement(fabkv, pylibmc, servers, workdir, weights, counts_by_writer, 
     keys = {w: [f"{tag}:{w}:{i}".encode() for i in range(n)] for w, n in counts_by_writer.items()}
     value = lambda k: b"v1:" + k  # noqa: E731
 
-    for k in keys["fab"]:
-        fab.put(k, value(k))
+    for i in range(0, len(keys["fab"]), 5000):
+        failed = fab.put_multi({k: value(k) for k in keys["fab"][i:i + 5000]})
+        check(not failed, f"fabkv.Cluster put_multi failed for {len(failed)} keys: {failed[:3]}")
     t_fab = time.monotonic()
     pylibmc_set(mc, {k: value(k) for k in keys["mc"]})
     t_mc = time.monotonic()
