@@ -65,15 +65,6 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   fo.bind_host = (host == "0.0.0.0" || host == "::") ? "" : host;
   if (!o.oplog.empty()) check_oplog_workers(o);
   for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<Worker>(w, o, fo));
-  if (!o.memcached.empty()) {
-    memcached::ServiceOptions mo;
-    mo.listen = o.memcached;
-    mo.max_conns = o.memcached_max_conns;
-    mo.max_value = o.max_value;
-    std::vector<Worker*> ws;
-    for (auto& w : workers_) ws.push_back(w.get());
-    memcached_ = std::make_unique<memcached::Service>(mo, std::move(ws));
-  }
 
   control::ControlServer::Handlers h;
   h.on_hello = [this](uint64_t s, const control::Hello& hello) { return on_hello(s, hello); };
@@ -94,14 +85,27 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   co.port = port;
   co.secret = o.secret;
   control_ = std::make_unique<control::ControlServer>(co, h);
-  name_ = o.name;
-  if (name_.empty()) name_ = default_name(memcached_ ? memcached_->address() : control_->address());
+  std::lock_guard lock(mu_);  // the control channel is open: a Hello may read the name
+  name_ = o.name.empty() ? default_name(control_->address()) : o.name;
 }
 
 Server::~Server() { stop(); }
 
 std::string Server::address() const { return control_->address(); }
 const std::string& Server::provider() const { return workers_.at(0)->provider(); }
+
+void Server::attach(std::unique_ptr<LocalWork> front_end, const std::string& listen) {
+  for (auto& w : workers_) w->attach(front_end.get());
+  front_end_ = std::move(front_end);
+  std::lock_guard lock(mu_);  // the control channel is open: a Hello may read the name
+  if (o_.name.empty()) name_ = default_name(listen);
+}
+
+std::vector<Worker*> Server::workers() const {
+  std::vector<Worker*> ws;
+  for (const auto& w : workers_) ws.push_back(w.get());
+  return ws;
+}
 
 void Server::start() {
   for (auto& w : workers_) threads_.emplace_back([this, wp = w.get()] { wp->run_st(stop_); });
@@ -114,7 +118,7 @@ void Server::stop() {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
-  memcached_.reset();  // its connections close; the workers that ran it have stopped
+  front_end_.reset();  // its connections close; the workers that ran it have stopped
 }
 
 control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello) {
@@ -165,6 +169,7 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
                               provider().substr(0, provider().find(';'))));
   uint32_t index = 0;
   uint16_t epoch = 0;
+  std::string ring_name;
   {
     std::lock_guard lock(mu_);
     auto free_everywhere = [&](uint32_t i) {
@@ -183,6 +188,7 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     s.session = session;
     epoch = s.epoch;
     admitted_++;
+    ring_name = name_;
   }
   auto give_back = [&] {
     std::lock_guard lock(mu_);
@@ -248,7 +254,7 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
                            {"workers", o_.workers},   {"max_clients", o_.max_clients},
                            {"protocol", p->name},     {"max_value", o_.max_value},
                            {"max_key", store::kMaxKeySize}, {"engine", o_.engine},
-                           {"provider", provider()}, {"name", name_}};
+                           {"provider", provider()}, {"name", ring_name}};
   layout.update(parts.layout);
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());
@@ -292,12 +298,12 @@ nlohmann::json Server::stats() const {
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& w : workers_) workers.push_back(w->stats());
   nlohmann::json j = {{"provider", provider()},
-                      {"name", name_},
                       {"protocols", o_.protocols},
                       {"engine", o_.engine},
                       {"workers", workers}};
   {
     std::lock_guard lock(mu_);
+    j["name"] = name_;
     uint64_t active = 0;
     for (const auto& c : clients_) active += c.used ? 1 : 0;
     j["clients"] = {{"active", active}, {"admitted", admitted_}, {"departed", departed_}};
