@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,7 +44,18 @@ class Server {
   nlohmann::json stats() const;
 
  private:
+  // Admission (control thread): the Hello checked, a client index reserved, every worker's
+  // protocol side asked, endpoints opened and the client's address taken, then the Welcome.
   control::Welcome on_hello(uint64_t session, const control::Hello& hello);
+  // The checks made before anything is reserved for the client: its payload (`*req`), service,
+  // protocol (`*p`), staging region and fabric provider. The refusal, or nullopt.
+  std::optional<control::Welcome> check_hello(const control::Hello& hello, nlohmann::json* req,
+                                              const proto::Info** p) const;
+  // A free client index and its next epoch, and the server's name (under the same lock as
+  // attach() sets it); false when all are taken.
+  bool reserve_index(uint64_t session, uint32_t* index, uint16_t* epoch, std::string* name);
+  control::Welcome welcome(uint32_t index, uint16_t epoch, const proto::Info& p,
+                           proto::WelcomeParts parts, const std::string& name) const;
   void on_close(uint64_t session);
   // A control request no generic code answers: each worker's protocols that know it.
   nlohmann::json protocol_request(const std::string& op) const;
