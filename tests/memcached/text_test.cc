@@ -168,5 +168,56 @@ TEST(BinaryParser, PrefixesNeedMoreAndBadKeysAreInvalid) {
   EXPECT_EQ(binary::parse(p, 100, &pk).status, binary::Parse::kError);
 }
 
+// A packet decoded into the request its key's owner runs: each opcode's extras, and the
+// shapes memcached refuses as invalid arguments.
+TEST(BinaryParser, PacketsBecomeRequests) {
+  auto packet = [](uint8_t opcode, std::string extras, std::string key, std::string value,
+                   uint64_t cas) {
+    binary::Packet pk;
+    pk.h.magic = binary::kRequestMagic;
+    pk.h.opcode = opcode;
+    pk.h.extlen = static_cast<uint8_t>(extras.size());
+    pk.h.keylen = static_cast<uint16_t>(key.size());
+    pk.h.cas = cas;
+    static std::string store[3];
+    store[0] = std::move(extras);
+    store[1] = std::move(key);
+    store[2] = std::move(value);
+    pk.extras = store[0];
+    pk.key = store[1];
+    pk.value = store[2];
+    return pk;
+  };
+  const std::string be = std::string("\0\0\0\7", 4) + std::string("\0\0\0\x0a", 4);
+  Request r;
+  ASSERT_TRUE(binary::to_request(packet(binary::kSet, be, "k", "v", 0), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kSet);
+  EXPECT_EQ(r.flags, 7u);
+  EXPECT_EQ(r.expire_at, 1010u);
+  EXPECT_EQ(r.value, "v");
+  ASSERT_TRUE(binary::to_request(packet(binary::kSet, be, "k", "v", 5), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kCas);
+  EXPECT_EQ(r.cas, 5u);
+  ASSERT_TRUE(binary::to_request(packet(binary::kReplaceQ, be, "k", "v", 5), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kCas);
+  EXPECT_FALSE(binary::to_request(packet(binary::kAdd, be, "k", "v", 5), 1000, &r));
+  EXPECT_FALSE(binary::to_request(packet(binary::kSet, "", "k", "v", 0), 1000, &r));
+  EXPECT_FALSE(binary::to_request(packet(binary::kGet, "", "k", "v", 0), 1000, &r));
+  EXPECT_FALSE(binary::to_request(packet(binary::kGet, "", "", "", 0), 1000, &r));
+  ASSERT_TRUE(binary::to_request(packet(binary::kTouch, be.substr(4), "k", "", 9), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kGat);
+  EXPECT_EQ(r.cas, 0u);
+  const std::string arith = std::string(7, '\0') + "\2" + std::string(7, '\0') + "\3" +
+                            std::string(4, '\xff');
+  ASSERT_TRUE(binary::to_request(packet(binary::kDecrement, arith, "k", "", 0), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kDecr);
+  EXPECT_EQ(r.delta, 2u);
+  EXPECT_EQ(r.initial, 3u);
+  EXPECT_FALSE(r.create);  // expiry all ones: a miss is not created
+  ASSERT_TRUE(binary::to_request(packet(binary::kFlushQ, "", "", "", 0), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kFlush);
+  EXPECT_FALSE(binary::to_request(packet(binary::kNoop, "", "", "", 0), 1000, &r));
+}
+
 }  // namespace
 }  // namespace fabkv::memcached
