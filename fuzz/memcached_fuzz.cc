@@ -1,10 +1,11 @@
 // libFuzzer target for the memcached front end's parsers (docs/memcached.md, "Fuzzing"): the
 // input is read as a connection's byte stream, command after command, the way
-// src/memcached/service.cc reads it (text, or binary when a command starts with 0x80), and every
-// command parsed is run on a small cache engine. Checked: a parse consumes what it says and no
-// more than it has, "need more" consumes nothing, views stay inside the input, a text command
-// parsed whole parses the same from a copy cut just after it. Any crash, sanitizer report or
-// abort() below is a bug.
+// src/memcached/listener.cc reads it (text, or binary when a command starts with 0x80), and
+// every command parsed is decoded into its engine request as src/memcached/commands.cc does
+// (meta flags by text.h parse_meta, binary packets by binary.h to_request) and run on a small
+// cache engine. Checked: a parse consumes what it says and no more than it has, "need more"
+// consumes nothing, views stay inside the input, a text command parsed whole parses the same
+// from a copy cut just after it. Any crash, sanitizer report or abort() below is a bug.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,40 @@ void run(const Request& r) {
   if (res.outcome == Outcome::kHit && res.value.size() > kMaxValue) fail("value above the limit");
 }
 
+// The engine request of a text or meta command with a key (the meta flags through their own
+// parser, as src/memcached/commands.cc runs them); false when there is none to run.
+bool text_request(const TextCommand& cmd, Request* req) {
+  switch (cmd.verb) {
+    case Verb::kMetaGet:
+    case Verb::kMetaSet:
+    case Verb::kMetaDelete:
+    case Verb::kMetaArith:
+    case Verb::kMetaDebug:
+      return parse_meta(cmd, 1000, req).empty();
+    default:
+      break;
+  }
+  if (cmd.keys.empty() || !valid_key(cmd.keys[0])) return false;
+  switch (cmd.verb) {
+    case Verb::kSet: req->kind = Kind::kSet; break;
+    case Verb::kAppend: req->kind = Kind::kAppend; break;
+    case Verb::kPrepend: req->kind = Kind::kPrepend; break;
+    case Verb::kIncr: req->kind = Kind::kIncr; break;
+    case Verb::kDecr: req->kind = Kind::kDecr; break;
+    case Verb::kDelete: req->kind = Kind::kDelete; break;
+    case Verb::kTouch: req->kind = Kind::kTouch; break;
+    case Verb::kCas: req->kind = Kind::kCas; break;
+    default: req->kind = Kind::kGet; break;
+  }
+  req->key = cmd.keys[0];
+  req->value = cmd.data;
+  req->flags = cmd.flags;
+  req->delta = cmd.delta;
+  req->cas = cmd.cas;
+  req->expire_at = to_expire_at(cmd.exptime, 1000);
+  return true;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -74,11 +109,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!inside(pk.key, in) || !inside(pk.value, in) || !inside(pk.extras, in))
           fail("binary: view outside the input");
         if (pk.key.size() > kMaxKeyBytes) fail("binary: key above 250 bytes");
-        if (!pk.key.empty() && pk.value.size() <= kMaxValue) {
-          Request req;
-          req.kind = (pk.h.opcode & 1) ? Kind::kSet : Kind::kGet;
-          req.key = pk.key;
-          req.value = pk.value;
+        Request req;
+        if (binary::to_request(pk, 1000, &req) && pk.value.size() <= kMaxValue) {
+          if (!inside(req.key, in) || !inside(req.value, in))
+            fail("binary: request outside the input");
           run(req);
         }
       }
@@ -107,25 +141,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (r2.status != Parse::kCommand || r2.consumed != r.consumed || again.verb != cmd.verb ||
           again.keys.size() != cmd.keys.size() || again.data != cmd.data)
         fail("text: parse depends on what follows the command");
-      if (!cmd.keys.empty() && valid_key(cmd.keys[0])) {
-        Request req;
-        switch (cmd.verb) {
-          case Verb::kSet: req.kind = Kind::kSet; break;
-          case Verb::kAppend: req.kind = Kind::kAppend; break;
-          case Verb::kPrepend: req.kind = Kind::kPrepend; break;
-          case Verb::kIncr: req.kind = Kind::kIncr; break;
-          case Verb::kDecr: req.kind = Kind::kDecr; break;
-          case Verb::kDelete: req.kind = Kind::kDelete; break;
-          case Verb::kTouch: req.kind = Kind::kTouch; break;
-          case Verb::kCas: req.kind = Kind::kCas; break;
-          default: req.kind = Kind::kGet; break;
-        }
-        req.key = cmd.keys[0];
-        req.value = cmd.data;
-        req.flags = cmd.flags;
-        req.delta = cmd.delta;
-        req.cas = cmd.cas;
-        req.expire_at = to_expire_at(cmd.exptime, 1000);
+      Request req;
+      if (text_request(cmd, &req)) {
+        if (!inside(req.key, in) || !inside(req.value, in)) fail("text: request outside the input");
         run(req);
       }
     }

@@ -89,6 +89,66 @@ ParseResult parse(std::string_view in, size_t max_body, Packet* out) {
   return {Parse::kPacket, kHeaderBytes + h.bodylen, 0, kSuccess};
 }
 
+bool to_request(const Packet& pk, uint32_t now, Request* req) {
+  const Header& h = pk.h;
+  *req = Request{};
+  req->key = pk.key;
+  req->cas = h.cas;
+  const bool bare = h.extlen == 0 && !pk.key.empty() && pk.value.empty();
+  auto expiry = [now](uint32_t raw) { return to_expire_at(static_cast<int32_t>(raw), now); };
+  switch (h.opcode) {
+    case kGet: case kGetQ: case kGetK: case kGetKQ:
+      req->kind = Kind::kGet;
+      req->cas = 0;
+      return bare;
+    case kGat: case kGatQ: case kGatK: case kGatKQ: case kTouch:
+      if (h.extlen != 4 || pk.key.empty() || !pk.value.empty()) return false;
+      req->kind = Kind::kGat;  // TOUCH too: answered with the flags, like GAT
+      req->cas = 0;
+      req->expire_at = expiry(be32(pk.extras.data()));
+      return true;
+    case kSet: case kSetQ: case kAdd: case kAddQ: case kReplace: case kReplaceQ:
+      if (h.extlen != 8 || pk.key.empty()) return false;
+      req->flags = be32(pk.extras.data());
+      req->expire_at = expiry(be32(pk.extras.data() + 4));
+      req->value = pk.value;
+      req->kind = (h.opcode == kSet || h.opcode == kSetQ) ? (h.cas ? Kind::kCas : Kind::kSet)
+                  : (h.opcode == kAdd || h.opcode == kAddQ) ? Kind::kAdd : Kind::kReplace;
+      if (req->kind == Kind::kAdd && h.cas != 0) return false;
+      if (req->kind == Kind::kReplace && h.cas != 0) req->kind = Kind::kCas;
+      return true;
+    case kAppend: case kAppendQ: case kPrepend: case kPrependQ:
+      if (h.extlen != 0 || pk.key.empty()) return false;
+      req->kind = (h.opcode == kAppend || h.opcode == kAppendQ) ? Kind::kAppend : Kind::kPrepend;
+      req->value = pk.value;
+      return true;
+    case kDelete: case kDeleteQ:
+      req->kind = Kind::kDelete;
+      return bare;
+    case kIncrement: case kIncrementQ: case kDecrement: case kDecrementQ: {
+      if (h.extlen != 20 || pk.key.empty() || !pk.value.empty()) return false;
+      const bool incr = h.opcode == kIncrement || h.opcode == kIncrementQ;
+      req->kind = incr ? Kind::kIncr : Kind::kDecr;
+      req->delta = be64(pk.extras.data());
+      req->initial = be64(pk.extras.data() + 8);
+      const uint32_t exp = be32(pk.extras.data() + 16);
+      req->create = exp != 0xffffffffu;  // all ones: a miss is NOT_FOUND, not a new counter
+      req->expire_at = req->create ? expiry(exp) : 0;
+      return true;
+    }
+    case kFlush: case kFlushQ: {
+      if (h.extlen != 0 && h.extlen != 4) return false;
+      req->kind = Kind::kFlush;
+      req->key = {};
+      const int64_t delay = h.extlen == 4 ? static_cast<int32_t>(be32(pk.extras.data())) : 0;
+      req->expire_at = delay > 0 ? to_expire_at(delay, now) : 0;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 void append_response(std::string* out, uint8_t opcode, uint16_t status, uint32_t opaque,
                      uint64_t cas, std::string_view extras, std::string_view key,
                      std::string_view value) {

@@ -1,12 +1,14 @@
 // memcached's binary protocol (protocol_binary.h of memcached 1.6): the 24-byte header and the
 // commands `memccapable` exercises. One parser, fuzzed with the text one
-// (fuzz/memcached_fuzz.cc); src/memcached/service.cc runs what it finds.
+// (fuzz/memcached_fuzz.cc); src/memcached/commands.cc runs what it finds.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "memcached/exec.h"
 
 namespace fabkv::memcached::binary {
 
@@ -59,6 +61,13 @@ struct ParseResult {
 // Parses the first packet of `in` (in[0] is kRequestMagic). A body above `max_body` bytes is
 // refused (kError kTooBig for storage commands, kInvalid otherwise) without waiting for it.
 ParseResult parse(std::string_view in, size_t max_body, Packet* out);
+
+// The request a keyed packet asks of its key's owner: GET*, GAT*, TOUCH, SET/ADD/REPLACE,
+// APPEND/PREPEND, DELETE, INCREMENT/DECREMENT and their quiet forms; FLUSH (kFlush of every
+// partition, no key) as well. False when its extras, key
+// or value do not fit its opcode (memcached answers kInvalid), or it is not one of those.
+// `now`: Unix seconds, for relative expiry times; views into `pk`.
+bool to_request(const Packet& pk, uint32_t now, Request* req);
 
 // Is this opcode known, and how: its quiet form answers only failures (GETQ: only hits).
 bool known(uint8_t opcode);

@@ -74,145 +74,154 @@ uint32_t to_expire_at(int64_t exptime, uint32_t now) {
   return at > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(at);
 }
 
-Result execute_st(const Request& r, store::Engine& e, Mutate mutate, std::string& scratch) {
+namespace {
+
+// One command's key, read once: each step below decides from the item it found and writes
+// back through `mutate`, on the owner thread, so nothing runs between the read and the write.
+struct Target {
+  const Request& r;
+  Mutate mutate;
+  store::KeyHash h;
+  std::string& scratch;
+  store::ItemView item;
+  bool hit = false;
+
+  Put put(std::string_view value, uint32_t flags, uint32_t expire_at, uint64_t expected) const {
+    return memcached::put(mutate, h, r.key, value, flags, expire_at, expected);
+  }
+};
+
+Result outcome(Outcome o) {
   Result out;
-  if (r.kind == Kind::kFlush) {
-    out.outcome = e.clear() ? Outcome::kOk : Outcome::kNotSupported;
+  out.outcome = o;
+  return out;
+}
+
+// get, gat, mg (T: a new expiry is a new PUT of the same value; the engine keeps expiry with
+// the item).
+Result retrieve(const Target& t) {
+  if (!t.hit) return {};
+  Result out = outcome(Outcome::kHit);
+  out.flags = t.item.flags;
+  if (t.r.kind == Kind::kGat || t.r.touch) {
+    t.scratch.assign(t.item.value);
+    const Put p = t.put(t.scratch, t.item.flags, t.r.expire_at, 0);
+    if (p.status != store::Status::kOk) return stored(p);
+    out.value = t.scratch;
+    out.cas = p.version;
+    out.expire_at = t.r.expire_at;
     return out;
   }
+  out.value = t.item.value;
+  out.cas = t.item.version;
+  out.expire_at = t.item.expire_at;
+  return out;
+}
+
+// add, replace, cas: a store that depends on what is there.
+Result store_if(const Target& t) {
+  const Request& r = t.r;
+  if (r.kind == Kind::kAdd)
+    return t.hit ? outcome(Outcome::kNotStored) : stored(t.put(r.value, r.flags, r.expire_at, 0));
+  if (r.kind == Kind::kReplace)
+    return t.hit ? stored(t.put(r.value, r.flags, r.expire_at, 0)) : outcome(Outcome::kNotStored);
+  if (!t.hit) return {};  // kNotFound
+  if (t.item.version != r.cas) return outcome(Outcome::kExists);
+  return stored(t.put(r.value, r.flags, r.expire_at, r.cas));
+}
+
+// append, prepend (cas: only on that version).
+Result concat(const Target& t, size_t max_value) {
+  const Request& r = t.r;
+  if (!t.hit) return outcome(Outcome::kNotStored);
+  if (r.cas != 0 && t.item.version != r.cas) return outcome(Outcome::kExists);
+  if (t.item.value.size() + r.value.size() > max_value) return outcome(Outcome::kTooLarge);
+  // Copied out first: the put below may reuse the old item's memory.
+  if (r.kind == Kind::kAppend) {
+    t.scratch.assign(t.item.value);
+    t.scratch.append(r.value);
+  } else {
+    t.scratch.assign(r.value);
+    t.scratch.append(t.item.value);
+  }
+  return stored(t.put(t.scratch, t.item.flags, t.item.expire_at, t.item.version));
+}
+
+// A delete with a cas (meta md C, binary DELETE with cas).
+Result delete_if(const Target& t) {
+  if (!t.hit) return {};
+  if (t.item.version != t.r.cas) return outcome(Outcome::kExists);
+  return outcome(del(t.mutate, t.h, t.r.key) == store::Status::kOk ? Outcome::kDeleted
+                                                                    : Outcome::kNotFound);
+}
+
+// incr, decr: a number stored as decimal text; a miss may create it (binary, meta ma N).
+Result arith(const Target& t) {
+  const Request& r = t.r;
+  Result out = outcome(Outcome::kNumber);
+  if (!t.hit) {
+    if (!r.create) return {};
+    t.scratch = std::to_string(r.initial);
+    const Put p = t.put(t.scratch, r.flags, r.expire_at, 0);
+    if (p.status != store::Status::kOk) return stored(p);
+    out.number = r.initial;
+    out.cas = p.version;
+    return out;
+  }
+  if (r.cas != 0 && t.item.version != r.cas) return outcome(Outcome::kExists);
+  uint64_t n = 0;
+  if (!parse_number(t.item.value, &n)) return outcome(Outcome::kNonNumeric);
+  // incr wraps at 2^64; decr stops at 0 (protocol.txt).
+  n = r.kind == Kind::kIncr ? n + r.delta : (r.delta > n ? 0 : n - r.delta);
+  t.scratch = std::to_string(n);
+  const Put p = t.put(t.scratch, t.item.flags, t.item.expire_at, t.item.version);
+  if (p.status != store::Status::kOk) return stored(p);
+  out.number = n;
+  out.cas = p.version;
+  return out;
+}
+
+Result touch_item(const Target& t) {
+  if (!t.hit) return {};
+  t.scratch.assign(t.item.value);
+  const Put p = t.put(t.scratch, t.item.flags, t.r.expire_at, 0);
+  if (p.status != store::Status::kOk) return stored(p);
+  Result out = outcome(Outcome::kTouched);
+  out.cas = p.version;
+  return out;
+}
+
+}  // namespace
+
+Result execute_st(const Request& r, store::Engine& e, Mutate mutate, std::string& scratch) {
+  if (r.kind == Kind::kFlush) return outcome(e.clear() ? Outcome::kOk : Outcome::kNotSupported);
   const store::KeyHash h = store::hash_key(r.key);
   if (r.kind == Kind::kSet)
     return stored(put(mutate, h, r.key, r.value, r.flags, r.expire_at, r.cas));
-  if (r.kind == Kind::kDelete && r.cas == 0) {
-    out.outcome = del(mutate, h, r.key) == store::Status::kOk ? Outcome::kDeleted : Outcome::kNotFound;
-    return out;
-  }
-
-  store::ItemView item;
-  const store::Status got = e.get(h, r.key, item);
-  if (got == store::Status::kTooLarge || got == store::Status::kInvalidKey) {
-    out.outcome = Outcome::kNotFound;  // keys are checked before they get here
-    return out;
-  }
-  const bool hit = got == store::Status::kOk;
+  if (r.kind == Kind::kDelete && r.cas == 0)
+    return outcome(del(mutate, h, r.key) == store::Status::kOk ? Outcome::kDeleted
+                                                               : Outcome::kNotFound);
+  Target t{r, mutate, h, scratch, {}};
+  const store::Status got = e.get(h, r.key, t.item);
+  if (got == store::Status::kTooLarge || got == store::Status::kInvalidKey)
+    return {};  // kNotFound: keys are checked before they get here
+  t.hit = got == store::Status::kOk;
   switch (r.kind) {
     case Kind::kGet:
-    case Kind::kGat:
-      if (!hit) return out;
-      if (r.kind == Kind::kGat || r.touch) {
-        // A new expiry is a new PUT of the same value (the engine keeps expiry with the item).
-        scratch.assign(item.value);
-        const Put p = put(mutate, h, r.key, scratch, item.flags, r.expire_at, 0);
-        if (p.status != store::Status::kOk) return stored(p);
-        out.outcome = Outcome::kHit;
-        out.value = scratch;
-        out.flags = item.flags;
-        out.cas = p.version;
-        out.expire_at = r.expire_at;
-        return out;
-      }
-      out.outcome = Outcome::kHit;
-      out.value = item.value;
-      out.flags = item.flags;
-      out.cas = item.version;
-      out.expire_at = item.expire_at;
-      return out;
+    case Kind::kGat: return retrieve(t);
     case Kind::kAdd:
-      if (hit) {
-        out.outcome = Outcome::kNotStored;
-        return out;
-      }
-      return stored(put(mutate, h, r.key, r.value, r.flags, r.expire_at, 0));
     case Kind::kReplace:
-      if (!hit) {
-        out.outcome = Outcome::kNotStored;
-        return out;
-      }
-      return stored(put(mutate, h, r.key, r.value, r.flags, r.expire_at, 0));
-    case Kind::kCas:
-      if (!hit) return out;  // kNotFound
-      if (item.version != r.cas) {
-        out.outcome = Outcome::kExists;
-        return out;
-      }
-      return stored(put(mutate, h, r.key, r.value, r.flags, r.expire_at, r.cas));
+    case Kind::kCas: return store_if(t);
     case Kind::kAppend:
-    case Kind::kPrepend: {
-      if (!hit) {
-        out.outcome = Outcome::kNotStored;
-        return out;
-      }
-      if (r.cas != 0 && item.version != r.cas) {
-        out.outcome = Outcome::kExists;
-        return out;
-      }
-      if (item.value.size() + r.value.size() > e.max_value_size()) {
-        out.outcome = Outcome::kTooLarge;
-        return out;
-      }
-      // Copied out first: the put below may reuse the old item's memory.
-      if (r.kind == Kind::kAppend) {
-        scratch.assign(item.value);
-        scratch.append(r.value);
-      } else {
-        scratch.assign(r.value);
-        scratch.append(item.value);
-      }
-      return stored(put(mutate, h, r.key, scratch, item.flags, item.expire_at, item.version));
-    }
-    case Kind::kDelete:  // with a cas (meta md C, binary DELETE with cas)
-      if (!hit) return out;
-      if (item.version != r.cas) {
-        out.outcome = Outcome::kExists;
-        return out;
-      }
-      out.outcome = del(mutate, h, r.key) == store::Status::kOk ? Outcome::kDeleted : Outcome::kNotFound;
-      return out;
+    case Kind::kPrepend: return concat(t, e.max_value_size());
+    case Kind::kDelete: return delete_if(t);
     case Kind::kIncr:
-    case Kind::kDecr: {
-      if (!hit) {
-        if (!r.create) return out;
-        scratch = std::to_string(r.initial);
-        const Put p = put(mutate, h, r.key, scratch, r.flags, r.expire_at, 0);
-        if (p.status != store::Status::kOk) return stored(p);
-        out.outcome = Outcome::kNumber;
-        out.number = r.initial;
-        out.cas = p.version;
-        return out;
-      }
-      if (r.cas != 0 && item.version != r.cas) {
-        out.outcome = Outcome::kExists;
-        return out;
-      }
-      uint64_t n = 0;
-      if (!parse_number(item.value, &n)) {
-        out.outcome = Outcome::kNonNumeric;
-        return out;
-      }
-      // incr wraps at 2^64; decr stops at 0 (protocol.txt).
-      n = r.kind == Kind::kIncr ? n + r.delta : (r.delta > n ? 0 : n - r.delta);
-      scratch = std::to_string(n);
-      const Put p = put(mutate, h, r.key, scratch, item.flags, item.expire_at, item.version);
-      if (p.status != store::Status::kOk) return stored(p);
-      out.outcome = Outcome::kNumber;
-      out.number = n;
-      out.cas = p.version;
-      return out;
-    }
-    case Kind::kTouch: {
-      if (!hit) return out;
-      scratch.assign(item.value);
-      const Put p = put(mutate, h, r.key, scratch, item.flags, r.expire_at, 0);
-      if (p.status != store::Status::kOk) return stored(p);
-      out.outcome = Outcome::kTouched;
-      out.cas = p.version;
-      return out;
-    }
+    case Kind::kDecr: return arith(t);
+    case Kind::kTouch: return touch_item(t);
     case Kind::kSet:
-    case Kind::kFlush:
-      break;  // handled above
+    case Kind::kFlush: break;  // handled above
   }
-  return out;
+  return {};
 }
 
 }  // namespace fabkv::memcached

@@ -1,7 +1,7 @@
 // The memcached commands on one partition's engine. A connection's worker turns a command into
 // a Request per key; the partition's owner runs it here (EREW: no other thread touches the
 // engine) and hands back a Result that the connection's worker formats as text, meta or binary
-// (src/memcached/service.cc). Read-modify-write commands (add, replace, append, prepend, cas,
+// (src/memcached/reply.h). Read-modify-write commands (add, replace, append, prepend, cas,
 // incr, decr, touch) are a get and a put on the owner thread, so nothing runs between them.
 #pragma once
 
@@ -82,5 +82,7 @@ Result execute_st(const Request& r, store::Engine& e, Mutate mutate, std::string
 // more: an absolute Unix time (protocol.txt, "Expiration times").
 uint32_t to_expire_at(int64_t exptime, uint32_t now);
 inline constexpr int64_t kMaxRelativeExptime = 60 * 60 * 24 * 30;
+// Unix seconds now, on the clock the engines keep expiry by.
+inline uint32_t now_s() { return store::realtime_seconds(nullptr); }
 
 }  // namespace fabkv::memcached

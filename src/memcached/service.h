@@ -1,8 +1,14 @@
 // The memcached front end (docs/memcached.md): memcached's text, meta and binary protocols over
 // TCP, on the same engines and data as the fabric protocols.
 //
+// Composition. The server knows nothing of memcached: fabkv-server's main builds the Service
+// over the Server's workers and attaches it (Server::attach), and each worker then runs it as
+// its local work (server::LocalWork, once per round). The files: service.cc (this class),
+// shard.h (one worker's share, and the map of the rest: listener.cc, commands.cc, forward.cc),
+// reply.h (the answers), text.h, binary.h and exec.h (the parsers and the commands on an engine).
+//
 // Threads and queues. There is no thread of its own: each worker serves a share of the
-// connections in its loop (server::LocalWork, called once per round). Every worker listens on
+// connections in its loop. Every worker listens on
 // the same port with SO_REUSEPORT, so the kernel spreads new connections over the workers, and
 // keeps them in an epoll set that it polls without blocking; when the worker goes idle it
 // blocks on that epoll descriptor together with the fabric (Worker::block_st). A command whose
@@ -40,7 +46,8 @@ struct ServiceOptions {
 
 class Service final : public server::LocalWork {
  public:
-  // Binds the listening sockets (one per worker). Throws std::runtime_error.
+  // Binds the listening sockets (one per worker), to be attached to those workers
+  // (server::Server::attach) before they run. Throws std::runtime_error.
   Service(const ServiceOptions& o, std::vector<server::Worker*> workers);
   ~Service() override;
   Service(const Service&) = delete;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <span>
 
 #include "memcached/exec.h"
 
@@ -43,9 +44,42 @@ constexpr Verbs kVerbs[] = {
     {"mn", Verb::kMetaNoop},     {"me", Verb::kMetaDebug},
 };
 
+constexpr std::string_view kBadToken = "CLIENT_ERROR bad token in command line format\r\n";
+constexpr std::string_view kBase64 = "CLIENT_ERROR base64 keys are not supported\r\n";
+
 ParseResult error(std::string_view reply, size_t consumed) {
   return {Parse::kError, consumed, reply, 0};
 }
+ParseResult command(size_t consumed) { return {Parse::kCommand, consumed, {}, 0}; }
+
+// The tokens of a command line, one at a time: memcached splits on ' ' only; "" at the end.
+class Tokens {
+ public:
+  explicit Tokens(std::string_view line) : rest_(line) {}
+  std::string_view next() {
+    const size_t b = rest_.find_first_not_of(' ');
+    if (b == std::string_view::npos) {
+      rest_ = {};
+      return {};
+    }
+    rest_.remove_prefix(b);
+    const size_t e = rest_.find(' ');
+    std::string_view t = rest_.substr(0, e);
+    rest_.remove_prefix(e == std::string_view::npos ? rest_.size() : e);
+    return t;
+  }
+
+ private:
+  std::string_view rest_;
+};
+
+// A parse of one command line: the bytes it came in, where its line ends, the command it fills.
+struct Line {
+  std::string_view in;
+  size_t end = 0;  // just past its '\n'
+  size_t max_value = 0;
+  TextCommand* cmd = nullptr;
+};
 
 // A storage command's data block: `bytes` then "\r\n" after the line.
 ParseResult data_block(std::string_view in, size_t line_end, uint64_t bytes, size_t max_value,
@@ -70,18 +104,131 @@ bool valid_key(std::string_view key) {
   return true;
 }
 
-ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) {
-  const size_t nl = in.find('\n');
-  if (nl == std::string_view::npos) {
-    if (in.size() > kMaxLineBytes) return {Parse::kClose, in.size(), kLineTooLong, 0};
-    return {};
-  }
-  if (nl > kMaxLineBytes) return {Parse::kClose, nl + 1, kLineTooLong, 0};
-  const size_t line_end = nl + 1;
-  std::string_view line = in.substr(0, nl);
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+namespace {
 
-  // Tokens separated by spaces (memcached splits on ' ' only).
+// get, gets, gat, gats: [exptime] and any number of keys.
+ParseResult parse_retrieval(const Line& l, Tokens& tokens) {
+  TextCommand* cmd = l.cmd;
+  if (cmd->verb == Verb::kGat || cmd->verb == Verb::kGats) {
+    std::string_view t = tokens.next();
+    if (t.empty()) return error(kError, l.end);
+    if (!parse_num(t, &cmd->exptime)) return error(kBadExptime, l.end);
+  }
+  for (std::string_view k = tokens.next(); !k.empty(); k = tokens.next()) {
+    if (k.size() > kMaxKeyBytes) return error(kBadFormat, l.end);
+    cmd->keys.push_back(k);
+  }
+  if (cmd->keys.empty()) return error(kError, l.end);
+  return command(l.end);
+}
+
+// mg, ms, md, ma, me: a key, ms's datalen, then up to 32 flags (parse_meta decodes them).
+ParseResult parse_meta_line(const Line& l, Tokens& tokens) {
+  TextCommand* cmd = l.cmd;
+  std::string_view k = tokens.next();
+  if (k.empty()) return error(kBadFormat, l.end);
+  if (k.size() > kMaxKeyBytes) return error(kKeyTooLong, l.end);
+  cmd->keys.push_back(k);
+  uint64_t datalen = 0;
+  if (cmd->verb == Verb::kMetaSet && !parse_num(tokens.next(), &datalen))
+    return error(kBadFormat, l.end);
+  for (std::string_view t = tokens.next(); !t.empty(); t = tokens.next()) {
+    if (cmd->args.size() >= 32) return error(kBadFormat, l.end);
+    if (t == "q") cmd->noreply = true;  // quiet mode; the caller decides what it hides
+    cmd->args.push_back(t);
+  }
+  if (cmd->verb == Verb::kMetaSet) return data_block(l.in, l.end, datalen, l.max_value, cmd);
+  return command(l.end);
+}
+
+// set, add, replace, append, prepend: key flags exptime bytes; cas: and the version.
+ParseResult parse_storage(const Line& l, std::span<const std::string_view> tok) {
+  TextCommand* cmd = l.cmd;
+  const size_t want = cmd->verb == Verb::kCas ? 5 : 4;
+  if (tok.size() != want) return error(kError, l.end);
+  int64_t bytes = 0;
+  const bool nums = parse_num(tok[1], &cmd->flags) && parse_num(tok[2], &cmd->exptime) &&
+                    parse_num(tok[3], &bytes) &&
+                    (cmd->verb != Verb::kCas || parse_num(tok[4], &cmd->cas));
+  if (!nums || bytes < 0) return error(kBadFormat, l.end);
+  cmd->keys.push_back(tok[0]);
+  if (!valid_key(tok[0])) {
+    // memcached answers and reads the block as commands; we skip the block as well, so that
+    // a value is never taken for a command.
+    return {Parse::kSwallow, l.end, kBadFormat, static_cast<uint64_t>(bytes) + 2};
+  }
+  return data_block(l.in, l.end, static_cast<uint64_t>(bytes), l.max_value, cmd);
+}
+
+// delete, incr, decr, touch: a key, and what else each takes.
+ParseResult parse_keyed(const Line& l, std::span<const std::string_view> tok) {
+  TextCommand* cmd = l.cmd;
+  const size_t nt = tok.size();
+  if (cmd->verb == Verb::kDelete) {
+    if (nt == 0) return error(kError, l.end);
+    if (nt > 2 || (nt == 2 && tok[1] != "0")) return error(kBadDelete, l.end);
+  } else if (nt != 2) {
+    return error(kError, l.end);
+  }
+  if (!valid_key(tok[0])) return error(kBadFormat, l.end);
+  if ((cmd->verb == Verb::kIncr || cmd->verb == Verb::kDecr) && !parse_num(tok[1], &cmd->delta))
+    return error(kBadDelta, l.end);
+  if (cmd->verb == Verb::kTouch && !parse_num(tok[1], &cmd->exptime))
+    return error(kBadExptime, l.end);
+  cmd->keys.push_back(tok[0]);
+  return command(l.end);
+}
+
+// The commands of at most 8 tokens after the verb, a trailing "noreply" already taken off.
+ParseResult parse_fixed(const Line& l, std::span<const std::string_view> tok) {
+  TextCommand* cmd = l.cmd;
+  const size_t nt = tok.size();
+  switch (cmd->verb) {
+    case Verb::kSet:
+    case Verb::kAdd:
+    case Verb::kReplace:
+    case Verb::kAppend:
+    case Verb::kPrepend:
+    case Verb::kCas:
+      return parse_storage(l, tok);
+    case Verb::kDelete:
+    case Verb::kIncr:
+    case Verb::kDecr:
+    case Verb::kTouch:
+      return parse_keyed(l, tok);
+    case Verb::kFlushAll:
+      if (nt > 1) return error(kError, l.end);
+      if (nt == 1 && !parse_num(tok[0], &cmd->delay)) return error(kBadFormat, l.end);
+      return command(l.end);
+    case Verb::kVerbosity:
+      // memcached 1.6 takes "verbosity noreply" silently, and a level with or without noreply.
+      if (nt > 1 || (nt == 0 && !cmd->noreply)) return error(kError, l.end);
+      return command(l.end);
+    case Verb::kVersion:  // memcached 1.6 ignores version's arguments
+    case Verb::kShutdown:
+      return command(l.end);
+    case Verb::kQuit:
+    case Verb::kMetaNoop:
+      if (nt != 0) return error(kError, l.end);
+      return command(l.end);
+    default:
+      return error(kError, l.end);
+  }
+}
+
+bool takes_noreply(Verb v) {
+  switch (v) {
+    case Verb::kVersion:
+    case Verb::kShutdown:
+    case Verb::kQuit:
+    case Verb::kMetaNoop:
+      return false;
+    default:
+      return true;
+  }
+}
+
+void reset(TextCommand* cmd) {
   cmd->keys.clear();
   cmd->args.clear();
   cmd->noreply = false;
@@ -91,27 +238,28 @@ ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) 
   cmd->cas = 0;
   cmd->delta = 0;
   cmd->delay = 0;
-  std::string_view tok[8];
-  size_t nt = 0;
-  std::string_view rest = line;
-  auto next = [&rest]() -> std::string_view {
-    size_t b = rest.find_first_not_of(' ');
-    if (b == std::string_view::npos) {
-      rest = {};
-      return {};
-    }
-    rest.remove_prefix(b);
-    size_t e = rest.find(' ');
-    std::string_view t = rest.substr(0, e);
-    rest.remove_prefix(e == std::string_view::npos ? rest.size() : e);
-    return t;
-  };
-  std::string_view name = next();
-  if (name.empty()) return error(kError, line_end);
+}
+
+}  // namespace
+
+ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) {
+  const size_t nl = in.find('\n');
+  if (nl == std::string_view::npos) {
+    if (in.size() > kMaxLineBytes) return {Parse::kClose, in.size(), kLineTooLong, 0};
+    return {};
+  }
+  if (nl > kMaxLineBytes) return {Parse::kClose, nl + 1, kLineTooLong, 0};
+  const Line l{in, nl + 1, max_value, cmd};
+  std::string_view line = in.substr(0, nl);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+
+  reset(cmd);
+  Tokens tokens(line);
+  std::string_view name = tokens.next();
   const Verbs* v = nullptr;
   for (const Verbs& x : kVerbs)
     if (x.name == name) v = &x;
-  if (v == nullptr) return error(kError, line_end);
+  if (v == nullptr) return error(kError, l.end);
   cmd->verb = v->verb;
 
   // Multi-key and meta commands take any number of tokens.
@@ -119,134 +267,145 @@ ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) 
     case Verb::kGat:
     case Verb::kGats:
     case Verb::kGet:
-    case Verb::kGets: {
-      if (cmd->verb == Verb::kGat || cmd->verb == Verb::kGats) {
-        std::string_view t = next();
-        if (t.empty()) return error(kError, line_end);
-        if (!parse_num(t, &cmd->exptime)) return error(kBadExptime, line_end);
-      }
-      for (std::string_view k = next(); !k.empty(); k = next()) {
-        if (k.size() > kMaxKeyBytes) return error(kBadFormat, line_end);
-        cmd->keys.push_back(k);
-      }
-      if (cmd->keys.empty()) return error(kError, line_end);
-      return {Parse::kCommand, line_end, {}, 0};
-    }
+    case Verb::kGets:
+      return parse_retrieval(l, tokens);
     case Verb::kMetaGet:
     case Verb::kMetaSet:
     case Verb::kMetaDelete:
     case Verb::kMetaArith:
-    case Verb::kMetaDebug: {
-      std::string_view k = next();
-      if (k.empty()) return error("CLIENT_ERROR bad command line format\r\n", line_end);
-      if (k.size() > kMaxKeyBytes) return error(kKeyTooLong, line_end);
-      cmd->keys.push_back(k);
-      uint64_t datalen = 0;
-      if (cmd->verb == Verb::kMetaSet) {
-        std::string_view t = next();
-        if (!parse_num(t, &datalen)) return error(kBadFormat, line_end);
-      }
-      for (std::string_view t = next(); !t.empty(); t = next()) {
-        if (cmd->args.size() >= 32) return error(kBadFormat, line_end);
-        if (t == "q") cmd->noreply = true;  // quiet mode; the caller decides what it hides
-        cmd->args.push_back(t);
-      }
-      if (cmd->verb == Verb::kMetaSet) {
-        ParseResult r = data_block(in, line_end, datalen, max_value, cmd);
-        if (r.status == Parse::kSwallow) r.reply = "SERVER_ERROR object too large for cache\r\n";
-        return r;
-      }
-      return {Parse::kCommand, line_end, {}, 0};
-    }
+    case Verb::kMetaDebug:
+      return parse_meta_line(l, tokens);
     case Verb::kStats:
-      for (std::string_view t = next(); !t.empty(); t = next()) {
-        if (cmd->args.size() >= 8) return error(kError, line_end);
+      for (std::string_view t = tokens.next(); !t.empty(); t = tokens.next()) {
+        if (cmd->args.size() >= 8) return error(kError, l.end);
         cmd->args.push_back(t);
       }
-      return {Parse::kCommand, line_end, {}, 0};
+      return command(l.end);
     default:
       break;
   }
-
-  for (std::string_view t = next(); !t.empty(); t = next()) {
-    if (nt == std::size(tok)) return error(kError, line_end);
+  std::string_view tok[8];
+  size_t nt = 0;
+  for (std::string_view t = tokens.next(); !t.empty(); t = tokens.next()) {
+    if (nt == std::size(tok)) return error(kError, l.end);
     tok[nt++] = t;
   }
-  // A trailing "noreply" (memcached's set_noreply_maybe).
-  auto take_noreply = [&] {
-    if (nt > 0 && tok[nt - 1] == "noreply") {
-      cmd->noreply = true;
-      --nt;
-    }
-  };
-
-  switch (cmd->verb) {
-    case Verb::kSet:
-    case Verb::kAdd:
-    case Verb::kReplace:
-    case Verb::kAppend:
-    case Verb::kPrepend:
-    case Verb::kCas: {
-      const size_t want = cmd->verb == Verb::kCas ? 5 : 4;
-      take_noreply();
-      if (nt != want) return error(kError, line_end);
-      int64_t bytes = 0;
-      const bool nums = parse_num(tok[1], &cmd->flags) && parse_num(tok[2], &cmd->exptime) &&
-                        parse_num(tok[3], &bytes) &&
-                        (cmd->verb != Verb::kCas || parse_num(tok[4], &cmd->cas));
-      if (!nums || bytes < 0) return error(kBadFormat, line_end);
-      cmd->keys.push_back(tok[0]);
-      if (!valid_key(tok[0])) {
-        // memcached answers and reads the block as commands; we skip the block as well, so that
-        // a value is never taken for a command.
-        return {Parse::kSwallow, line_end, kBadFormat, static_cast<uint64_t>(bytes) + 2};
-      }
-      return data_block(in, line_end, static_cast<uint64_t>(bytes), max_value, cmd);
-    }
-    case Verb::kDelete:
-      take_noreply();
-      if (nt == 0) return error(kError, line_end);
-      if (nt > 2 || (nt == 2 && tok[1] != "0")) return error(kBadDelete, line_end);
-      if (!valid_key(tok[0])) return error(kBadFormat, line_end);
-      cmd->keys.push_back(tok[0]);
-      return {Parse::kCommand, line_end, {}, 0};
-    case Verb::kIncr:
-    case Verb::kDecr:
-      take_noreply();
-      if (nt != 2) return error(kError, line_end);
-      if (!valid_key(tok[0])) return error(kBadFormat, line_end);
-      if (!parse_num(tok[1], &cmd->delta)) return error(kBadDelta, line_end);
-      cmd->keys.push_back(tok[0]);
-      return {Parse::kCommand, line_end, {}, 0};
-    case Verb::kTouch:
-      take_noreply();
-      if (nt != 2) return error(kError, line_end);
-      if (!valid_key(tok[0])) return error(kBadFormat, line_end);
-      if (!parse_num(tok[1], &cmd->exptime)) return error(kBadExptime, line_end);
-      cmd->keys.push_back(tok[0]);
-      return {Parse::kCommand, line_end, {}, 0};
-    case Verb::kFlushAll:
-      take_noreply();
-      if (nt > 1) return error(kError, line_end);
-      if (nt == 1 && !parse_num(tok[0], &cmd->delay)) return error(kBadFormat, line_end);
-      return {Parse::kCommand, line_end, {}, 0};
-    case Verb::kVerbosity:
-      // memcached 1.6 takes "verbosity noreply" silently, and a level with or without noreply.
-      take_noreply();
-      if (nt > 1 || (nt == 0 && !cmd->noreply)) return error(kError, line_end);
-      return {Parse::kCommand, line_end, {}, 0};
-    case Verb::kVersion:  // memcached 1.6 ignores version's arguments
-      return {Parse::kCommand, line_end, {}, 0};
-    case Verb::kQuit:
-    case Verb::kMetaNoop:
-      if (nt != 0) return error(kError, line_end);
-      return {Parse::kCommand, line_end, {}, 0};
-    case Verb::kShutdown:
-      return {Parse::kCommand, line_end, {}, 0};
-    default:
-      break;
+  // A trailing "noreply" (memcached's set_noreply_maybe), for the commands that take one.
+  if (takes_noreply(cmd->verb) && nt > 0 && tok[nt - 1] == "noreply") {
+    cmd->noreply = true;
+    --nt;
   }
-  return error(kError, line_end);
+  return parse_fixed(l, std::span<const std::string_view>(tok, nt));
+}
+
+// ---- meta flags -------------------------------------------------------------------------
+
+namespace {
+
+// A flag's number: the digits after its letter ("T30"), nothing else.
+template <class T>
+bool flag_num(std::string_view f, T* v) {
+  return f.size() >= 2 && parse_num(f.substr(1), v);
+}
+
+// One flag of mg or me: T sets a new expiry.
+bool get_flag(std::string_view f, uint32_t now, Request* req) {
+  if (f[0] != 'T') return true;
+  int64_t ttl = 0;
+  if (!flag_num(f, &ttl)) return false;
+  req->touch = true;
+  req->expire_at = to_expire_at(ttl, now);
+  return true;
+}
+
+// One flag of ms: F client flags, T ttl, C compare-and-swap, M mode.
+bool set_flag(std::string_view f, uint32_t now, Request* req) {
+  int64_t ttl = 0;
+  switch (f[0]) {
+    case 'F': return flag_num(f, &req->flags);
+    case 'T':
+      if (!flag_num(f, &ttl)) return false;
+      req->expire_at = to_expire_at(ttl, now);
+      return true;
+    case 'C': return flag_num(f, &req->cas);
+    case 'M':
+      if (f.size() != 2) return false;
+      switch (f[1]) {
+        case 'E': case 'e': req->kind = Kind::kAdd; return true;
+        case 'A': case 'a': req->kind = Kind::kAppend; return true;
+        case 'P': case 'p': req->kind = Kind::kPrepend; return true;
+        case 'R': case 'r': req->kind = Kind::kReplace; return true;
+        case 'S': case 's': req->kind = Kind::kSet; return true;
+        default: return false;
+      }
+    default: return true;
+  }
+}
+
+// One flag of md: C compare-and-swap.
+bool delete_flag(std::string_view f, uint32_t, Request* req) {
+  return f[0] != 'C' || flag_num(f, &req->cas);
+}
+
+// One flag of ma: N auto-create with a ttl, J initial value, D delta, C cas, M mode.
+bool arith_flag(std::string_view f, uint32_t now, Request* req) {
+  int64_t ttl = 0;
+  switch (f[0]) {
+    case 'N':
+      if (!flag_num(f, &ttl)) return false;
+      req->create = true;
+      req->expire_at = to_expire_at(ttl, now);
+      return true;
+    case 'J': return flag_num(f, &req->initial);
+    case 'D': return flag_num(f, &req->delta);
+    case 'C': return flag_num(f, &req->cas);
+    case 'M':
+      if (f.size() != 2) return false;
+      if (f[1] == 'I' || f[1] == 'i' || f[1] == '+') req->kind = Kind::kIncr;
+      else if (f[1] == 'D' || f[1] == 'd' || f[1] == '-') req->kind = Kind::kDecr;
+      else return false;
+      return true;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+std::string_view parse_meta(const TextCommand& cmd, uint32_t now, Request* req) {
+  *req = Request{};
+  req->key = cmd.key();
+  if (!valid_key(req->key)) return kBadChunk;
+  for (std::string_view f : cmd.args)
+    if (!f.empty() && f[0] == 'b') return kBase64;
+  bool (*flag)(std::string_view, uint32_t, Request*) = nullptr;
+  switch (cmd.verb) {
+    case Verb::kMetaGet:
+    case Verb::kMetaDebug:
+      req->kind = Kind::kGet;
+      flag = get_flag;
+      break;
+    case Verb::kMetaSet:
+      req->kind = Kind::kSet;
+      req->value = cmd.data;
+      flag = set_flag;
+      break;
+    case Verb::kMetaDelete:
+      req->kind = Kind::kDelete;
+      flag = delete_flag;
+      break;
+    case Verb::kMetaArith:
+      req->kind = Kind::kIncr;
+      req->delta = 1;
+      flag = arith_flag;
+      break;
+    default:
+      return kError;
+  }
+  for (std::string_view f : cmd.args)
+    if (!f.empty() && !flag(f, now, req)) return kBadToken;
+  // ms with a C: a store only if the item's version is that one.
+  if (req->cas != 0 && req->kind == Kind::kSet) req->kind = Kind::kCas;
+  return {};
 }
 
 }  // namespace fabkv::memcached

@@ -1,13 +1,15 @@
 // memcached's text protocol (protocol.txt of memcached 1.6): one parser for every command line
-// and data block a client sends, fuzzed (fuzz/memcached_fuzz.cc) and tested split at every byte
-// (tests/memcached/text_test.cc). It only cuts and checks; src/memcached/service.cc runs what
-// it finds.
+// and data block a client sends, and one for the flags of a meta command, fuzzed
+// (fuzz/memcached_fuzz.cc) and tested split at every byte (tests/memcached/text_test.cc). They
+// only cut, check and decode; src/memcached/commands.cc runs what they find.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
+
+#include "memcached/exec.h"
 
 namespace fabkv::memcached {
 
@@ -59,6 +61,14 @@ struct ParseResult {
 // Parses the first command of `in`. `max_value`: the largest data block taken.
 // Never reads outside `in`; `cmd`'s views point into `in`.
 ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd);
+
+// A meta command's key and flags (protocol.txt "Meta Commands"; cmd.verb mg, ms, md, ma or me,
+// as parse_text left it) as the Request it asks of the engine: mg and me a get (T: and a new
+// expiry), ms a store (M its mode, F, T, C), md a delete (C), ma an incr or decr (M, N, J, D,
+// C). Flags that only shape the answer (O k c f s t v q) stay in cmd.args for the reply
+// (memcached/reply.h). `now`: Unix seconds, for relative TTLs. Returns "" when the command is
+// good, else the whole line memcached answers (static storage); `req` is then unspecified.
+std::string_view parse_meta(const TextCommand& cmd, uint32_t now, Request* req);
 
 // A key memcached's text protocol accepts: 1..250 bytes, no control characters or spaces.
 bool valid_key(std::string_view key);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -65,15 +66,6 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   fo.bind_host = (host == "0.0.0.0" || host == "::") ? "" : host;
   if (!o.oplog.empty()) check_oplog_workers(o);
   for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<Worker>(w, o, fo));
-  if (!o.memcached.empty()) {
-    memcached::ServiceOptions mo;
-    mo.listen = o.memcached;
-    mo.max_conns = o.memcached_max_conns;
-    mo.max_value = o.max_value;
-    std::vector<Worker*> ws;
-    for (auto& w : workers_) ws.push_back(w.get());
-    memcached_ = std::make_unique<memcached::Service>(mo, std::move(ws));
-  }
 
   control::ControlServer::Handlers h;
   h.on_hello = [this](uint64_t s, const control::Hello& hello) { return on_hello(s, hello); };
@@ -94,14 +86,27 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   co.port = port;
   co.secret = o.secret;
   control_ = std::make_unique<control::ControlServer>(co, h);
-  name_ = o.name;
-  if (name_.empty()) name_ = default_name(memcached_ ? memcached_->address() : control_->address());
+  std::lock_guard lock(mu_);  // the control channel is open: a Hello may read the name
+  name_ = o.name.empty() ? default_name(control_->address()) : o.name;
 }
 
 Server::~Server() { stop(); }
 
 std::string Server::address() const { return control_->address(); }
 const std::string& Server::provider() const { return workers_.at(0)->provider(); }
+
+void Server::attach(std::unique_ptr<LocalWork> front_end, const std::string& listen) {
+  for (auto& w : workers_) w->attach(front_end.get());
+  front_end_ = std::move(front_end);
+  std::lock_guard lock(mu_);  // the control channel is open: a Hello may read the name
+  if (o_.name.empty()) name_ = default_name(listen);
+}
+
+std::vector<Worker*> Server::workers() const {
+  std::vector<Worker*> ws;
+  for (const auto& w : workers_) ws.push_back(w.get());
+  return ws;
+}
 
 void Server::start() {
   for (auto& w : workers_) threads_.emplace_back([this, wp = w.get()] { wp->run_st(stop_); });
@@ -114,24 +119,32 @@ void Server::stop() {
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
-  memcached_.reset();  // its connections close; the workers that ran it have stopped
+  front_end_.reset();  // its connections close; the workers that ran it have stopped
 }
 
-control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello) {
+namespace {
+
+control::Welcome refuse(control::Status st, std::string why) {
   control::Welcome w;
-  auto refuse = [&](control::Status st, std::string why) {
-    w.status = st;
-    w.message = std::move(why);
-    return w;
-  };
-  nlohmann::json req;
+  w.status = st;
+  w.message = std::move(why);
+  return w;
+}
+
+}  // namespace
+
+std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
+                                                    nlohmann::json* out,
+                                                    const proto::Info** protocol) const {
+  nlohmann::json& req = *out;
   try {
     req = hello.payload.empty() ? nlohmann::json::object()
                                 : nlohmann::json::parse(hello.payload.begin(), hello.payload.end());
   } catch (const std::exception&) {
     return refuse(control::Status::kRejected, "the Hello payload is not JSON");
   }
-  if (!req.is_object()) return refuse(control::Status::kRejected, "the Hello payload is not a JSON object");
+  if (!req.is_object())
+    return refuse(control::Status::kRejected, "the Hello payload is not a JSON object");
   if (hello.service != proto::kService)
     return refuse(control::Status::kUnknownService,
                   fmt::format("this is a fabkv server (service '{}'), not '{}'", proto::kService,
@@ -143,7 +156,8 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     name = req.at("protocol").get<std::string>();
   }
   const proto::Info* p = proto::find(name);
-  if (p == nullptr || std::find(o_.protocols.begin(), o_.protocols.end(), name) == o_.protocols.end())
+  if (p == nullptr ||
+      std::find(o_.protocols.begin(), o_.protocols.end(), name) == o_.protocols.end())
     return refuse(control::Status::kRejected,
                   fmt::format("protocol '{}' is not served here (serving: {})", name,
                               fmt::join(o_.protocols, ",")));
@@ -155,7 +169,7 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     }
   }
   // A client of another fabric cannot reach our endpoints, nor we its: tell it which provider
-  // to use, before anything is reserved for it. (Its address is checked again below: the
+  // to use, before anything is reserved for it. (Its address is checked again in on_hello: the
   // provider it names is only what it says.)
   if (!hello.provider.empty() && hello.provider != provider())
     return refuse(control::Status::kRejected,
@@ -163,27 +177,61 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
                               "start the client with --provider {}",
                               provider(), hello.provider,
                               provider().substr(0, provider().find(';'))));
+  *protocol = p;
+  return std::nullopt;
+}
+
+bool Server::reserve_index(uint64_t session, uint32_t* index, uint16_t* epoch,
+                           std::string* name) {
+  std::lock_guard lock(mu_);
+  auto free_everywhere = [&](uint32_t i) {
+    if (clients_[i].used) return false;
+    for (const auto& wk : workers_)
+      if (!wk->idle(i)) return false;  // a worker has not yet cleared its last client's slots
+    return true;
+  };
+  uint32_t i = 0;
+  while (i < clients_.size() && !free_everywhere(i)) ++i;
+  if (i == clients_.size()) return false;
+  Slot& s = clients_[i];
+  s.used = true;
+  s.epoch = static_cast<uint16_t>(s.epoch + 1);
+  s.session = session;
+  admitted_++;
+  *index = i;
+  *epoch = s.epoch;
+  *name = name_;
+  return true;
+}
+
+control::Welcome Server::welcome(uint32_t index, uint16_t epoch, const proto::Info& p,
+                                 proto::WelcomeParts parts, const std::string& name) const {
+  control::Welcome w;
+  w.provider = provider();
+  for (auto& wk : workers_)
+    for (auto& addr : wk->endpoint_names(index)) w.fabric_addresses.push_back(addr);
+  w.regions = std::move(parts.regions);
+  nlohmann::json layout = {{"client", index},         {"epoch", epoch},
+                           {"workers", o_.workers},   {"max_clients", o_.max_clients},
+                           {"protocol", p.name},      {"max_value", o_.max_value},
+                           {"max_key", store::kMaxKeySize}, {"engine", o_.engine},
+                           {"provider", provider()}, {"name", name}};
+  layout.update(parts.layout);
+  std::string s = layout.dump();
+  w.payload.assign(s.begin(), s.end());
+  return w;
+}
+
+control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello) {
+  nlohmann::json req;
+  const proto::Info* p = nullptr;
+  if (auto refused = check_hello(hello, &req, &p)) return std::move(*refused);
   uint32_t index = 0;
   uint16_t epoch = 0;
-  {
-    std::lock_guard lock(mu_);
-    auto free_everywhere = [&](uint32_t i) {
-      if (clients_[i].used) return false;
-      for (const auto& wk : workers_)
-        if (!wk->idle(i)) return false;  // a worker has not yet cleared its last client's slots
-      return true;
-    };
-    while (index < clients_.size() && !free_everywhere(index)) ++index;
-    if (index == clients_.size())
-      return refuse(control::Status::kServerBusy,
-                    fmt::format("all {} client slots are taken (--max-clients)", o_.max_clients));
-    Slot& s = clients_[index];
-    s.used = true;
-    s.epoch = static_cast<uint16_t>(s.epoch + 1);
-    s.session = session;
-    epoch = s.epoch;
-    admitted_++;
-  }
+  std::string name;
+  if (!reserve_index(session, &index, &epoch, &name))
+    return refuse(control::Status::kServerBusy,
+                  fmt::format("all {} client slots are taken (--max-clients)", o_.max_clients));
   auto give_back = [&] {
     std::lock_guard lock(mu_);
     clients_[index].used = false;
@@ -240,20 +288,8 @@ control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello)
     return refuse(control::Status::kRejected,
                   fmt::format("the server cannot use this client's fabric address: {}", why));
   }
-  w.provider = provider();
-  for (auto& wk : workers_)
-    for (auto& addr : wk->endpoint_names(index)) w.fabric_addresses.push_back(addr);
-  w.regions = std::move(parts.regions);
-  nlohmann::json layout = {{"client", index},         {"epoch", epoch},
-                           {"workers", o_.workers},   {"max_clients", o_.max_clients},
-                           {"protocol", p->name},     {"max_value", o_.max_value},
-                           {"max_key", store::kMaxKeySize}, {"engine", o_.engine},
-                           {"provider", provider()}, {"name", name_}};
-  layout.update(parts.layout);
-  std::string s = layout.dump();
-  w.payload.assign(s.begin(), s.end());
   spdlog::info("client {} (epoch {}, {}) joined from session {}", index, epoch, p->name, session);
-  return w;
+  return welcome(index, epoch, *p, std::move(parts), name);
 }
 
 // Asked of every worker's protocols; the first that knows `op` answers for its worker:
@@ -292,12 +328,12 @@ nlohmann::json Server::stats() const {
   nlohmann::json workers = nlohmann::json::array();
   for (const auto& w : workers_) workers.push_back(w->stats());
   nlohmann::json j = {{"provider", provider()},
-                      {"name", name_},
                       {"protocols", o_.protocols},
                       {"engine", o_.engine},
                       {"workers", workers}};
   {
     std::lock_guard lock(mu_);
+    j["name"] = name_;
     uint64_t active = 0;
     for (const auto& c : clients_) active += c.used ? 1 : 0;
     j["clients"] = {{"active", active}, {"admitted", admitted_}, {"departed", departed_}};

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include "control/server.h"
-#include "memcached/service.h"
 #include "server/worker.h"
 #include "server/options.h"
 
@@ -27,19 +27,35 @@ class Server {
   ~Server();
 
   std::string address() const;  // control channel "host:port"
-  // The memcached front end's "host:port" (--memcached), "" when off.
-  std::string memcached_address() const { return memcached_ ? memcached_->address() : ""; }
   const std::string& provider() const;
   // Its name on a cluster's ketama ring (--name, else from its listeners; "" when they listen
   // on a wildcard host): sent to every client in the Welcome (layout "name").
   const std::string& name() const { return name_; }
+  // A front end that serves clients from outside the fabric in the workers' loops (the
+  // memcached one, src/memcached/service.h), built by the caller over workers() and attached to
+  // each of them: they run it from start(), and stop() destroys it once they have stopped.
+  // `listen` is where its clients reach this server: without --name the server takes its ring
+  // name from it, as those clients name servers by it (cluster/ketama.h). Before start().
+  void attach(std::unique_ptr<LocalWork> front_end, const std::string& listen);
+  std::vector<Worker*> workers() const;
   void start();                 // starts the worker threads
   // Stops admitting clients, lets workers answer what they hold, joins them.
   void stop();
   nlohmann::json stats() const;
 
  private:
+  // Admission (control thread): the Hello checked, a client index reserved, every worker's
+  // protocol side asked, endpoints opened and the client's address taken, then the Welcome.
   control::Welcome on_hello(uint64_t session, const control::Hello& hello);
+  // The checks made before anything is reserved for the client: its payload (`*req`), service,
+  // protocol (`*p`), staging region and fabric provider. The refusal, or nullopt.
+  std::optional<control::Welcome> check_hello(const control::Hello& hello, nlohmann::json* req,
+                                              const proto::Info** p) const;
+  // A free client index and its next epoch, and the server's name (under the same lock as
+  // attach() sets it); false when all are taken.
+  bool reserve_index(uint64_t session, uint32_t* index, uint16_t* epoch, std::string* name);
+  control::Welcome welcome(uint32_t index, uint16_t epoch, const proto::Info& p,
+                           proto::WelcomeParts parts, const std::string& name) const;
   void on_close(uint64_t session);
   // A control request no generic code answers: each worker's protocols that know it.
   nlohmann::json protocol_request(const std::string& op) const;
@@ -49,10 +65,12 @@ class Server {
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
   std::unique_ptr<control::ControlServer> control_;
-  std::unique_ptr<memcached::Service> memcached_;  // --memcached; runs in the workers' loops
-  std::string name_;                                // name()
+  std::unique_ptr<LocalWork> front_end_;  // attach(); runs in the workers' loops
+  std::string name_;                      // name()
 
-  mutable std::mutex mu_;  // client table (control thread and stats readers)
+  // The client table (control thread and stats readers), and name_, which attach() may set
+  // after the control channel is open.
+  mutable std::mutex mu_;
   struct Slot {
     bool used = false;
     uint16_t epoch = 0;

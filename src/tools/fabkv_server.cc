@@ -12,6 +12,7 @@
 #include "common/knobs.h"
 #include "common/log.h"
 #include "fabric/fabric.h"
+#include "memcached/service.h"
 #include "server/options.h"
 #include "server/server.h"
 
@@ -57,8 +58,18 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   std::unique_ptr<server::Server> srv;
+  std::string memcached_address;  // the front end's "host:port" (--memcached), "" when off
   try {
     srv = std::make_unique<server::Server>(o);
+    if (!o.memcached.empty()) {
+      memcached::ServiceOptions mo;
+      mo.listen = o.memcached;
+      mo.max_conns = o.memcached_max_conns;
+      mo.max_value = o.max_value;
+      auto front_end = std::make_unique<memcached::Service>(mo, srv->workers());
+      memcached_address = front_end->address();
+      srv->attach(std::move(front_end), memcached_address);
+    }
   } catch (const std::exception& e) {
     fmt::print(stderr, "fabkv-server: {}\n", e.what());
     return 2;
@@ -71,9 +82,9 @@ int main(int argc, char** argv) {
                    : fmt::format("adaptive (spin {} us, sleep up to {} us)", o.poll.spin_us,
                                  o.poll.sleep_us));
   fmt::print("READY {}\n", srv->address());
-  if (!srv->memcached_address().empty()) {
-    spdlog::info("memcached protocols on {}", srv->memcached_address());
-    fmt::print("MEMCACHED {}\n", srv->memcached_address());
+  if (!memcached_address.empty()) {
+    spdlog::info("memcached protocols on {}", memcached_address);
+    fmt::print("MEMCACHED {}\n", memcached_address);
   }
   if (!srv->name().empty()) spdlog::info("ring name '{}' (docs/cluster.md)", srv->name());
   std::fflush(stdout);

@@ -61,6 +61,87 @@ TEST(TextParser, ErrorsAsMemcachedGivesThem) {
   EXPECT_EQ(swallow.swallow, 5000002u);
 }
 
+// The meta flags decoded into what the engine is asked: the mode, numbers and ttl of each
+// verb's flags; the flags that only shape the answer are left alone.
+Request meta(const std::string& line, std::string* reply = nullptr, std::string* data = nullptr) {
+  static TextCommand cmd;
+  static std::string in;
+  in = line;
+  ParseResult r = parse_text(in, 1024, &cmd);
+  EXPECT_EQ(r.status, Parse::kCommand) << line;
+  if (data != nullptr) *data = std::string(cmd.data);
+  Request req;
+  std::string_view why = parse_meta(cmd, 1000, &req);
+  if (reply != nullptr) *reply = std::string(why);
+  else EXPECT_EQ(why, "") << line;
+  return req;
+}
+
+TEST(MetaFlags, EachVerbAsksTheEngine) {
+  Request g = meta("mg k v c f T30 O123\r\n");
+  EXPECT_EQ(g.kind, Kind::kGet);
+  EXPECT_EQ(g.key, "k");
+  EXPECT_TRUE(g.touch);
+  EXPECT_EQ(g.expire_at, 1030u);
+  EXPECT_FALSE(meta("me k\r\n").touch);
+
+  Request s = meta("ms k 2 F7 T0 ME\r\nhi\r\n");
+  EXPECT_EQ(s.kind, Kind::kAdd);
+  EXPECT_EQ(s.flags, 7u);
+  EXPECT_EQ(s.expire_at, 0u);
+  EXPECT_EQ(s.value, "hi");
+  EXPECT_EQ(meta("ms k 1 C42\r\nx\r\n").kind, Kind::kCas);
+  EXPECT_EQ(meta("ms k 1 C42\r\nx\r\n").cas, 42u);
+  EXPECT_EQ(meta("ms k 1 MA\r\nx\r\n").kind, Kind::kAppend);
+  EXPECT_EQ(meta("ms k 1 Mp\r\nx\r\n").kind, Kind::kPrepend);
+  EXPECT_EQ(meta("ms k 1 MR\r\nx\r\n").kind, Kind::kReplace);
+  EXPECT_EQ(meta("ms k 1 MS q\r\nx\r\n").kind, Kind::kSet);
+
+  Request d = meta("md k C9 q\r\n");
+  EXPECT_EQ(d.kind, Kind::kDelete);
+  EXPECT_EQ(d.cas, 9u);
+
+  Request a = meta("ma k\r\n");
+  EXPECT_EQ(a.kind, Kind::kIncr);
+  EXPECT_EQ(a.delta, 1u);
+  EXPECT_FALSE(a.create);
+  Request b = meta("ma k N0 J5 D2 MD v\r\n");
+  EXPECT_EQ(b.kind, Kind::kDecr);
+  EXPECT_TRUE(b.create);
+  EXPECT_EQ(b.initial, 5u);
+  EXPECT_EQ(b.delta, 2u);
+  EXPECT_EQ(meta("ma k M+\r\n").kind, Kind::kIncr);
+  EXPECT_EQ(meta("ma k M-\r\n").kind, Kind::kDecr);
+}
+
+TEST(MetaFlags, MalformedFlagsAsMemcachedAnswersThem) {
+  auto reply = [](const std::string& line) {
+    std::string why;
+    meta(line, &why);
+    return why;
+  };
+  const std::string bad_token = "CLIENT_ERROR bad token in command line format\r\n";
+  EXPECT_EQ(reply("mg k T\r\n"), bad_token);
+  EXPECT_EQ(reply("mg k Tx\r\n"), bad_token);
+  EXPECT_EQ(reply("mg k T5x\r\n"), bad_token);
+  EXPECT_EQ(reply("ms k 1 F-1\r\nx\r\n"), bad_token);
+  EXPECT_EQ(reply("ms k 1 F99999999999\r\nx\r\n"), bad_token);  // above 32 bits
+  EXPECT_EQ(reply("ms k 1 MZ\r\nx\r\n"), bad_token);
+  EXPECT_EQ(reply("ms k 1 MEE\r\nx\r\n"), bad_token);
+  EXPECT_EQ(reply("ms k 1 C\r\nx\r\n"), bad_token);
+  EXPECT_EQ(reply("md k Cabc\r\n"), bad_token);
+  EXPECT_EQ(reply("ma k Dx\r\n"), bad_token);
+  EXPECT_EQ(reply("ma k J\r\n"), bad_token);
+  EXPECT_EQ(reply("ma k N-\r\n"), bad_token);
+  EXPECT_EQ(reply("ma k MX\r\n"), bad_token);
+  EXPECT_EQ(reply("ma k M\r\n"), bad_token);
+  EXPECT_EQ(reply("mg k b\r\n"), "CLIENT_ERROR base64 keys are not supported\r\n");
+  // A key the text protocol does not take (a control character) is a bad chunk.
+  EXPECT_EQ(reply("mg k\x01 v\r\n"), "CLIENT_ERROR bad data chunk\r\n");
+  // Flags no verb decodes are left to the answer, not refused.
+  EXPECT_EQ(reply("md k T5 Zq\r\n"), "");
+}
+
 TEST(Expiry, RelativeAbsoluteNegative) {
   EXPECT_EQ(to_expire_at(0, 1000), 0u);
   EXPECT_EQ(to_expire_at(-5, 1000), 1u);
@@ -85,6 +166,57 @@ TEST(BinaryParser, PrefixesNeedMoreAndBadKeysAreInvalid) {
   EXPECT_EQ(pk.key, "key");
   p[11] = 2;  // key longer than the body
   EXPECT_EQ(binary::parse(p, 100, &pk).status, binary::Parse::kError);
+}
+
+// A packet decoded into the request its key's owner runs: each opcode's extras, and the
+// shapes memcached refuses as invalid arguments.
+TEST(BinaryParser, PacketsBecomeRequests) {
+  auto packet = [](uint8_t opcode, std::string extras, std::string key, std::string value,
+                   uint64_t cas) {
+    binary::Packet pk;
+    pk.h.magic = binary::kRequestMagic;
+    pk.h.opcode = opcode;
+    pk.h.extlen = static_cast<uint8_t>(extras.size());
+    pk.h.keylen = static_cast<uint16_t>(key.size());
+    pk.h.cas = cas;
+    static std::string store[3];
+    store[0] = std::move(extras);
+    store[1] = std::move(key);
+    store[2] = std::move(value);
+    pk.extras = store[0];
+    pk.key = store[1];
+    pk.value = store[2];
+    return pk;
+  };
+  const std::string be = std::string("\0\0\0\7", 4) + std::string("\0\0\0\x0a", 4);
+  Request r;
+  ASSERT_TRUE(binary::to_request(packet(binary::kSet, be, "k", "v", 0), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kSet);
+  EXPECT_EQ(r.flags, 7u);
+  EXPECT_EQ(r.expire_at, 1010u);
+  EXPECT_EQ(r.value, "v");
+  ASSERT_TRUE(binary::to_request(packet(binary::kSet, be, "k", "v", 5), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kCas);
+  EXPECT_EQ(r.cas, 5u);
+  ASSERT_TRUE(binary::to_request(packet(binary::kReplaceQ, be, "k", "v", 5), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kCas);
+  EXPECT_FALSE(binary::to_request(packet(binary::kAdd, be, "k", "v", 5), 1000, &r));
+  EXPECT_FALSE(binary::to_request(packet(binary::kSet, "", "k", "v", 0), 1000, &r));
+  EXPECT_FALSE(binary::to_request(packet(binary::kGet, "", "k", "v", 0), 1000, &r));
+  EXPECT_FALSE(binary::to_request(packet(binary::kGet, "", "", "", 0), 1000, &r));
+  ASSERT_TRUE(binary::to_request(packet(binary::kTouch, be.substr(4), "k", "", 9), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kGat);
+  EXPECT_EQ(r.cas, 0u);
+  const std::string arith = std::string(7, '\0') + "\2" + std::string(7, '\0') + "\3" +
+                            std::string(4, '\xff');
+  ASSERT_TRUE(binary::to_request(packet(binary::kDecrement, arith, "k", "", 0), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kDecr);
+  EXPECT_EQ(r.delta, 2u);
+  EXPECT_EQ(r.initial, 3u);
+  EXPECT_FALSE(r.create);  // expiry all ones: a miss is not created
+  ASSERT_TRUE(binary::to_request(packet(binary::kFlushQ, "", "", "", 0), 1000, &r));
+  EXPECT_EQ(r.kind, Kind::kFlush);
+  EXPECT_FALSE(binary::to_request(packet(binary::kNoop, "", "", "", 0), 1000, &r));
 }
 
 }  // namespace

@@ -1,0 +1,145 @@
+// Cross-worker forwarding (src/memcached/service.h, "Threads and queues"): a command whose key
+// another worker owns goes to that worker's inbox as an Op, runs there, and comes back the same
+// way to be answered in its connection's order; each partition is touched by its owner only.
+#include "memcached/shard.h"
+#include "store/hash.h"
+
+namespace fabkv::memcached {
+
+// Runs `call` for one key: here if this worker owns the key, else forwarded to its owner.
+void Connections::submit(Conn& c, Call& call) {
+  const uint32_t owner = store::partition_of(store::hash_key(call.req.key),
+                                             static_cast<uint32_t>(workers_.size()));
+  if (owner == s_.index) {
+    Result r = run_on_owner(s_, w_, call, s_.scratch);
+    if (const uint64_t barrier = w_.log_barrier_st(); barrier != 0) {
+      // --oplog-sync always: the answer waits for the log (docs/durability.md), in its place
+      // among the connection's answers, as a forwarded one waits for its owner; it comes back
+      // through this shard's inbox once the log has it.
+      std::string answer;
+      format(call, r, &answer);
+      if (answer.empty()) return;  // noreply
+      Op* op = new Op;
+      op->origin = s_.index;
+      op->fd = c.fd;
+      op->conn_id = c.id;
+      op->ready = true;
+      op->done = true;
+      op->in_pending = true;
+      op->res_value = std::move(answer);
+      c.pending.push_back(op);
+      hold_until_durable(barrier, op);
+      return;
+    }
+    if (c.pending.empty()) {
+      format(call, r, &c.out);  // straight from the engine's memory, before any later put
+    } else {
+      std::string tmp;
+      format(call, r, &tmp);
+      emit(c, tmp);
+    }
+    return;
+  }
+  Op* op = new Op;
+  op->call = call;
+  op->origin = s_.index;
+  op->fd = c.fd;
+  op->conn_id = c.id;
+  op->key.assign(call.req.key);
+  op->value.assign(call.req.value);
+  op->call.req.key = op->key;
+  op->call.req.value = op->value;
+  if (!call.meta.empty()) {
+    for (std::string_view f : call.meta) op->meta_own.emplace_back(f);
+    for (const std::string& f : op->meta_own) op->meta_views.emplace_back(f);
+    op->call.meta = op->meta_views;
+  }
+  op->in_pending = !(call.style == Style::kText && call.noreply);
+  if (op->in_pending) c.pending.push_back(op);
+  s_.outbox[owner].push_back(op);
+  s_.count(kForwarded);
+}
+
+void Connections::broadcast_flush(Conn& c, Call& call) {
+  for (uint32_t p = 0; p < workers_.size(); ++p) {
+    if (p == s_.index) {
+      run_on_owner(s_, w_, call, s_.scratch);
+      continue;
+    }
+    Op* op = new Op;
+    op->call = call;
+    op->call.req.key = {};
+    op->origin = s_.index;
+    op->fd = c.fd;
+    op->conn_id = c.id;
+    op->in_pending = true;
+    c.pending.push_back(op);
+    s_.outbox[p].push_back(op);
+  }
+}
+
+void Connections::take_inbox() {
+  if (!s_.inbox_pending.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard lock(s_.mu);
+    s_.taken.swap(s_.inbox);
+    s_.inbox_pending.store(false, std::memory_order_relaxed);
+  }
+  did_ = true;
+  std::vector<Conn*> touched;
+  for (Op* op : s_.taken) {
+    if (op->origin != s_.index || !op->done) {
+      // A command for this partition: run it and send it home.
+      op->res = run_on_owner(s_, w_, op->call, op->scratch);
+      if (op->res.outcome == Outcome::kHit) {
+        op->res_value.assign(op->res.value);  // the engine's view lasts only until a put
+        op->res.value = op->res_value;
+      }
+      op->done = true;
+      if (const uint64_t barrier = w_.log_barrier_st(); barrier != 0) {
+        hold_until_durable(barrier, op);  // --oplog-sync always: home once the log has it
+        continue;
+      }
+      s_.outbox[op->origin].push_back(op);
+      continue;
+    }
+    // One of ours, back from its owner.
+    op->arrived = true;
+    Conn* c = find(op->fd, op->conn_id);
+    if (c == nullptr || !op->in_pending) {
+      delete op;
+      continue;
+    }
+    if (touched.empty() || touched.back() != c) touched.push_back(c);
+  }
+  s_.taken.clear();
+  for (Conn* c : touched) {
+    if (!s_.conns[c->fd] || s_.conns[c->fd].get() != c) continue;
+    flush_out(*c);
+  }
+}
+
+// Sends `op` home (to its connection's shard, this one included) once the worker's log is
+// durable up to `barrier`. The worker runs the release before this service's next run, which
+// sends the outboxes.
+void Connections::hold_until_durable(uint64_t barrier, Op* op) {
+  Service::Shard* s = &s_;
+  w_.when_durable_st(barrier, [s, op] { s->outbox[op->origin].push_back(op); });
+}
+
+void Connections::send_outboxes() {
+  for (uint32_t p = 0; p < s_.outbox.size(); ++p) {
+    std::vector<Op*>& box = s_.outbox[p];
+    if (box.empty()) continue;
+    Service::Shard& to = *shards_[p];
+    {
+      std::lock_guard lock(to.mu);
+      to.inbox.insert(to.inbox.end(), box.begin(), box.end());
+      to.inbox_pending.store(true, std::memory_order_seq_cst);
+    }
+    box.clear();
+    workers_[p]->notify();
+  }
+}
+
+}  // namespace fabkv::memcached

@@ -1,0 +1,167 @@
+// One worker's share of the memcached front end (src/memcached/service.h), inside the
+// front end only: its connections, the inbox through which other workers forward commands for
+// its partition and send its own back, and the round that serves them (Connections, run once
+// per worker round). The round's steps live in files of their own, by concern:
+//   listener.cc  sockets: accept, read, write, epoll interest, answers in command order
+//   commands.cc  command execution: text, meta and binary commands into Calls, stats, and
+//                running a Call on its key's owner
+//   forward.cc   cross-worker forwarding: a Call to its key's owner and its answer back
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "memcached/binary.h"
+#include "memcached/reply.h"
+#include "memcached/service.h"
+#include "memcached/text.h"
+#include "store/stats.h"
+
+namespace fabkv::memcached {
+
+// memcached's stats counters, per shard: written by its worker only (store::add_st).
+enum Counter : size_t {
+  kCmdGet, kCmdSet, kCmdFlush, kCmdTouch, kGetHits, kGetMisses, kDeleteHits, kDeleteMisses,
+  kIncrHits, kIncrMisses, kDecrHits, kDecrMisses, kCasHits, kCasMisses, kCasBadval, kTouchHits,
+  kTouchMisses, kBytesRead, kBytesWritten, kTotalConns, kRejectedConns, kForwarded,
+  kClientErrors, kCounters
+};
+inline constexpr const char* kCounterNames[kCounters] = {
+    "cmd_get", "cmd_set", "cmd_flush", "cmd_touch", "get_hits", "get_misses", "delete_hits",
+    "delete_misses", "incr_hits", "incr_misses", "decr_hits", "decr_misses", "cas_hits",
+    "cas_misses", "cas_badval", "touch_hits", "touch_misses", "bytes_read", "bytes_written",
+    "total_connections", "rejected_connections", "forwarded", "client_errors"};
+
+// A command forwarded to its key's owner, and back.
+struct Op {
+  Call call;
+  uint32_t origin = 0;  // the connection's shard
+  int fd = -1;
+  uint64_t conn_id = 0;
+  std::string key, value;
+  std::vector<std::string> meta_own;
+  std::vector<std::string_view> meta_views;
+  Result res;
+  std::string res_value, scratch;
+  bool done = false;     // run by the owner (written there, read here after the inbox lock)
+  bool arrived = false;  // back at its connection's shard (origin thread only)
+  bool in_pending = false;  // its connection waits for it to answer in order
+  bool ready = false;       // a finished answer in `res_value`, queued behind forwarded ones
+};
+
+struct Conn {
+  int fd = -1;
+  uint64_t id = 0;
+  std::string in;
+  size_t in_off = 0;
+  std::string out;
+  size_t out_off = 0;
+  std::deque<Op*> pending;  // answers in command order, some still at their owner
+  uint64_t swallow = 0;     // bytes still to drop (a refused data block)
+  bool closing = false;     // quit: close once the answers are out
+  bool reading = true;      // EPOLLIN wanted
+  bool writing = false;     // EPOLLOUT wanted
+  TextCommand cmd;
+};
+
+struct Service::Shard {
+  uint32_t index = 0;
+  int listen_fd = -1;
+  int epoll_fd = -1;
+  std::vector<std::unique_ptr<Conn>> conns;  // by fd
+  uint64_t next_id = 1;
+  std::vector<std::vector<Op*>> outbox;      // by owner, pushed at the end of the round
+  uint32_t flush_at = 0;                     // a delayed flush_all of this partition
+  std::string scratch;
+  std::atomic<uint64_t> counters[kCounters] = {};
+  std::atomic<uint32_t> curr_conns{0};
+  // The inbox: commands for this partition from other shards, and this shard's forwarded
+  // commands coming back.
+  mutable std::mutex mu;
+  std::vector<Op*> inbox;
+  std::atomic<bool> inbox_pending{false};
+  std::vector<Op*> taken;  // the swapped-out batch (worker thread)
+  std::vector<std::pair<int, uint64_t>> resume;  // connections to parse again (fd, id)
+
+  void count(Counter c, uint64_t n = 1) { store::add_st(counters[c], n); }
+};
+
+// A non-blocking listening socket on host:port with SO_REUSEPORT (every shard listens on the
+// same port); `*bound` is the port it got. Throws std::runtime_error. (listener.cc)
+int make_listener(const std::string& host, uint16_t port, uint16_t* bound);
+// epoll_ctl `op` of `fd` for `events`, the fd as its data.
+void epoll_set(int ep, int fd, uint32_t events, int op);
+
+// What a worker does for one command of its own partition, or one forwarded to it: runs it on
+// the engine (through the worker, so that the op log sees every write) and counts it.
+// (commands.cc)
+Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::string& scratch);
+
+// One round of worker `w` over its shard `s`. Worker thread only.
+class Connections {
+ public:
+  Connections(Service& svc, Service::Shard& s, server::Worker& w, const ServiceOptions& o,
+              std::vector<server::Worker*>& workers,
+              std::vector<std::unique_ptr<Service::Shard>>& shards, std::atomic<uint32_t>& curr)
+      : svc_(svc), s_(s), w_(w), o_(o), workers_(workers), shards_(shards), curr_(curr) {}
+
+  // The round: due flushes, the inbox, paused connections, then what epoll reports; true
+  // when there was anything to do.
+  bool run();
+
+ private:
+  // ---- sockets (listener.cc)
+  void accept_all();
+  void on_readable(Conn& c);
+  void process(Conn& c);
+  void emit(Conn& c, std::string_view bytes);
+  void drain_pending(Conn& c);
+  void flush_out(Conn& c);
+  void close_conn(Conn& c);
+  void update_events(Conn& c);
+  Conn* find(int fd, uint64_t id) {
+    if (fd < 0 || static_cast<size_t>(fd) >= s_.conns.size()) return nullptr;
+    Conn* c = s_.conns[fd].get();
+    return c != nullptr && c->id == id ? c : nullptr;
+  }
+
+  // ---- command execution (commands.cc): each returns whether parsing may go on.
+  bool text_command(Conn& c, std::string_view in, size_t* used);
+  bool text_unparsed(Conn& c, const ParseResult& pr);
+  bool text_keyed(Conn& c, const TextCommand& cmd);
+  bool text_other(Conn& c, const TextCommand& cmd);
+  bool meta_command(Conn& c, const TextCommand& cmd);
+  bool binary_command(Conn& c, std::string_view in, size_t* used);
+  bool binary_packet(Conn& c, const binary::Packet& pk);
+  bool refuse(Conn& c, std::string_view reply);  // a client error: counted and answered
+  bool flush_all(Conn& c, Call& call);
+  void stats_text(Conn& c, std::span<const std::string_view> args);
+  void stats_binary(Conn& c, const Call& call);
+  std::vector<std::pair<std::string, std::string>> stat_lines();
+
+  // ---- cross-worker forwarding (forward.cc)
+  void submit(Conn& c, Call& call);
+  void broadcast_flush(Conn& c, Call& call);
+  void take_inbox();
+  void send_outboxes();
+  void hold_until_durable(uint64_t barrier, Op* op);
+
+  Service& svc_;
+  Service::Shard& s_;
+  server::Worker& w_;
+  const ServiceOptions& o_;
+  std::vector<server::Worker*>& workers_;
+  std::vector<std::unique_ptr<Service::Shard>>& shards_;
+  std::atomic<uint32_t>& curr_;
+  bool did_ = false;
+};
+
+}  // namespace fabkv::memcached
