@@ -157,8 +157,8 @@ void Worker::open_oplog() {
   lo.rewrite_min_size = o_.oplog_rewrite_min_size;
   // Tests only (tests/client/durability_test.cc kills a server in the middle of a rewrite):
   // every rewrite waits this long before it renames its new base into place.
-  if (const char* pause = std::getenv("FABKV_TEST_REWRITE_PAUSE_MS"))
-    lo.before_rename = [ms = std::atoi(pause)] {
+  if (o_.test_rewrite_pause_ms > 0)
+    lo.before_rename = [ms = o_.test_rewrite_pause_ms] {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     };
   // Every mode holds answers until their records are durable() (always: synced; everysec and
