@@ -19,7 +19,6 @@
 #include "proto/drtm/engine.h"
 #include "proto/json.h"
 #include "proto/rpc/server.h"
-#include "server/worker.h"
 
 namespace fabkv::drtm {
 
@@ -27,7 +26,7 @@ namespace {
 
 class DrtmServer final : public rpc::RpcServer {
  public:
-  explicit DrtmServer(server::Worker& w)
+  explicit DrtmServer(proto::ServerHost& w)
       : RpcServer(w, proto::info(proto::Id::drtm), config(w)) {}
 
   ~DrtmServer() override {
@@ -86,11 +85,10 @@ class DrtmServer final : public rpc::RpcServer {
   }
 
  private:
-  static Config config(const server::Worker& w) {
+  static Config config(const proto::ServerHost&) {
     Config c;
     c.slots = false;
     c.messages = true;
-    c.answer_bytes = w.recv_size();
     return c;
   }
 
@@ -104,7 +102,7 @@ class DrtmServer final : public rpc::RpcServer {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<DrtmServer>(w);
 }
 

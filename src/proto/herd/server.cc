@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "proto/rpc/server.h"
-#include "server/worker.h"
 
 namespace fabkv::herd {
 
@@ -15,7 +14,7 @@ namespace {
 
 class HerdServer final : public rpc::RpcServer {
  public:
-  explicit HerdServer(server::Worker& w)
+  explicit HerdServer(proto::ServerHost& w)
       : RpcServer(w, proto::info(proto::Id::herd), config(w)),
         transport_(transport_of(w)) {}
 
@@ -40,14 +39,13 @@ class HerdServer final : public rpc::RpcServer {
   }
 
  private:
-  static rpc::Transport transport_of(const server::Worker& w) {
-    return resolve(w.options().herd.transport, w.provider());
+  static rpc::Transport transport_of(const proto::ServerHost& w) {
+    return resolve(w.settings().herd.transport, w.provider());
   }
-  static Config config(const server::Worker& w) {
+  static Config config(const proto::ServerHost& w) {
     Config c;
     c.slots = transport_of(w) == rpc::Transport::kWrite;
     c.messages = !c.slots;
-    c.answer_bytes = w.recv_size();  // one message: header + value, padded (fabric/isolation.h)
     return c;
   }
 
@@ -60,7 +58,7 @@ class HerdServer final : public rpc::RpcServer {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<HerdServer>(w);
 }
 

@@ -2,7 +2,8 @@
 // WRITE into and a worker polls (HERD sec. 4.2), requests that arrive as messages (HERD
 // sec. 5.5), large requests whose body the worker READs from client memory, the round's batch
 // through the engine, and one answer per request. How an answer travels is the protocol's:
-// herd SENDs it, server-reply WRITEs it into the client's ring (answer_st).
+// herd SENDs it, server-reply WRITEs it into the client's ring
+// (answer_st). Everything it needs of the worker goes through proto/server_host.h.
 //
 // One instance per worker and protocol: its own request region ("<protocol>.requests.<w>"),
 // answer buffers (one per client slot) and staging for indirect bodies, registered only when
@@ -28,7 +29,9 @@ class RpcServer : public proto::ServerProtocol {
   struct Config {
     bool slots = true;      // clients WRITE requests into slots the worker polls
     bool messages = false;  // clients SEND requests
-    size_t answer_bytes = 0;  // room per answer buffer (header + largest value + extras)
+    // Room per answer buffer (header + largest value + extras); 0: the host's recv_size, one
+    // answer message of header and largest value, padded for the provider (fabric/isolation.h).
+    size_t answer_bytes = 0;
     // Takes OpCode::kNext (a sequencer's request: no key, no engine); the round's kNext
     // requests get consecutive values from one claim_st() (Guidelines sec. 4.2's batching).
     bool next = false;
@@ -36,11 +39,15 @@ class RpcServer : public proto::ServerProtocol {
     // may run without an engine: they are answered kMalformed.
     bool kv = true;
   };
-  RpcServer(server::Worker& w, const proto::Info& p, Config cfg);
+  RpcServer(proto::ServerHost& w, const proto::Info& p, Config cfg);
   ~RpcServer() override;
 
   void open() override;
   bool wants_messages() const override { return cfg_.messages; }
+  // Every RPC client is told recv_size (welcome) and may SEND a whole request, so the family
+  // declares its largest whatever the config.
+  size_t max_request_bytes(size_t max_value) const override;
+  size_t max_answer_bytes(size_t max_value) const override;
   nlohmann::json stats() const override;
   void add_client_st(uint32_t c, uint16_t epoch, const proto::Info& p,
                      const nlohmann::json& hello) override;
@@ -73,11 +80,12 @@ class RpcServer : public proto::ServerProtocol {
   // when none can be handed out (each request is then answered kInternal).
   virtual uint64_t claim_st(size_t /*n*/) { return 0; }
 
-  server::Worker& worker_;
+  proto::ServerHost& worker_;
   const proto::Info& protocol_;
   const Config cfg_;
   const uint32_t window_, slot_size_, max_clients_;
   const size_t max_value_, staging_slot_;
+  const bool batching_;  // rpc.batching (read every poll: kept here, not asked of the host)
 
  private:
   struct ClientState;

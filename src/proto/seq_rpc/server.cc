@@ -11,7 +11,6 @@
 #include "proto/herd/options.h"
 #include "proto/rpc/server.h"
 #include "proto/seq/counter.h"
-#include "server/worker.h"
 
 namespace fabkv::seq_rpc {
 
@@ -19,10 +18,10 @@ namespace {
 
 class SeqRpcServer final : public rpc::RpcServer {
  public:
-  explicit SeqRpcServer(server::Worker& w)
+  explicit SeqRpcServer(proto::ServerHost& w)
       : RpcServer(w, proto::info(proto::Id::seq_rpc), config(w)),
         transport_(transport_of(w)),
-        counter_(seq::Counter::open(w.options().data_dir)) {}
+        counter_(seq::Counter::open(w.settings().data_dir)) {}
 
   std::string admit(const proto::Info&, const nlohmann::json& hello, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
@@ -47,10 +46,10 @@ class SeqRpcServer final : public rpc::RpcServer {
   }
 
  private:
-  static rpc::Transport transport_of(const server::Worker& w) {
-    return herd::resolve(w.options().herd.transport, w.provider());
+  static rpc::Transport transport_of(const proto::ServerHost& w) {
+    return herd::resolve(w.settings().herd.transport, w.provider());
   }
-  static Config config(server::Worker& w) {
+  static Config config(proto::ServerHost& w) {
     Config c;
     c.slots = transport_of(w) == rpc::Transport::kWrite;
     c.messages = !c.slots;
@@ -74,7 +73,7 @@ class SeqRpcServer final : public rpc::RpcServer {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<SeqRpcServer>(w);
 }
 
