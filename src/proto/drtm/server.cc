@@ -27,7 +27,7 @@ namespace {
 class DrtmServer final : public rpc::RpcServer {
  public:
   explicit DrtmServer(proto::ServerHost& w)
-      : RpcServer(w, proto::info(proto::Id::drtm), config(w)) {}
+      : RpcServer(w, proto::info(proto::Id::drtm), {.slots = false, .messages = true}) {}
 
   ~DrtmServer() override {
     // Deregister before the engine unmaps the memory.
@@ -85,17 +85,6 @@ class DrtmServer final : public rpc::RpcServer {
   }
 
  private:
-  static Config config(const proto::ServerHost&) {
-    Config c;
-    c.slots = false;
-    c.messages = true;
-    return c;
-  }
-
-  void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char*, size_t len) override {
-    worker_.reply_st(c, epoch, answer_buffer(c, seq, len));
-  }
-
   store::DrtmEngine* engine_ = nullptr;  // the worker owns it
   std::unique_ptr<fabric::MemoryRegion> table_mr_, items_mr_;
 };

@@ -26,7 +26,7 @@ struct Regions {
 class PilafServer final : public rpc::RpcServer {
  public:
   explicit PilafServer(proto::ServerHost& w)
-      : RpcServer(w, proto::info(proto::Id::pilaf), config(w)) {}
+      : RpcServer(w, proto::info(proto::Id::pilaf), {.slots = false, .messages = true}) {}
 
   ~PilafServer() override {
     // Deregister every generation before the engine unmaps its memory.
@@ -105,17 +105,6 @@ class PilafServer final : public rpc::RpcServer {
     uint32_t generation;
     std::unique_ptr<fabric::MemoryRegion> table, extents;
   };
-
-  static Config config(const proto::ServerHost&) {
-    Config c;
-    c.slots = false;
-    c.messages = true;
-    return c;
-  }
-
-  void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char*, size_t len) override {
-    worker_.reply_st(c, epoch, answer_buffer(c, seq, len));
-  }
 
   void live(const store::PilafGeneration& g) {
     Mrs m;

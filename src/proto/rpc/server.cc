@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "fabric/error.h"
 #include "proto/json.h"
+#include "proto/herd/options.h"
 #include "store/hash.h"
 #include "store/limits.h"
 #include "store/stats.h"
@@ -165,6 +166,10 @@ char* RpcServer::answer_slot(uint32_t c, uint32_t seq) const {
 
 fabric::LocalBuffer RpcServer::answer_buffer(uint32_t c, uint32_t seq, size_t len) const {
   return tx_->local((size_t{c} * window_ + seq_slot(seq, window_)) * stride_, len);
+}
+
+void RpcServer::answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char*, size_t len) {
+  worker_.reply_st(c, epoch, answer_buffer(c, seq, len));
 }
 
 // HERD sec. 4.2: poll the request region round-robin, one request per client per round
@@ -467,6 +472,44 @@ nlohmann::json RpcServer::stats() const {
     j["nexts"] = r(counters_.nexts);
     j["next_errors"] = r(counters_.next_errors);
   }
+  return j;
+}
+
+namespace {
+
+Transport configured_transport(const proto::ServerHost& w) {
+  return herd::resolve(w.settings().herd.transport, w.provider());
+}
+
+RpcServer::Config by_transport(Transport t, RpcServer::Config c) {
+  c.slots = t == Transport::kWrite;
+  c.messages = !c.slots;
+  return c;
+}
+
+}  // namespace
+
+TransportServer::TransportServer(proto::ServerHost& w, const proto::Info& p, Config cfg)
+    : RpcServer(w, p, by_transport(configured_transport(w), cfg)),
+      transport_(configured_transport(w)) {}
+
+std::string TransportServer::admit(const proto::Info& p, const nlohmann::json& hello, uint32_t,
+                                   uint16_t, proto::WelcomeParts* out) {
+  std::string asked = to_string(transport_);
+  if (hello.contains("transport")) {
+    if (!hello.at("transport").is_string()) return "transport must be a string";
+    asked = hello.at("transport").get<std::string>();
+  }
+  if (asked != to_string(transport_))
+    return fmt::format("this server takes {} requests by {} (--transport), not {}", p.name,
+                       to_string(transport_), asked);
+  welcome(transport_, out);
+  return "";
+}
+
+nlohmann::json TransportServer::stats() const {
+  nlohmann::json j = RpcServer::stats();
+  j["transport"] = to_string(transport_);
   return j;
 }
 
