@@ -1,4 +1,5 @@
-// The server side of an access protocol, as a generic worker (server/worker.h) drives it.
+// The server side of an access protocol, as a generic worker (server/worker.h) drives it; what
+// the worker offers it in return is proto/server_host.h.
 // docs/architecture.md walks through it with server-reply as the example.
 //
 // The worker owns the fabric, the endpoints, the engine, the op log, the client table and the
@@ -25,12 +26,8 @@
 #include "control/wire.h"
 #include "fabric/endpoint.h"
 #include "proto/registry.h"
+#include "proto/server_host.h"
 #include "store/engine.h"
-
-namespace fabkv::server {
-class Worker;
-struct ServerOptions;
-}  // namespace fabkv::server
 
 namespace fabkv::proto {
 
@@ -38,20 +35,6 @@ namespace fabkv::proto {
 struct WelcomeParts {
   nlohmann::json layout = nlohmann::json::object();     // keys merged into the layout
   std::vector<control::RegionDescriptor> regions;       // regions the client may reach
-};
-
-// Who sent a zero-length message with immediate data (a header-only SEND, Guidelines sec. 3):
-// the data's low 32 bits name the client (index, epoch), as rpc::MessagePrefix does for a
-// message with a body; the high 32 bits are the protocol's (proto/seq_spec/).
-struct ImmPrefix {
-  uint16_t client;
-  uint16_t epoch;
-  static ImmPrefix from(uint64_t imm) {
-    return {static_cast<uint16_t>(imm & 0xffff), static_cast<uint16_t>((imm >> 16) & 0xffff)};
-  }
-  uint64_t to_imm(uint32_t high) const {
-    return (uint64_t{high} << 32) | (uint64_t{epoch} << 16) | client;
-  }
 };
 
 class ServerProtocol {
@@ -65,8 +48,13 @@ class ServerProtocol {
   // Called once the worker's engine exists (after an op log replay): register, post.
   virtual void open() {}
   // Does this protocol take requests as messages (the worker then posts receive buffers and
-  // hands it every message whose prefix names one of its clients, rpc::MessagePrefix)?
+  // hands it every message whose prefix names one of its clients, MessagePrefix)?
   virtual bool wants_messages() const { return false; }
+  // The largest message a client of it SENDs, and the largest answer it SENDs, for values of up
+  // to `max_value` (0: none). The worker sizes its receive buffers and the clients' (recv_size)
+  // for the largest over the server sides it serves; asked once, before open().
+  virtual size_t max_request_bytes(size_t /*max_value*/) const { return 0; }
+  virtual size_t max_answer_bytes(size_t /*max_value*/) const { return 0; }
 
   // ---- control thread
   // Checks the Hello payload of a client of protocol `p` (one this server side serves) and
@@ -94,7 +82,7 @@ class ServerProtocol {
   virtual bool on_header_only_st(uint32_t /*c*/, uint64_t /*imm*/) { return false; }
   // A completion of an operation this protocol posted with OpContext::owner == this.
   virtual void on_completion_st(fabric::Completion& /*c*/) {}
-  // End of a round: run what was collected, build the answers (Worker::reply_st).
+  // End of a round: run what was collected, build the answers (ServerHost::reply_st).
   virtual bool has_work_st() const { return false; }
   virtual void flush_st() {}
   // Every ~1000 rounds, and after every time an adaptive worker blocked (housekeeping:

@@ -67,6 +67,9 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
       .range(0, 100000);
   s.bytes("oplog_rewrite_min_size", "--oplog-rewrite-min-size", &o->oplog_rewrite_min_size,
           "no rewrite while the log holds less than this (Redis's auto-aof-rewrite-min-size)");
+  s.number("test_rewrite_pause_ms", "--test-rewrite-pause-ms", &o->test_rewrite_pause_ms,
+           "TEST ONLY: every log rewrite waits this many ms before it renames its new base into "
+           "place, so that a test can kill the server in the middle of one (default 0: none)");
   s.text("data_dir", "--data-dir", &o->data_dir,
          "directory for state that survives a restart (the sequencers' high-water mark, "
          "docs/sequencer.md); required when a sequencer is served");

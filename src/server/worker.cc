@@ -2,20 +2,18 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "common/bytes.h"
 #include "common/cpu.h"
 #include "common/log.h"
 #include "fabric/error.h"
 #include "fabric/isolation.h"
-#include "proto/rpc/wire.h"
 #include "server/oplog.h"
 #include "server/protocols.h"
-#include "store/limits.h"
 #include "store/stats.h"
 
 namespace fabkv::server {
@@ -46,47 +44,57 @@ constexpr uint32_t kMaxStretch = 10;
 // What an adaptive worker did the last time it was idle (stats "poll.idle_wait").
 constexpr std::array<const char*, 3> kIdleWaitNames = {"none yet", "block", "sleep"};
 
+// The settings the protocols read (proto/server_host.h), out of the server's.
+proto::ServerSettings settings_of(const ServerOptions& o) {
+  proto::ServerSettings s;
+  static_cast<proto::ProtocolOptions&>(s) = o;
+  s.workers = o.workers;
+  s.max_clients = o.max_clients;
+  s.max_value = o.max_value;
+  s.data_dir = o.data_dir;
+  return s;
+}
+
 }  // namespace
 
-
+// Set-up in steps, each of which needs the ones before it: the fabric, the protocols' server
+// sides, the endpoints (sized for the messages the sides declared), the engine, then the sides
+// open (register, post) and the worker posts receive buffers if any side takes messages.
 Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptions& fo)
     : index_(index),
       o_(o),
+      settings_(settings_of(o)),
       core_(o.cores.empty() ? static_cast<int>(index) : o.cores[index % o.cores.size()]),
       adaptive_(o.poll.mode == PollMode::kAdaptive) {
   fabric::FabricOptions f = fo;
   f.quiet = index > 0;  // one provider log line per server is enough
   fabric_ = fabric::Fabric::open(f);
   isolated_ = fabric::isolate_peers(*fabric_);
-  // Answers (header + value) and requests are padded where the provider would otherwise take
-  // a process-shared lock (fabric/isolation.h): size every buffer for that.
-  recv_size_ = fabric::lock_free_capacity(*fabric_, sizeof(rpc::ResponseHeader) + o.max_value);
-  fabric::EndpointOptions eo;
-  eo.tx_depth = 1024;
-  eo.rx_depth = 1024;
-  eo.cq_depth = 8192;
-  eo.selective_completion = true;
-  eo.av_size = o.max_clients;
-  eo.waitable = adaptive_;
-  eo.min_multi_recv = fabric::lock_free_capacity(
-      *fabric_, sizeof(rpc::RequestHeader) + store::kMaxKeySize + o.max_value + 8);
-  if (!isolated_) {
-    for (uint32_t q = 0; q < o.rpc.queues; ++q)
-      eps_.push_back(std::make_unique<fabric::Endpoint>(*fabric_, eo));
-  }
-  client_eo_ = eo;
-  client_eo_.tx_depth = kClientTxDepth;
-  client_eo_.rx_depth = kClientRxDepth;
-  client_eo_.cq_depth = 2 * (kClientTxDepth + kClientRxDepth);
-  client_eo_.av_size = 4;
+  make_sides();
+  const fabric::EndpointOptions eo = open_endpoints();
   clients_.resize(o.max_clients);
   idle_ = std::make_unique<std::atomic<bool>[]>(o.max_clients);
   for (uint32_t c = 0; c < o.max_clients; ++c) idle_[c].store(true);
+  open_engine();
+  bool messages = false;
+  for (auto& side : sides_) {
+    side->open();
+    messages |= side->wants_messages();
+  }
+  if (messages) open_receive_buffers(eo.min_multi_recv);
+  if (isolated_) {
+    // Opened on demand (open_endpoint), one shm region each: ~7 MiB resident with libfabric
+    // 2.1, so memory follows the clients connected, not --max-clients.
+    client_eps_.resize(o.max_clients);
+    client_names_.resize(o.max_clients);
+  }
+  if (adaptive_) waiter_ = std::make_unique<fabric::Waiter>();
+}
 
-  // The server sides of the protocols served (one per Info::server), then the engine: the
-  // one a protocol brings (Info::engine), else the generic one --engine names.
+// The server sides of the protocols served, one per Info::server.
+void Worker::make_sides() {
   side_of_.assign(proto::protocols().size(), nullptr);
-  for (const std::string& name : o.protocols) {
+  for (const std::string& name : o_.protocols) {
     const proto::Info* p = proto::find(name);
     if (p == nullptr) continue;  // validate() refused it already
     proto::ServerProtocol*& side = side_of_[static_cast<size_t>(p->server)];
@@ -97,54 +105,78 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
     }
     side_of_[static_cast<size_t>(p->id)] = side;
   }
+}
+
+// The shared endpoints (none where each client gets its own) and the options a client's own
+// is opened with. Answers and requests are padded where the provider would otherwise take a
+// process-shared lock (fabric/isolation.h): every buffer is sized for that, and for the
+// largest message a served protocol declared.
+fabric::EndpointOptions Worker::open_endpoints() {
+  size_t request = 0, answer = 0;
+  for (const auto& side : sides_) {
+    request = std::max(request, side->max_request_bytes(o_.max_value));
+    answer = std::max(answer, side->max_answer_bytes(o_.max_value));
+  }
+  recv_size_ = fabric::lock_free_capacity(*fabric_, answer);
+  fabric::EndpointOptions eo;
+  eo.tx_depth = 1024;
+  eo.rx_depth = 1024;
+  eo.cq_depth = 8192;
+  eo.selective_completion = true;
+  eo.av_size = o_.max_clients;
+  eo.waitable = adaptive_;
+  eo.min_multi_recv = fabric::lock_free_capacity(*fabric_, request);
+  if (!isolated_) {
+    for (uint32_t q = 0; q < o_.rpc.queues; ++q)
+      eps_.push_back(std::make_unique<fabric::Endpoint>(*fabric_, eo));
+  }
+  client_eo_ = eo;
+  client_eo_.tx_depth = kClientTxDepth;
+  client_eo_.rx_depth = kClientRxDepth;
+  client_eo_.cq_depth = 2 * (kClientTxDepth + kClientRxDepth);
+  client_eo_.av_size = 4;
+  return eo;
+}
+
+// The engine: the one a protocol brings (Info::engine), else the generic one --engine names;
+// none for a server of protocols without key-value data (the sequencers). Then the op log.
+void Worker::open_engine() {
   store::EngineOptions so;
-  so.memory_bytes = o.memory / o.workers;
-  so.max_value_size = o.max_value;
-  so.index_buckets = o.index_buckets;
-  // A server of protocols without key-value data only (the sequencers) runs without an engine.
-  const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
+  so.memory_bytes = o_.memory / o_.workers;
+  so.max_value_size = o_.max_value;
+  so.index_buckets = o_.index_buckets;
+  const bool engineless = needed_engine(o_) == proto::EngineNeed::kNone;
   for (auto& side : sides_)
     if (!engine_ && !engineless) engine_ = side->make_engine(so);
   if (!engine_ && !engineless) {
-    auto kind = store::engine_kind_from_string(o.engine).value_or(store::EngineKind::kCache);
+    auto kind = store::engine_kind_from_string(o_.engine).value_or(store::EngineKind::kCache);
     engine_ = store::make_engine(kind, so);
   }
-  if (!o.oplog.empty() && engineless && index_ == 0)
+  if (!o_.oplog.empty() && engineless && index_ == 0)
     spdlog::info("--oplog ignored: no protocol served keeps key-value data");
-  if (!o.oplog.empty() && !engineless) open_oplog();
-  bool messages = false;
-  for (auto& side : sides_) {
-    side->open();
-    messages |= side->wants_messages();
-  }
+  if (!o_.oplog.empty() && !engineless) open_oplog();
+}
 
-  if (messages) {
-    // Shared: kRxBuffers on the first endpoint. Isolated: kRxBuffers on each client's own,
-    // smaller (a client has at most W requests in flight to a worker).
-    const size_t endpoints = isolated_ ? o.max_clients : 1;
-    rx_per_ = isolated_ ? std::max<size_t>(size_t{256} << 10, 4 * eo.min_multi_recv)
-                        : std::max<size_t>(size_t{4} << 20, 8 * eo.min_multi_recv);
-    rx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, rx_per_ * kRxBuffers * endpoints,
-                                                     fabric::Access::kLocalOnly);
-    rx_ctx_.resize(kRxBuffers * endpoints);
-    rx_repost_.assign(kRxBuffers * endpoints, 0);
-    rx_repost_list_.reserve(kRxBuffers * endpoints);
-    for (size_t b = 0; b < rx_ctx_.size(); ++b) {
-      rx_ctx_[b].tag = b;
-      rx_ctx_[b].user = rx_.get();
-    }
-    if (!isolated_)
-      for (size_t b = 0; b < kRxBuffers; ++b)
-        fabric::check(eps_[0]->recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_ctx_[b]),
-                      "fi_recvmsg(multi)");
+// Messages: multi-recv buffers, kRxBuffers on the first shared endpoint, or (isolated)
+// kRxBuffers on each client's own, smaller (a client has at most W requests in flight to a
+// worker).
+void Worker::open_receive_buffers(size_t min_multi_recv) {
+  const size_t endpoints = isolated_ ? o_.max_clients : 1;
+  rx_per_ = isolated_ ? std::max<size_t>(size_t{256} << 10, 4 * min_multi_recv)
+                      : std::max<size_t>(size_t{4} << 20, 8 * min_multi_recv);
+  rx_ = std::make_unique<fabric::RegisteredBuffer>(*fabric_, rx_per_ * kRxBuffers * endpoints,
+                                                   fabric::Access::kLocalOnly);
+  rx_ctx_.resize(kRxBuffers * endpoints);
+  rx_repost_.assign(kRxBuffers * endpoints, 0);
+  rx_repost_list_.reserve(kRxBuffers * endpoints);
+  for (size_t b = 0; b < rx_ctx_.size(); ++b) {
+    rx_ctx_[b].tag = b;
+    rx_ctx_[b].user = rx_.get();
   }
-  if (isolated_) {
-    // Opened on demand (open_endpoint), one shm region each: ~7 MiB resident with libfabric
-    // 2.1, so memory follows the clients connected, not --max-clients.
-    client_eps_.resize(o.max_clients);
-    client_names_.resize(o.max_clients);
-  }
-  if (adaptive_) waiter_ = std::make_unique<fabric::Waiter>();
+  if (!isolated_)
+    for (size_t b = 0; b < kRxBuffers; ++b)
+      fabric::check(eps_[0]->recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_ctx_[b]),
+                    "fi_recvmsg(multi)");
 }
 
 // Replays the log into the engine (the engine starts with what the log says), then appends to
@@ -157,8 +189,8 @@ void Worker::open_oplog() {
   lo.rewrite_min_size = o_.oplog_rewrite_min_size;
   // Tests only (tests/client/durability_test.cc kills a server in the middle of a rewrite):
   // every rewrite waits this long before it renames its new base into place.
-  if (const char* pause = std::getenv("FABKV_TEST_REWRITE_PAUSE_MS"))
-    lo.before_rename = [ms = std::atoi(pause)] {
+  if (o_.test_rewrite_pause_ms > 0)
+    lo.before_rename = [ms = o_.test_rewrite_pause_ms] {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     };
   // Every mode holds answers until their records are durable() (always: synced; everysec and
@@ -765,8 +797,8 @@ void Worker::on_completion_st(fabric::Completion& c) {
   }
 }
 
-// A message goes to the protocol of the client its prefix names (rpc::MessagePrefix). Every
-// message with a body is at least an rpc::RequestHeader, whatever its protocol: a shorter one
+// A message goes to the protocol of the client its prefix names (proto::MessagePrefix). Every
+// message with a body is at least proto::kMinMessageBytes, whatever its protocol: a shorter one
 // is malformed. A zero-length message with immediate data (a header-only SEND) names its
 // client in the data's low 32 bits (proto::ImmPrefix) and goes to that client's protocol if it
 // takes such messages (on_header_only_st); otherwise it is malformed as well.
@@ -779,11 +811,11 @@ void Worker::on_message_st(const char* buf, size_t len, bool has_data, uint64_t 
     counters_.short_messages.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (len < sizeof(rpc::RequestHeader)) {
+  if (len < proto::kMinMessageBytes) {
     counters_.short_messages.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  rpc::MessagePrefix m = rpc::load<rpc::MessagePrefix>(buf);
+  const proto::MessagePrefix m = bytes::load<proto::MessagePrefix>(buf);
   if (!serving_st(m.client, m.epoch)) {
     drain_events_st();  // the client's admission may still be queued
     if (!serving_st(m.client, m.epoch)) {

@@ -1,6 +1,7 @@
 // Worker: one server thread owning one partition of the keys (EREW), pinned to its own core.
 // It owns the fabric, the endpoints, the engine, the op log, the client table and the loop,
-// and drives the server side of every protocol served (proto/server_protocol.h): each round
+// and drives the server side of every protocol served (proto/server_protocol.h), offering them
+// its services through proto/server_host.h (the only part of it they see): each round
 // it takes fabric completions and messages and routes them to their protocol, lets each
 // protocol poll its memory and run what it collected, then posts the answers they built.
 //
@@ -33,6 +34,7 @@
 #include "fabric/memory_region.h"
 #include "fabric/waiter.h"
 #include "proto/registry.h"
+#include "proto/server_host.h"
 #include "proto/server_protocol.h"
 #include "server/options.h"
 #include "store/engine.h"
@@ -56,19 +58,19 @@ class LocalWork {
   virtual int wait_fd(const Worker& w) const = 0;
 };
 
-class Worker {
+class Worker final : public proto::ServerHost {
  public:
   Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptions& fo);
-  ~Worker();
+  ~Worker() override;
 
-  uint32_t index() const { return index_; }
+  uint32_t index() const override { return index_; }
   const ServerOptions& options() const { return o_; }
-  fabric::Fabric& fabric() { return *fabric_; }
-  const std::string& provider() const;
-  bool isolated() const { return isolated_; }
-  // Bytes a client posts per receive buffer for a message answer of up to max_value (room for
-  // the provider's lock-free padding, fabric/isolation.h).
-  size_t recv_size() const { return recv_size_; }
+  const proto::ServerSettings& settings() const override { return settings_; }
+  fabric::Fabric& fabric() override { return *fabric_; }
+  const std::string& provider() const override;
+  bool isolated() const override { return isolated_; }
+  // Bytes a client posts per receive buffer for a message answer (ServerHost::recv_size).
+  size_t recv_size() const override { return recv_size_; }
   // The endpoint names a client of this index talks to: its own endpoint where clients are
   // isolated, else the worker's shared ones (rpc.queues). Valid while the index is admitted.
   std::vector<std::vector<uint8_t>> endpoint_names(uint32_t client) const;
@@ -112,42 +114,30 @@ class Worker {
   // blocks or sleeps. Any thread.
   void notify();
 
-  // ---- services for the protocols (worker thread)
-  // Is client c (of incarnation `epoch`) admitted and still served?
-  bool serving_st(uint32_t c, uint16_t epoch) const {
+  // ---- services for the protocols (worker thread; proto/server_host.h says what each does)
+  bool serving_st(uint32_t c, uint16_t epoch) const override {
     return c < clients_.size() && clients_[c].active && !clients_[c].dropped &&
            clients_[c].epoch == epoch;
   }
-  bool dropped_st(uint32_t c) const { return clients_[c].dropped; }
-  // Runs requests through the engine's prefetch pipeline (HERD sec. 4.1.1) and logs every
-  // acknowledged PUT/DELETE to the op log before `done` sees it (Pilaf sec. 4).
-  void execute_st(std::span<const store::Request> reqs, store::CompletionFn done);
+  bool dropped_st(uint32_t c) const override { return clients_[c].dropped; }
+  // Also logs every acknowledged PUT/DELETE to the op log before `done` sees it (Pilaf sec. 4).
+  void execute_st(std::span<const store::Request> reqs, store::CompletionFn done) override;
   // Empties the engine (memcached's flush_all) and logs it; false where the engine cannot.
   bool clear_st();
-  // --oplog-sync always (docs/durability.md): the op log position an answer built now must
-  // wait for before anyone sees it, or 0 when it may leave at once (no log, another sync mode,
-  // or everything logged is durable already). Every answer built after a logged write waits,
+  // --oplog-sync always (docs/durability.md): every answer built after a logged write waits,
   // GETs included, so that no answer shows a write that a crash could still take back.
-  uint64_t log_barrier_st() const;
-  // Runs `fn` on this thread once the log is durable up to `position` (a log_barrier_st()
-  // value), in the order of the calls; at once when it is already. The worker wakes for it.
-  void when_durable_st(uint64_t position, std::function<void()> fn);
+  uint64_t log_barrier_st() const override;
+  // The worker wakes for it.
+  void when_durable_st(uint64_t position, std::function<void()> fn) override;
   store::Engine& engine() { return *engine_; }
-  // An answer to client c: sent as a message, or WRITten to (raddr, rkey) in its memory. It
-  // leaves at the end of the round (all of a round's answers together), or waits in the
-  // client's backlog while the provider refuses it. `src` must stay valid until then.
-  void reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src);
+  void reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src) override;
   void reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t raddr,
-                      uint64_t rkey);
-  // An answer by SEND with immediate data; `src` may be empty (a header-only SEND, Guidelines
-  // sec. 3).
-  void reply_imm_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t imm);
-  // Posts the round's answers now (a protocol that does not batch calls it per request).
-  void send_replies_st();
-  // READs client memory (an indirect request body). kAgain: the provider refused it twice;
-  // keep the work and try next round. A peer that refuses for kPeerStallMs is dropped.
+                      uint64_t rkey) override;
+  void reply_imm_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t imm) override;
+  void send_replies_st() override;
+  // kAgain: the provider refused it twice. A peer that refuses for kPeerStallMs is dropped.
   long read_st(uint32_t c, fabric::LocalBuffer dst, uint64_t raddr, uint64_t rkey,
-               fabric::OpContext* ctx);
+               fabric::OpContext* ctx) override;
   // Drains the admission queue now (a message from a client whose admission is still queued).
   // True when there was anything.
   bool drain_events_st();
@@ -184,6 +174,10 @@ class Worker {
     Deadline until;
   };
 
+  void make_sides();
+  fabric::EndpointOptions open_endpoints();
+  void open_engine();
+  void open_receive_buffers(size_t min_multi_recv);
   void post_event(Event e);
   template <class Handle>
   size_t poll_endpoints_st(Handle&& handle);
@@ -225,6 +219,7 @@ class Worker {
 
   const uint32_t index_;
   const ServerOptions o_;
+  const proto::ServerSettings settings_;  // what of o_ the protocols read
   const int core_;
 
   std::unique_ptr<fabric::Fabric> fabric_;

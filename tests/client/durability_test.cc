@@ -320,7 +320,7 @@ TEST_P(Durability, EveryAcknowledgedPutSurvivesASigkill) {
 }
 
 // A kill while the log is being rewritten: the rewriter is held right before it renames its
-// new base into place (FABKV_TEST_REWRITE_PAUSE_MS), the server dies with the temporary file on
+// new base into place (--test-rewrite-pause-ms), the server dies with the temporary file on
 // disk, and the restart replays the old files.
 class DurabilityPerEngine : public Durability {};
 
@@ -329,9 +329,11 @@ TEST_P(DurabilityPerEngine, AKillDuringARewriteLosesNothing) {
   std::mt19937_64 rng(std::random_device{}());
   const std::vector<std::string> small = {"--oplog-rewrite-min-size", "16K",
                                           "--oplog-rewrite-percentage", "10"};
+  std::vector<std::string> paused = small;
+  paused.insert(paused.end(), {"--test-rewrite-pause-ms", "60000"});
   std::map<std::string, Acked> all;
   {
-    Server server(c, log_, small, {"FABKV_TEST_REWRITE_PAUSE_MS=60000"});
+    Server server(c, log_, paused);
     Writer writer(c, server, rng());
     const Deadline d = Deadline::after_ms(20000);
     while (files_ending(".base.tmp").empty() && !d.expired())

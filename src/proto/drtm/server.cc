@@ -19,7 +19,6 @@
 #include "proto/drtm/engine.h"
 #include "proto/json.h"
 #include "proto/rpc/server.h"
-#include "server/worker.h"
 
 namespace fabkv::drtm {
 
@@ -27,8 +26,8 @@ namespace {
 
 class DrtmServer final : public rpc::RpcServer {
  public:
-  explicit DrtmServer(server::Worker& w)
-      : RpcServer(w, proto::info(proto::Id::drtm), config(w)) {}
+  explicit DrtmServer(proto::ServerHost& w)
+      : RpcServer(w, proto::info(proto::Id::drtm), {.slots = false, .messages = true}) {}
 
   ~DrtmServer() override {
     // Deregister before the engine unmaps the memory.
@@ -86,25 +85,13 @@ class DrtmServer final : public rpc::RpcServer {
   }
 
  private:
-  static Config config(const server::Worker& w) {
-    Config c;
-    c.slots = false;
-    c.messages = true;
-    c.answer_bytes = w.recv_size();
-    return c;
-  }
-
-  void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char*, size_t len) override {
-    worker_.reply_st(c, epoch, answer_buffer(c, seq, len));
-  }
-
   store::DrtmEngine* engine_ = nullptr;  // the worker owns it
   std::unique_ptr<fabric::MemoryRegion> table_mr_, items_mr_;
 };
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<DrtmServer>(w);
 }
 

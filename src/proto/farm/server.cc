@@ -18,11 +18,9 @@
 #include "proto/farm/engine.h"
 #include "proto/json.h"
 #include "proto/server_protocol.h"
-#include "server/options.h"
-#include "server/worker.h"
 
 namespace fabkv::server_reply {
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w);  // server_reply/server.cc
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w);  // server_reply/server.cc
 }
 
 namespace fabkv::farm {
@@ -39,7 +37,7 @@ struct Regions {
 
 class FarmServer final : public proto::ServerProtocol {
  public:
-  FarmServer(server::Worker& w, proto::Id id)
+  FarmServer(proto::ServerHost& w, proto::Id id)
       : worker_(w), id_(id), rpc_(server_reply::make_server(w)) {}
 
   ~FarmServer() override {
@@ -47,7 +45,7 @@ class FarmServer final : public proto::ServerProtocol {
   }
 
   std::unique_ptr<store::Engine> make_engine(const store::EngineOptions& so) override {
-    const server::ServerOptions& o = worker_.options();
+    const proto::ServerSettings& o = worker_.settings();
     store::FarmOptions fo;
     // HERD sec. 5.1.2: FaRM-em inlines the values, FaRM-em-VAR keeps pointers in the buckets.
     fo.inline_bytes = o.farm.inline_bytes;
@@ -70,6 +68,12 @@ class FarmServer final : public proto::ServerProtocol {
 
   void open() override { rpc_->open(); }
   bool wants_messages() const override { return rpc_->wants_messages(); }
+  size_t max_request_bytes(size_t max_value) const override {
+    return rpc_->max_request_bytes(max_value);
+  }
+  size_t max_answer_bytes(size_t max_value) const override {
+    return rpc_->max_answer_bytes(max_value);
+  }
 
   std::string admit(const proto::Info& p, const nlohmann::json& hello, uint32_t client,
                     uint16_t epoch, proto::WelcomeParts* out) override {
@@ -88,7 +92,7 @@ class FarmServer final : public proto::ServerProtocol {
                                    {"bucket_bytes", r.bucket_bytes},
                                    {"neighbourhood", kNeighbourhood},
                                    {"version", kLayoutVersion}});
-    out->layout["farm_grace_ms"] = worker_.options().farm.grace_ms;
+    out->layout["farm_grace_ms"] = worker_.settings().farm.grace_ms;
     return "";
   }
 
@@ -172,7 +176,7 @@ class FarmServer final : public proto::ServerProtocol {
     return current_;
   }
 
-  server::Worker& worker_;
+  proto::ServerHost& worker_;
   const proto::Id id_;
   std::unique_ptr<proto::ServerProtocol> rpc_;  // server-reply's side: the message path
   store::FarmEngine* engine_ = nullptr;         // the worker owns it
@@ -183,14 +187,14 @@ class FarmServer final : public proto::ServerProtocol {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<FarmServer>(w, proto::Id::farm);
 }
 
 }  // namespace fabkv::farm
 
 namespace fabkv::farm_var {
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<farm::FarmServer>(w, proto::Id::farm_var);
 }
 }  // namespace fabkv::farm_var

@@ -13,7 +13,6 @@
 #include "proto/hydradb/wire.h"
 #include "proto/json.h"
 #include "proto/rpc/server.h"
-#include "server/worker.h"
 
 namespace fabkv::hydradb {
 
@@ -21,15 +20,15 @@ namespace {
 
 class HydraServer final : public rpc::RpcServer {
  public:
-  explicit HydraServer(server::Worker& w)
+  explicit HydraServer(proto::ServerHost& w)
       : RpcServer(w, proto::info(proto::Id::hydradb), config(w)),
-        lease_us_(w.options().hydradb.lease_ms * 1000u),
-        rings_(w.options().max_clients) {}
+        lease_us_(w.settings().hydradb.lease_ms * 1000u),
+        rings_(w.settings().max_clients) {}
 
   ~HydraServer() override { items_mr_.reset(); }  // before the engine unmaps the arena
 
   std::unique_ptr<store::Engine> make_engine(const store::EngineOptions& so) override {
-    const server::ServerOptions& o = worker_.options();
+    const proto::ServerSettings& o = worker_.settings();
     store::HydraOptions ho;
     ho.hold_ns = (uint64_t{o.hydradb.lease_ms} + o.hydradb.margin_ms) * 1'000'000u;
     auto engine = std::make_unique<store::HydraEngine>(so, ho);
@@ -53,10 +52,10 @@ class HydraServer final : public rpc::RpcServer {
       return std::string("hydradb needs a response ring in the Hello: ") + e.what();
     }
     welcome(rpc::Transport::kWrite, out);
-    out->layout["ring_bytes"] = ring_bytes(worker_.options().workers, window_, max_value_);
+    out->layout["ring_bytes"] = ring_bytes(worker_.settings().workers, window_, max_value_);
     out->layout["hydradb_wire"] = kWireVersion;
     out->layout["hydradb_layout"] = kLayoutVersion;
-    out->layout["lease_ms"] = worker_.options().hydradb.lease_ms;
+    out->layout["lease_ms"] = worker_.settings().hydradb.lease_ms;
     const fabric::RemoteRegion r = items_mr_->remote();
     out->regions.push_back({fmt::format("hydradb.items.{}", worker_.index()), r.addr, r.length,
                             r.key, static_cast<uint32_t>(r.access)});
@@ -73,24 +72,24 @@ class HydraServer final : public rpc::RpcServer {
                       {"reclaimed", hs.reclaimed},
                       {"held_items", hs.held_items},
                       {"held_bytes", hs.held_bytes},
-                      {"lease_ms", worker_.options().hydradb.lease_ms},
-                      {"margin_ms", worker_.options().hydradb.margin_ms}};
+                      {"lease_ms", worker_.settings().hydradb.lease_ms},
+                      {"margin_ms", worker_.settings().hydradb.margin_ms}};
     }
     return j;
   }
 
  private:
-  static Config config(const server::Worker& w) {
+  static Config config(const proto::ServerHost& w) {
     Config c;
     c.slots = true;
     c.messages = false;
-    c.answer_bytes = response_bytes(w.options().max_value);
+    c.answer_bytes = response_bytes(w.settings().max_value);
     return c;
   }
 
   void learn_client_st(uint32_t c, const nlohmann::json& hello) override {
     rings_[c] = proto::region_from_json(hello.at("ring"));  // admit() checked it
-    if (rings_[c].length < ring_bytes(worker_.options().workers, window_, max_value_))
+    if (rings_[c].length < ring_bytes(worker_.settings().workers, window_, max_value_))
       rings_[c] = {};  // too small: the client comes back with one that fits
   }
 
@@ -145,7 +144,7 @@ class HydraServer final : public rpc::RpcServer {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<HydraServer>(w);
 }
 

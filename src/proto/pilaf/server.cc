@@ -10,7 +10,6 @@
 #include "fabric/memory_region.h"
 #include "proto/json.h"
 #include "proto/rpc/server.h"
-#include "server/worker.h"
 #include "proto/pilaf/engine.h"
 
 namespace fabkv::pilaf {
@@ -26,8 +25,8 @@ struct Regions {
 
 class PilafServer final : public rpc::RpcServer {
  public:
-  explicit PilafServer(server::Worker& w)
-      : RpcServer(w, proto::info(proto::Id::pilaf), config(w)) {}
+  explicit PilafServer(proto::ServerHost& w)
+      : RpcServer(w, proto::info(proto::Id::pilaf), {.slots = false, .messages = true}) {}
 
   ~PilafServer() override {
     // Deregister every generation before the engine unmaps its memory.
@@ -35,7 +34,7 @@ class PilafServer final : public rpc::RpcServer {
   }
 
   std::unique_ptr<store::Engine> make_engine(const store::EngineOptions& so) override {
-    const server::ServerOptions& o = worker_.options();
+    const proto::ServerSettings& o = worker_.settings();
     store::PilafOptions po;
     po.initial_entries = o.pilaf.entries;
     po.initial_extent_bytes = o.pilaf.extents;
@@ -68,7 +67,7 @@ class PilafServer final : public rpc::RpcServer {
                             r.extents.length, r.extents.key,
                             static_cast<uint32_t>(r.extents.access)});
     out->layout["pilaf"].push_back({{"generation", r.generation}, {"entries", r.entries}});
-    out->layout["pilaf_grace_ms"] = worker_.options().pilaf.grace_ms;
+    out->layout["pilaf_grace_ms"] = worker_.settings().pilaf.grace_ms;
     return "";
   }
 
@@ -107,18 +106,6 @@ class PilafServer final : public rpc::RpcServer {
     std::unique_ptr<fabric::MemoryRegion> table, extents;
   };
 
-  static Config config(const server::Worker& w) {
-    Config c;
-    c.slots = false;
-    c.messages = true;
-    c.answer_bytes = w.recv_size();
-    return c;
-  }
-
-  void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char*, size_t len) override {
-    worker_.reply_st(c, epoch, answer_buffer(c, seq, len));
-  }
-
   void live(const store::PilafGeneration& g) {
     Mrs m;
     m.generation = g.generation;
@@ -149,7 +136,7 @@ class PilafServer final : public rpc::RpcServer {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<PilafServer>(w);
 }
 

@@ -28,7 +28,6 @@
 #include "proto/rfrpc/wire.h"
 #include "proto/rpc/request.h"
 #include "proto/rpc/server.h"
-#include "server/worker.h"
 #include "store/hash.h"
 #include "store/limits.h"
 
@@ -44,11 +43,11 @@ uint64_t now_ns() {
 
 class RfrpcServer final : public rpc::RpcServer {
  public:
-  explicit RfrpcServer(server::Worker& w)
+  explicit RfrpcServer(proto::ServerHost& w)
       : RpcServer(w, proto::info(proto::Id::rfrpc), config(w)),
-        o_(w.options().rfrpc),
-        slot_bytes_(result_slot_bytes(w.options().max_value)),
-        rings_(w.options().max_clients) {}
+        o_(w.settings().rfrpc),
+        slot_bytes_(result_slot_bytes(w.settings().max_value)),
+        rings_(w.settings().max_clients) {}
 
   void open() override {
     RpcServer::open();
@@ -83,7 +82,7 @@ class RfrpcServer final : public rpc::RpcServer {
     }
     welcome(rpc::Transport::kWrite, out);
     out->layout["rfrpc_wire"] = kWireVersion;
-    out->layout["ring_bytes"] = ring_bytes(worker_.options().workers, window_, max_value_);
+    out->layout["ring_bytes"] = ring_bytes(worker_.settings().workers, window_, max_value_);
     out->layout["fetch_size"] = o_.fetch_size;
     out->layout["retries"] = o_.retries;
     out->layout["mode"] = o_.mode == Mode::kFetch   ? "fetch"
@@ -148,11 +147,11 @@ class RfrpcServer final : public rpc::RpcServer {
   }
 
  private:
-  static Config config(const server::Worker& w) {
+  static Config config(const proto::ServerHost& w) {
     Config c;
     c.slots = true;
     c.messages = false;
-    c.answer_bytes = sizeof(rpc::ResponseHeader) + w.options().max_value;
+    c.answer_bytes = sizeof(rpc::ResponseHeader) + w.settings().max_value;
     return c;
   }
 
@@ -380,7 +379,7 @@ class RfrpcServer final : public rpc::RpcServer {
   void learn_client_st(uint32_t c, const nlohmann::json& hello) override {
     clear_client_st(c);
     rings_[c] = proto::region_from_json(hello.at("ring"));  // admit() checked it
-    if (rings_[c].length < ring_bytes(worker_.options().workers, window_, max_value_))
+    if (rings_[c].length < ring_bytes(worker_.settings().workers, window_, max_value_))
       rings_[c] = {};  // too small (see admit): the client comes back with one that fits
   }
 
@@ -459,7 +458,7 @@ class RfrpcServer final : public rpc::RpcServer {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<RfrpcServer>(w);
 }
 

@@ -7,7 +7,7 @@
 #include "common/log.h"
 #include "fabric/error.h"
 #include "proto/json.h"
-#include "server/worker.h"
+#include "proto/herd/options.h"
 #include "store/hash.h"
 #include "store/limits.h"
 #include "store/stats.h"
@@ -58,23 +58,35 @@ struct RpcServer::Pending {
   store::Request req;
 };
 
-RpcServer::RpcServer(server::Worker& w, const proto::Info& p, Config cfg)
+RpcServer::RpcServer(proto::ServerHost& w, const proto::Info& p, Config cfg)
     : worker_(w),
       protocol_(p),
       cfg_(cfg),
-      window_(w.options().rpc.window),
-      slot_size_(w.options().rpc.slot_size),
-      max_clients_(w.options().max_clients),
-      max_value_(w.options().max_value),
-      staging_slot_(store::kMaxKeySize + w.options().max_value) {}
+      window_(w.settings().rpc.window),
+      slot_size_(w.settings().rpc.slot_size),
+      max_clients_(w.settings().max_clients),
+      max_value_(w.settings().max_value),
+      staging_slot_(store::kMaxKeySize + w.settings().max_value),
+      batching_(w.settings().rpc.batching) {}
 
 RpcServer::~RpcServer() {
   for (fabric::OpContext& ctx : read_ctx_) delete static_cast<Pending*>(ctx.user);
 }
 
+// A whole request as a message: header, key and value, then the trailer at the next 4-byte
+// boundary (trailer_offset: at most 3 bytes of padding and 4 of trailer).
+size_t RpcServer::max_request_bytes(size_t max_value) const {
+  return sizeof(RequestHeader) + store::kMaxKeySize + max_value + 8;
+}
+
+size_t RpcServer::max_answer_bytes(size_t max_value) const {
+  return sizeof(ResponseHeader) + max_value;
+}
+
 void RpcServer::open() {
   const size_t slots = size_t{max_clients_} * window_;
-  stride_ = (cfg_.answer_bytes + 7) & ~size_t{7};
+  const size_t answer_bytes = cfg_.answer_bytes != 0 ? cfg_.answer_bytes : worker_.recv_size();
+  stride_ = (answer_bytes + 7) & ~size_t{7};
   tx_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(), slots * stride_,
                                                    fabric::Access::kLocalOnly);
   if (cfg_.slots) {
@@ -92,7 +104,7 @@ void RpcServer::open() {
 }
 
 void RpcServer::welcome(Transport transport, proto::WelcomeParts* out) const {
-  const server::ServerOptions& o = worker_.options();
+  const proto::ServerSettings& o = worker_.settings();
   out->layout["wire"] = kWireVersion;
   out->layout["window"] = window_;
   out->layout["slot_size"] = slot_size_;
@@ -156,6 +168,10 @@ fabric::LocalBuffer RpcServer::answer_buffer(uint32_t c, uint32_t seq, size_t le
   return tx_->local((size_t{c} * window_ + seq_slot(seq, window_)) * stride_, len);
 }
 
+void RpcServer::answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char*, size_t len) {
+  worker_.reply_st(c, epoch, answer_buffer(c, seq, len));
+}
+
 // HERD sec. 4.2: poll the request region round-robin, one request per client per round
 // (Guidelines sec. 4.1: a round's answers then leave as one batch).
 void RpcServer::poll_st() {
@@ -164,7 +180,7 @@ void RpcServer::poll_st() {
     const uint32_t c = slot_clients_[i];
     if (worker_.dropped_st(c)) continue;
     scan_st(c);
-    if (!worker_.options().rpc.batching && !batch_.empty()) {
+    if (!batching_ && !batch_.empty()) {
       flush_st();
       worker_.send_replies_st();
     }
@@ -456,6 +472,44 @@ nlohmann::json RpcServer::stats() const {
     j["nexts"] = r(counters_.nexts);
     j["next_errors"] = r(counters_.next_errors);
   }
+  return j;
+}
+
+namespace {
+
+Transport configured_transport(const proto::ServerHost& w) {
+  return herd::resolve(w.settings().herd.transport, w.provider());
+}
+
+RpcServer::Config by_transport(Transport t, RpcServer::Config c) {
+  c.slots = t == Transport::kWrite;
+  c.messages = !c.slots;
+  return c;
+}
+
+}  // namespace
+
+TransportServer::TransportServer(proto::ServerHost& w, const proto::Info& p, Config cfg)
+    : RpcServer(w, p, by_transport(configured_transport(w), cfg)),
+      transport_(configured_transport(w)) {}
+
+std::string TransportServer::admit(const proto::Info& p, const nlohmann::json& hello, uint32_t,
+                                   uint16_t, proto::WelcomeParts* out) {
+  std::string asked = to_string(transport_);
+  if (hello.contains("transport")) {
+    if (!hello.at("transport").is_string()) return "transport must be a string";
+    asked = hello.at("transport").get<std::string>();
+  }
+  if (asked != to_string(transport_))
+    return fmt::format("this server takes {} requests by {} (--transport), not {}", p.name,
+                       to_string(transport_), asked);
+  welcome(transport_, out);
+  return "";
+}
+
+nlohmann::json TransportServer::stats() const {
+  nlohmann::json j = RpcServer::stats();
+  j["transport"] = to_string(transport_);
   return j;
 }
 

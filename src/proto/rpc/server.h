@@ -2,7 +2,8 @@
 // WRITE into and a worker polls (HERD sec. 4.2), requests that arrive as messages (HERD
 // sec. 5.5), large requests whose body the worker READs from client memory, the round's batch
 // through the engine, and one answer per request. How an answer travels is the protocol's:
-// herd SENDs it, server-reply WRITEs it into the client's ring (answer_st).
+// by default one SEND (herd, pilaf, drtm), server-reply WRITEs it into the client's ring
+// (answer_st). Everything it needs of the worker goes through proto/server_host.h.
 //
 // One instance per worker and protocol: its own request region ("<protocol>.requests.<w>"),
 // answer buffers (one per client slot) and staging for indirect bodies, registered only when
@@ -28,7 +29,9 @@ class RpcServer : public proto::ServerProtocol {
   struct Config {
     bool slots = true;      // clients WRITE requests into slots the worker polls
     bool messages = false;  // clients SEND requests
-    size_t answer_bytes = 0;  // room per answer buffer (header + largest value + extras)
+    // Room per answer buffer (header + largest value + extras); 0: the host's recv_size, one
+    // answer message of header and largest value, padded for the provider (fabric/isolation.h).
+    size_t answer_bytes = 0;
     // Takes OpCode::kNext (a sequencer's request: no key, no engine); the round's kNext
     // requests get consecutive values from one claim_st() (Guidelines sec. 4.2's batching).
     bool next = false;
@@ -36,11 +39,15 @@ class RpcServer : public proto::ServerProtocol {
     // may run without an engine: they are answered kMalformed.
     bool kv = true;
   };
-  RpcServer(server::Worker& w, const proto::Info& p, Config cfg);
+  RpcServer(proto::ServerHost& w, const proto::Info& p, Config cfg);
   ~RpcServer() override;
 
   void open() override;
   bool wants_messages() const override { return cfg_.messages; }
+  // Every RPC client is told recv_size (welcome) and may SEND a whole request, so the family
+  // declares its largest whatever the config.
+  size_t max_request_bytes(size_t max_value) const override;
+  size_t max_answer_bytes(size_t max_value) const override;
   nlohmann::json stats() const override;
   void add_client_st(uint32_t c, uint16_t epoch, const proto::Info& p,
                      const nlohmann::json& hello) override;
@@ -57,8 +64,8 @@ class RpcServer : public proto::ServerProtocol {
   // The layout keys and regions every RPC client needs; `transport` is what it was given.
   void welcome(Transport transport, proto::WelcomeParts* out) const;
   // Posts (or queues) the answer built in `slot` (`len` bytes from its ResponseHeader) for
-  // request `seq` of client c.
-  virtual void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char* slot, size_t len) = 0;
+  // request `seq` of client c: by default as one SEND.
+  virtual void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char* slot, size_t len);
   // What a subclass learns of its client from the Hello (set-up path, worker thread).
   virtual void learn_client_st(uint32_t /*c*/, const nlohmann::json& /*hello*/) {}
   // What a protocol adds at out + len to an answer the engine produced (room: answer_bytes);
@@ -73,11 +80,12 @@ class RpcServer : public proto::ServerProtocol {
   // when none can be handed out (each request is then answered kInternal).
   virtual uint64_t claim_st(size_t /*n*/) { return 0; }
 
-  server::Worker& worker_;
+  proto::ServerHost& worker_;
   const proto::Info& protocol_;
   const Config cfg_;
   const uint32_t window_, slot_size_, max_clients_;
   const size_t max_value_, staging_slot_;
+  const bool batching_;  // rpc.batching (read every poll: kept here, not asked of the host)
 
  private:
   struct ClientState;
@@ -110,6 +118,23 @@ class RpcServer : public proto::ServerProtocol {
         indirect{0}, read_errors{0}, batches{0}, nexts{0}, next_errors{0};
   };
   Counters counters_;
+};
+
+// A server side whose requests travel as the server's --transport says (herd's knob, resolved
+// by provider: proto/herd/options.h), WRITten into slots or SENT, and whose answers are one
+// SEND each: herd, and seq-rpc over it. A client may ask for a transport only to be told if
+// it is not the server's.
+class TransportServer : public RpcServer {
+ public:
+  // `cfg`'s slots and messages are set from the transport.
+  TransportServer(proto::ServerHost& w, const proto::Info& p, Config cfg);
+
+  std::string admit(const proto::Info& p, const nlohmann::json& hello, uint32_t client,
+                    uint16_t epoch, proto::WelcomeParts* out) override;
+  nlohmann::json stats() const override;
+
+ private:
+  const Transport transport_;
 };
 
 }  // namespace fabkv::rpc

@@ -40,6 +40,7 @@
 #include "store/hash.h"  // xxh3 compiled inline (XXH_INLINE_ALL), not a call into libxxhash
 
 #include "common/bytes.h"
+#include "proto/prefix.h"
 
 namespace fabkv::rpc {
 
@@ -107,15 +108,12 @@ struct RequestHeader {
 };
 static_assert(sizeof(RequestHeader) == 32 && alignof(RequestHeader) == 8);
 
-// The first 8 bytes of every message a client SENDs to a worker, whatever its protocol (a
-// message is at least a RequestHeader): the worker routes a message to its client's protocol
-// by them (server/worker.cc).
-struct MessagePrefix {
-  uint32_t seq;
-  uint16_t client;
-  uint16_t epoch;
-};
-static_assert(sizeof(MessagePrefix) == 8);
+// A request message starts with the prefix the worker routes every message by
+// (proto/prefix.h), and is never shorter than the worker's minimum.
+static_assert(offsetof(RequestHeader, seq) == offsetof(proto::MessagePrefix, seq) &&
+              offsetof(RequestHeader, client) == offsetof(proto::MessagePrefix, client) &&
+              offsetof(RequestHeader, epoch) == offsetof(proto::MessagePrefix, epoch) &&
+              sizeof(RequestHeader) == proto::kMinMessageBytes);
 
 // After the header: key bytes then value bytes (inline), or one IndirectBody (indirect), then
 // the trailer at the next 4-byte boundary.

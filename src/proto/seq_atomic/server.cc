@@ -18,8 +18,6 @@
 #include "fabric/memory_region.h"
 #include "proto/seq/counter.h"
 #include "proto/server_protocol.h"
-#include "server/options.h"
-#include "server/worker.h"
 #include "store/stats.h"
 
 namespace fabkv::seq_atomic {
@@ -28,8 +26,8 @@ namespace {
 
 class SeqAtomicServer final : public proto::ServerProtocol {
  public:
-  explicit SeqAtomicServer(server::Worker& w)
-      : worker_(w), counter_(seq::Counter::open(w.options().data_dir)) {}
+  explicit SeqAtomicServer(proto::ServerHost& w)
+      : worker_(w), counter_(seq::Counter::open(w.settings().data_dir)) {}
 
   void open() override {
     if (worker_.index() != 0) return;
@@ -39,12 +37,12 @@ class SeqAtomicServer final : public proto::ServerProtocol {
     std::atomic_ref<uint64_t>(*value_ptr()).store(counter_->start(), std::memory_order_release);
     if (!counter_->ensure_ahead(counter_->start()))
       throw std::runtime_error("seq-atomic: cannot persist the high-water mark in " +
-                               worker_.options().data_dir);
+                               worker_.settings().data_dir);
   }
 
   std::string admit(const proto::Info&, const nlohmann::json&, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
-    out->layout["window"] = worker_.options().rpc.window;
+    out->layout["window"] = worker_.settings().rpc.window;
     if (worker_.index() != 0) return "";
     fabric::RemoteRegion r = mem_->remote();
     out->regions.push_back({"seq-atomic.counter", r.addr, 8, r.key,
@@ -73,7 +71,7 @@ class SeqAtomicServer final : public proto::ServerProtocol {
     const uint64_t v = std::atomic_ref<uint64_t>(*value_ptr()).load(std::memory_order_acquire);
     if (v + seq::Counter::kBlock / 2 > counter_->mark() && !counter_->ensure_ahead(v))
       spdlog::error("seq-atomic: cannot persist the high-water mark in {}",
-                    worker_.options().data_dir);
+                    worker_.settings().data_dir);
   }
 
   // Clients' atomics land in memory and (on shm) raise no completion at the server: an
@@ -83,14 +81,14 @@ class SeqAtomicServer final : public proto::ServerProtocol {
  private:
   uint64_t* value_ptr() const { return reinterpret_cast<uint64_t*>(mem_->data()); }
 
-  server::Worker& worker_;
+  proto::ServerHost& worker_;
   const std::shared_ptr<seq::Counter> counter_;
   std::unique_ptr<fabric::RegisteredBuffer> mem_;  // worker 0: the counter
 };
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<SeqAtomicServer>(w);
 }
 

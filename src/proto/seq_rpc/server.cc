@@ -8,36 +8,21 @@
 // only sequencers are served (server/options.h, needed_engine).
 
 #include "fabric/isolation.h"
-#include "proto/herd/options.h"
 #include "proto/rpc/server.h"
 #include "proto/seq/counter.h"
-#include "server/worker.h"
 
 namespace fabkv::seq_rpc {
 
 namespace {
 
-class SeqRpcServer final : public rpc::RpcServer {
+class SeqRpcServer final : public rpc::TransportServer {
  public:
-  explicit SeqRpcServer(server::Worker& w)
-      : RpcServer(w, proto::info(proto::Id::seq_rpc), config(w)),
-        transport_(transport_of(w)),
-        counter_(seq::Counter::open(w.options().data_dir)) {}
-
-  std::string admit(const proto::Info&, const nlohmann::json& hello, uint32_t, uint16_t,
-                    proto::WelcomeParts* out) override {
-    if (hello.contains("transport") &&
-        (!hello.at("transport").is_string() ||
-         hello.at("transport").get<std::string>() != rpc::to_string(transport_)))
-      return "this server takes seq-rpc requests by " + std::string(rpc::to_string(transport_)) +
-             " (--transport)";
-    welcome(transport_, out);
-    return "";
-  }
+  explicit SeqRpcServer(proto::ServerHost& w)
+      : TransportServer(w, proto::info(proto::Id::seq_rpc), config(w)),
+        counter_(seq::Counter::open(w.settings().data_dir)) {}
 
   nlohmann::json stats() const override {
-    nlohmann::json j = RpcServer::stats();
-    j["transport"] = rpc::to_string(transport_);
+    nlohmann::json j = TransportServer::stats();
     j["sequence"] = {{"start", counter_->start()},
                      {"mark", counter_->mark()},
                      {"block", seq::Counter::kBlock},
@@ -47,13 +32,8 @@ class SeqRpcServer final : public rpc::RpcServer {
   }
 
  private:
-  static rpc::Transport transport_of(const server::Worker& w) {
-    return herd::resolve(w.options().herd.transport, w.provider());
-  }
-  static Config config(server::Worker& w) {
+  static Config config(proto::ServerHost& w) {
     Config c;
-    c.slots = transport_of(w) == rpc::Transport::kWrite;
-    c.messages = !c.slots;
     // The value travels in the header; room for the padding a provider may need
     // (fabric/isolation.h).
     c.answer_bytes = fabric::lock_free_capacity(w.fabric(), sizeof(rpc::ResponseHeader));
@@ -64,17 +44,12 @@ class SeqRpcServer final : public rpc::RpcServer {
 
   uint64_t claim_st(size_t n) override { return counter_->claim(n); }
 
-  void answer_st(uint32_t c, uint16_t epoch, uint32_t seq, char*, size_t len) override {
-    worker_.reply_st(c, epoch, answer_buffer(c, seq, len));
-  }
-
-  const rpc::Transport transport_;
   const std::shared_ptr<seq::Counter> counter_;
 };
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<SeqRpcServer>(w);
 }
 

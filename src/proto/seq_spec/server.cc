@@ -23,8 +23,6 @@
 #include "fabric/memory_region.h"
 #include "proto/seq/counter.h"
 #include "proto/server_protocol.h"
-#include "server/options.h"
-#include "server/worker.h"
 #include "store/stats.h"
 
 namespace fabkv::seq_spec {
@@ -35,23 +33,26 @@ using store::add_st;
 
 class SeqSpecServer final : public proto::ServerProtocol {
  public:
-  explicit SeqSpecServer(server::Worker& w)
+  explicit SeqSpecServer(proto::ServerHost& w)
       : worker_(w),
-        counter_(seq::Counter::open(w.options().data_dir)),
-        ring_(4 * w.options().rpc.window),
+        counter_(seq::Counter::open(w.settings().data_dir)),
+        ring_(4 * w.settings().rpc.window),
         stride_((fabric::lock_free_capacity(w.fabric(), 8) + 7) & ~size_t{7}) {}
 
   void open() override {
-    const size_t n = size_t{worker_.options().max_clients} * ring_;
+    const size_t n = size_t{worker_.settings().max_clients} * ring_;
     tx_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(), n * stride_,
                                                      fabric::Access::kLocalOnly);
-    clients_.resize(worker_.options().max_clients);
+    clients_.resize(worker_.settings().max_clients);
   }
   bool wants_messages() const override { return true; }
+  // Requests are header-only SENDs (nothing to receive but the immediate data); an answer is
+  // the 8-byte value.
+  size_t max_answer_bytes(size_t) const override { return 8; }
 
   std::string admit(const proto::Info&, const nlohmann::json&, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
-    const server::ServerOptions& o = worker_.options();
+    const proto::ServerSettings& o = worker_.settings();
     // The client matches answers to requests in order: answers sent in turn over several
     // queues (Worker::post_reply_st) could overtake each other.
     if (!worker_.isolated() && o.rpc.queues > 1)
@@ -134,7 +135,7 @@ class SeqSpecServer final : public proto::ServerProtocol {
     uint32_t guess;  // the high 32 bits the client expects
   };
 
-  server::Worker& worker_;
+  proto::ServerHost& worker_;
   const std::shared_ptr<seq::Counter> counter_;
   const size_t ring_, stride_;
   std::unique_ptr<fabric::RegisteredBuffer> tx_;  // 8-byte answers, ring_ per client
@@ -145,7 +146,7 @@ class SeqSpecServer final : public proto::ServerProtocol {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<SeqSpecServer>(w);
 }
 

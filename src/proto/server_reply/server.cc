@@ -8,7 +8,6 @@
 #include "proto/json.h"
 #include "proto/rpc/server.h"
 #include "proto/server_reply/wire.h"
-#include "server/worker.h"
 
 namespace fabkv::server_reply {
 
@@ -16,9 +15,9 @@ namespace {
 
 class ServerReplyServer final : public rpc::RpcServer {
  public:
-  explicit ServerReplyServer(server::Worker& w)
+  explicit ServerReplyServer(proto::ServerHost& w)
       : RpcServer(w, proto::info(proto::Id::server_reply), config(w)),
-        rings_(w.options().max_clients) {}
+        rings_(w.settings().max_clients) {}
 
   // The client must offer a ring it lets us WRITE, large enough for every worker's W answers
   // of the largest value.
@@ -36,22 +35,22 @@ class ServerReplyServer final : public rpc::RpcServer {
     // small is admitted, told the size (ring_bytes) and never answered; it comes back with a
     // ring that fits (src/proto/server_reply/client.cc).
     welcome(rpc::Transport::kWrite, out);
-    out->layout["ring_bytes"] = ring_bytes(worker_.options().workers, window_, max_value_);
+    out->layout["ring_bytes"] = ring_bytes(worker_.settings().workers, window_, max_value_);
     return "";
   }
 
  private:
-  static Config config(const server::Worker& w) {
+  static Config config(const proto::ServerHost& w) {
     Config c;
     c.slots = true;
     c.messages = false;
-    c.answer_bytes = response_bytes(w.options().max_value);
+    c.answer_bytes = response_bytes(w.settings().max_value);
     return c;
   }
 
   void learn_client_st(uint32_t c, const nlohmann::json& hello) override {
     rings_[c] = proto::region_from_json(hello.at("ring"));  // admit() checked it
-    if (rings_[c].length < ring_bytes(worker_.options().workers, window_, max_value_))
+    if (rings_[c].length < ring_bytes(worker_.settings().workers, window_, max_value_))
       rings_[c] = {};  // too small (see admit): nothing is written into it
   }
 
@@ -84,7 +83,7 @@ class ServerReplyServer final : public rpc::RpcServer {
 
 }  // namespace
 
-std::unique_ptr<proto::ServerProtocol> make_server(server::Worker& w) {
+std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
   return std::make_unique<ServerReplyServer>(w);
 }
 
