@@ -123,9 +123,11 @@ class FarmClient final : public proto::ClientProtocol {
       const auto& ws = j.at("workers");
       if (ws.size() != maps->size()) return false;
       for (size_t i = 0; i < maps->size(); ++i) {
+        // The reader's buffer was sized for these buckets: another size needs a new client.
+        if (ws.at(i).at("bucket_bytes").get<size_t>() != (*maps)[i].bucket_bytes) return false;
         (*maps)[i].generation = ws.at(i).at("generation").get<uint32_t>();
         (*maps)[i].homes = ws.at(i).at("homes").get<uint64_t>();
-        (*maps)[i].bucket_bytes = ws.at(i).at("bucket_bytes").get<size_t>();
+        if ((*maps)[i].homes == 0) return false;
         (*maps)[i].table = proto::region_from_json(ws.at(i).at("table"));
         (*maps)[i].extents = proto::region_from_json(ws.at(i).at("extents"));
         if (table_bytes((*maps)[i].homes, (*maps)[i].bucket_bytes) > (*maps)[i].table.length)
