@@ -81,14 +81,14 @@ class FarmClient final : public proto::ClientProtocol {
     const auto session = rpc::RpcClient::read_layout<proto::SessionLayout>(layout);
     const auto slots = rpc::RpcClient::read_layout<rpc::RpcLayout>(layout);
     const auto farm = rpc::RpcClient::read_layout<FarmLayout>(layout);
-    workers_ = static_cast<uint32_t>(farm.farm.size());
+    workers_ = static_cast<uint32_t>(farm.tables.size());
     max_value_ = session.max_value;
     if (workers_ == 0 || slots.queues == 0 ||
         w.fabric_addresses.size() < size_t{workers_} * slots.queues)
       rpc::RpcClient::bad_layout("the server runs no farm engine for its workers");
     std::vector<FarmMap> maps(workers_);
     for (uint32_t i = 0; i < workers_; ++i) {
-      const TableGeneration& t = farm.farm[i];
+      const TableGeneration& t = farm.tables[i];
       if (t.version != kLayoutVersion || t.neighbourhood != kNeighbourhood)
         rpc::RpcClient::bad_layout("the server's farm table has another layout version");
       maps[i].generation = t.generation;
@@ -106,7 +106,7 @@ class FarmClient final : public proto::ClientProtocol {
     fo.ops = slots.window * workers_;
     fo.max_record = record_bytes(store::kMaxKeySize, max_value_);
     fo.timeout_ms = options_.timeout_ms;
-    fo.grace_ms = farm.farm_grace_ms;
+    fo.grace_ms = farm.grace_ms;
     reader_ = std::make_unique<FarmReader>(
         host_, fo, std::move(maps), [this](std::vector<FarmMap>* m) { return refresh(m); });
   }

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +14,7 @@
 namespace fabkv::farm {
 
 struct TableGeneration {
+  static constexpr const char* kKey = "farm";  // and "farm_grace_ms": FarmOptions::grace_ms
   uint32_t generation = 0;
   uint64_t homes = 0;         // home buckets (layout.h)
   size_t bucket_bytes = 0;
@@ -24,18 +24,7 @@ struct TableGeneration {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TableGeneration, generation, homes, bucket_bytes,
                                    neighbourhood, version)
 
-struct FarmLayout {
-  std::vector<TableGeneration> farm;  // one per worker, in worker order
-  uint32_t farm_grace_ms = 5000;      // FarmOptions::grace_ms (farm/options.h)
-};
-inline void to_json(nlohmann::json& j, const FarmLayout& l) {
-  j = {{"farm", l.farm}, {"farm_grace_ms", l.farm_grace_ms}};
-}
-// "farm_grace_ms" is absent from servers before it.
-inline void from_json(const nlohmann::json& j, FarmLayout& l) {
-  j.at("farm").get_to(l.farm);
-  l.farm_grace_ms = j.value("farm_grace_ms", 5000u);
-}
+using FarmLayout = read_table::PublishedTables<TableGeneration>;
 
 // A table's size in the answer to {"op": "farm-layout"} (read_table/handshake.h).
 struct TableShape {

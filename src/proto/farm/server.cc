@@ -85,8 +85,8 @@ class FarmServer final : public proto::ServerProtocol {
     out->regions.push_back({fmt::format("farm.extents.{}", w), r.extents.addr, r.extents.length,
                             r.extents.key, static_cast<uint32_t>(r.extents.access)});
     proto::add_to_layout<FarmLayout>(&out->layout, w, [&](FarmLayout& l) {
-      l.farm.push_back({r.generation, r.homes, r.bucket_bytes, kNeighbourhood, kLayoutVersion});
-      l.farm_grace_ms = worker_.options().farm.grace_ms;
+      l.tables.push_back({r.generation, r.homes, r.bucket_bytes, kNeighbourhood, kLayoutVersion});
+      l.grace_ms = worker_.options().farm.grace_ms;
     });
     return "";
   }

@@ -37,7 +37,7 @@ class PilafClient final : public proto::ClientProtocol {
     Opened r = rpc_.open(w, layout);
     if (r != Opened::kReady || !reads_) return r;
     const auto l = rpc::RpcClient::read_layout<PilafLayout>(layout);
-    if (l.pilaf.size() != rpc_.workers())
+    if (l.tables.size() != rpc_.workers())
       rpc::RpcClient::bad_layout("the server runs no pilaf engine for these workers");
     setup_reader(w, l);
     return r;
@@ -88,8 +88,8 @@ class PilafClient final : public proto::ClientProtocol {
       maps[i].peer = rpc_.peer(i);
       maps[i].table = rpc::RpcClient::region_of(w, fmt::format("pilaf.table.{}", i));
       maps[i].extents = rpc::RpcClient::region_of(w, fmt::format("pilaf.extents.{}", i));
-      maps[i].generation = layout.pilaf[i].generation;
-      maps[i].entries = layout.pilaf[i].entries;
+      maps[i].generation = layout.tables[i].generation;
+      maps[i].entries = layout.tables[i].entries;
       if (maps[i].entries == 0 || table_bytes(maps[i].entries) > maps[i].table.length)
         rpc::RpcClient::bad_layout(fmt::format("pilaf.table.{} is smaller than its entries", i));
     }
@@ -97,7 +97,7 @@ class PilafClient final : public proto::ClientProtocol {
     po.ops = rpc_.window() * n;
     po.max_record = record_bytes(store::kMaxKeySize, rpc_.max_value());
     po.timeout_ms = options_.timeout_ms;
-    po.grace_ms = layout.pilaf_grace_ms;
+    po.grace_ms = layout.grace_ms;
     po.parallel_probes = options_.pilaf_parallel_probes;
     po.clock_skew_s = options_.clock_skew_s;  // test only
     reader_ = std::make_unique<PilafReader>(

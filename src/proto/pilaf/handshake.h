@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,24 +13,13 @@
 namespace fabkv::pilaf {
 
 struct TableGeneration {
+  static constexpr const char* kKey = "pilaf";  // and "pilaf_grace_ms": PilafOptions::grace_ms
   uint32_t generation = 0;
   uint64_t entries = 0;  // cuckoo table entries (Pilaf sec. 3.2)
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TableGeneration, generation, entries)
 
-struct PilafLayout {
-  std::vector<TableGeneration> pilaf;  // one per worker, in worker order
-  uint32_t pilaf_grace_ms = 5000;      // PilafOptions::grace_ms (pilaf/options.h)
-};
-inline void to_json(nlohmann::json& j, const PilafLayout& l) {
-  j = {{"pilaf", l.pilaf}, {"pilaf_grace_ms", l.pilaf_grace_ms}};
-}
-// "pilaf" is absent from a server that runs no pilaf engine; the client refuses it then (its
-// size is not the number of workers). "pilaf_grace_ms" is absent from servers before it.
-inline void from_json(const nlohmann::json& j, PilafLayout& l) {
-  l.pilaf = j.value("pilaf", std::vector<TableGeneration>{});
-  l.pilaf_grace_ms = j.value("pilaf_grace_ms", 5000u);
-}
+using PilafLayout = read_table::PublishedTables<TableGeneration>;
 
 // A table's size in the answer to {"op": "layout"} (read_table/handshake.h).
 struct TableShape {

@@ -69,8 +69,8 @@ class PilafServer final : public rpc::RpcServer {
                             r.extents.length, r.extents.key,
                             static_cast<uint32_t>(r.extents.access)});
     proto::add_to_layout<PilafLayout>(&out->layout, w, [&](PilafLayout& l) {
-      l.pilaf.push_back({r.generation, r.entries});
-      l.pilaf_grace_ms = worker_.options().pilaf.grace_ms;
+      l.tables.push_back({r.generation, r.entries});
+      l.grace_ms = worker_.options().pilaf.grace_ms;
     });
     return "";
   }
