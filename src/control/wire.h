@@ -126,7 +126,7 @@ inline constexpr uint16_t kMaxAuthMethod = static_cast<uint16_t>(AuthMethod::kHm
 struct Hello {
   uint16_t version = kProtocolVersion;
   AuthMethod auth = AuthMethod::kNone;   // kHmacSha256: the client has a secret to prove
-  std::string service;                   // e.g. "perf", "herd"
+  std::string service;                   // the server asked: "fabkv", "perf" (fabkv-perf)
   std::string provider;                  // client's libfabric provider, e.g. "tcp;ofi_rxm"
   std::vector<uint8_t> fabric_address;   // client's endpoint name (may be empty)
   std::vector<uint8_t> payload;          // service-specific opaque bytes
@@ -144,7 +144,7 @@ struct Welcome {
   std::string provider;
   std::vector<std::vector<uint8_t>> fabric_addresses;  // server endpoint names
   std::vector<RegionDescriptor> regions;
-  std::vector<uint8_t> payload;                        // service-specific layout
+  std::vector<uint8_t> payload;                        // the service's (fabkv: proto/handshake.h)
   bool operator==(const Welcome&) const = default;
 };
 

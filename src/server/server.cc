@@ -11,6 +11,7 @@
 #include "common/deadline.h"
 #include "common/log.h"
 #include "control/client.h"
+#include "proto/handshake.h"
 #include "proto/json.h"
 #include "proto/registry.h"
 #include "store/limits.h"
@@ -211,11 +212,16 @@ control::Welcome Server::welcome(uint32_t index, uint16_t epoch, const proto::In
   for (auto& wk : workers_)
     for (auto& addr : wk->endpoint_names(index)) w.fabric_addresses.push_back(addr);
   w.regions = std::move(parts.regions);
-  nlohmann::json layout = {{"client", index},         {"epoch", epoch},
-                           {"workers", o_.workers},   {"max_clients", o_.max_clients},
-                           {"protocol", p.name},      {"max_value", o_.max_value},
-                           {"max_key", store::kMaxKeySize}, {"engine", o_.engine},
-                           {"provider", provider()}, {"name", name}};
+  nlohmann::json layout = proto::SessionLayout{.client = static_cast<uint16_t>(index),
+                                                .epoch = epoch,
+                                                .workers = o_.workers,
+                                                .max_clients = o_.max_clients,
+                                                .protocol = std::string(p.name),
+                                                .max_value = o_.max_value,
+                                                .max_key = store::kMaxKeySize,
+                                                .engine = o_.engine,
+                                                .provider = provider(),
+                                                .name = name};
   layout.update(parts.layout);
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());

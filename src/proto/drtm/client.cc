@@ -32,6 +32,7 @@
 #include "fabric/memory_region.h"
 #include "fabric/retry.h"
 #include "proto/client_protocol.h"
+#include "proto/drtm/handshake.h"
 #include "proto/drtm/wire.h"
 #include "proto/registry.h"
 #include "proto/rpc/client.h"
@@ -165,9 +166,10 @@ class DrtmClient final : public proto::ClientProtocol {
     Opened r = rpc_.open(w, layout);
     if (r != Opened::kReady) return r;
     const uint32_t n = rpc_.workers();
-    if (!layout.contains("drtm") || !layout.at("drtm").is_array() || layout.at("drtm").size() != n)
+    const auto l = rpc::RpcClient::read_layout<DrtmLayout>(layout);
+    if (l.drtm.size() != n)
       rpc::RpcClient::bad_layout("the server runs no drtm engine for these workers");
-    if (layout.value("drtm_layout", 0u) != kLayoutVersion)
+    if (l.drtm_layout != kLayoutVersion)
       rpc::RpcClient::bad_layout("the server's drtm layout is not version " +
                                  std::to_string(kLayoutVersion));
     maps_.assign(n, Map{});
@@ -176,12 +178,8 @@ class DrtmClient final : public proto::ClientProtocol {
       m.peer = rpc_.peer(i);
       m.table = rpc::RpcClient::region_of(w, fmt::format("drtm.table.{}", i));
       m.items = rpc::RpcClient::region_of(w, fmt::format("drtm.items.{}", i));
-      try {
-        m.main = layout.at("drtm").at(i).at("buckets").get<uint64_t>();
-        m.overflow = layout.at("drtm").at(i).at("overflow").get<uint64_t>();
-      } catch (const nlohmann::json::exception& e) {
-        rpc::RpcClient::bad_layout(e.what());
-      }
+      m.main = l.drtm[i].buckets;
+      m.overflow = l.drtm[i].overflow;
       if (m.main == 0 || (m.main + m.overflow) * sizeof(Bucket) > m.table.length)
         rpc::RpcClient::bad_layout(fmt::format("drtm.table.{} is smaller than its buckets", i));
     }

@@ -17,6 +17,8 @@
 #include "fabric/memory_region.h"
 #include "proto/drtm/atomics.h"
 #include "proto/drtm/engine.h"
+#include "proto/drtm/handshake.h"
+#include "proto/handshake.h"
 #include "proto/json.h"
 #include "proto/rpc/server.h"
 
@@ -68,9 +70,10 @@ class DrtmServer final : public rpc::RpcServer {
     out->regions.push_back({fmt::format("drtm.items.{}", w), i.addr, i.length, i.key,
                             static_cast<uint32_t>(i.access)});
     const store::DrtmRegions& r = engine_->regions();
-    out->layout["drtm"].push_back(
-        {{"buckets", r.main_buckets}, {"overflow", r.overflow_buckets}});
-    out->layout["drtm_layout"] = kLayoutVersion;
+    proto::add_to_layout<DrtmLayout>(&out->layout, w, [&](DrtmLayout& l) {
+      l.drtm.push_back({r.main_buckets, r.overflow_buckets});
+      l.drtm_layout = kLayoutVersion;
+    });
     return "";
   }
 

@@ -252,8 +252,6 @@ inline size_t build_record(char* out, uint64_t version, uint32_t expire_at,
   return sizeof(r) + value.size();
 }
 
-// The layout a client learns at connect (Welcome payload, next to the RPC keys):
-//   "drtm": [{"buckets": main buckets, "overflow": overflow buckets} per worker],
-//   "drtm_layout": kLayoutVersion; regions "drtm.table.<w>" and "drtm.items.<w>".
+// The layout a client learns at connect (Welcome payload, next to the RPC keys): handshake.h.
 
 }  // namespace fabkv::drtm

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include "proto/farm/handshake.h"
 #include "proto/farm/layout.h"
+#include "proto/handshake.h"
 #include "proto/farm/reader.h"
-#include "proto/json.h"
 #include "proto/registry.h"
 #include "proto/rpc/client.h"
+#include "proto/rpc/handshake.h"
 #include "proto/server_reply/client.h"
 #include "store/hash.h"
 #include "store/limits.h"
@@ -76,41 +78,35 @@ class FarmClient final : public proto::ClientProtocol {
 
  private:
   void setup_reader(const control::Welcome& w, const nlohmann::json& layout) {
-    std::vector<FarmMap> maps;
-    uint32_t window = 0, queues = 1;
-    try {
-      const auto& f = layout.at("farm");
-      workers_ = static_cast<uint32_t>(f.size());
-      window = layout.at("window").get<uint32_t>();
-      queues = layout.value("queues", 1u);
-      max_value_ = layout.at("max_value").get<size_t>();
-      if (workers_ == 0 || queues == 0 || w.fabric_addresses.size() < size_t{workers_} * queues)
-        rpc::RpcClient::bad_layout("the server runs no farm engine for its workers");
-      maps.resize(workers_);
-      for (uint32_t i = 0; i < workers_; ++i) {
-        const auto& e = f.at(i);
-        if (e.at("version").get<uint32_t>() != kLayoutVersion ||
-            e.at("neighbourhood").get<uint32_t>() != kNeighbourhood)
-          rpc::RpcClient::bad_layout("the server's farm table has another layout version");
-        maps[i].generation = e.at("generation").get<uint32_t>();
-        maps[i].homes = e.at("homes").get<uint64_t>();
-        maps[i].bucket_bytes = e.at("bucket_bytes").get<size_t>();
-        maps[i].table = rpc::RpcClient::region_of(w, fmt::format("farm.table.{}", i));
-        maps[i].extents = rpc::RpcClient::region_of(w, fmt::format("farm.extents.{}", i));
-        if (maps[i].homes == 0 || maps[i].bucket_bytes < bucket_bytes(kPointerBytes) ||
-            table_bytes(maps[i].homes, maps[i].bucket_bytes) > maps[i].table.length)
-          rpc::RpcClient::bad_layout(fmt::format("farm.table.{} is smaller than its buckets", i));
-        // The worker's first endpoint, as the RPC client addresses it (proto/rpc/client.cc).
-        maps[i].peer = host_.endpoint().insert_peer(w.fabric_addresses[size_t{i} * queues]);
-      }
-    } catch (const nlohmann::json::exception& e) {
-      rpc::RpcClient::bad_layout(e.what());
+    const auto session = rpc::RpcClient::read_layout<proto::SessionLayout>(layout);
+    const auto slots = rpc::RpcClient::read_layout<rpc::RpcLayout>(layout);
+    const auto farm = rpc::RpcClient::read_layout<FarmLayout>(layout);
+    workers_ = static_cast<uint32_t>(farm.tables.size());
+    max_value_ = session.max_value;
+    if (workers_ == 0 || slots.queues == 0 ||
+        w.fabric_addresses.size() < size_t{workers_} * slots.queues)
+      rpc::RpcClient::bad_layout("the server runs no farm engine for its workers");
+    std::vector<FarmMap> maps(workers_);
+    for (uint32_t i = 0; i < workers_; ++i) {
+      const TableGeneration& t = farm.tables[i];
+      if (t.version != kLayoutVersion || t.neighbourhood != kNeighbourhood)
+        rpc::RpcClient::bad_layout("the server's farm table has another layout version");
+      maps[i].generation = t.generation;
+      maps[i].homes = t.homes;
+      maps[i].bucket_bytes = t.bucket_bytes;
+      maps[i].table = rpc::RpcClient::region_of(w, fmt::format("farm.table.{}", i));
+      maps[i].extents = rpc::RpcClient::region_of(w, fmt::format("farm.extents.{}", i));
+      if (maps[i].homes == 0 || maps[i].bucket_bytes < bucket_bytes(kPointerBytes) ||
+          table_bytes(maps[i].homes, maps[i].bucket_bytes) > maps[i].table.length)
+        rpc::RpcClient::bad_layout(fmt::format("farm.table.{} is smaller than its buckets", i));
+      // The worker's first endpoint, as the RPC client addresses it (proto/rpc/client.cc).
+      maps[i].peer = host_.endpoint().insert_peer(w.fabric_addresses[size_t{i} * slots.queues]);
     }
     FarmReader::Options fo;
-    fo.ops = window * workers_;
+    fo.ops = slots.window * workers_;
     fo.max_record = record_bytes(store::kMaxKeySize, max_value_);
     fo.timeout_ms = options_.timeout_ms;
-    fo.grace_ms = layout.value("farm_grace_ms", 5000u);
+    fo.grace_ms = farm.grace_ms;
     reader_ = std::make_unique<FarmReader>(
         host_, fo, std::move(maps), [this](std::vector<FarmMap>* m) { return refresh(m); });
   }
@@ -123,13 +119,15 @@ class FarmClient final : public proto::ClientProtocol {
       const auto& ws = j.at("workers");
       if (ws.size() != maps->size()) return false;
       for (size_t i = 0; i < maps->size(); ++i) {
-        (*maps)[i].generation = ws.at(i).at("generation").get<uint32_t>();
-        (*maps)[i].homes = ws.at(i).at("homes").get<uint64_t>();
-        (*maps)[i].bucket_bytes = ws.at(i).at("bucket_bytes").get<size_t>();
-        (*maps)[i].table = proto::region_from_json(ws.at(i).at("table"));
-        (*maps)[i].extents = proto::region_from_json(ws.at(i).at("extents"));
-        if (table_bytes((*maps)[i].homes, (*maps)[i].bucket_bytes) > (*maps)[i].table.length)
+        const auto t = ws.at(i).get<LiveTable>();
+        // The reader's buffer was sized for these buckets: another size needs a new client.
+        if (t.shape.bucket_bytes != (*maps)[i].bucket_bytes || t.shape.homes == 0 ||
+            table_bytes(t.shape.homes, t.shape.bucket_bytes) > t.table.length)
           return false;
+        (*maps)[i].generation = t.generation;
+        (*maps)[i].homes = t.shape.homes;
+        (*maps)[i].table = t.table;
+        (*maps)[i].extents = t.extents;
       }
       return true;
     } catch (const std::exception&) {

@@ -16,7 +16,8 @@
 
 #include "fabric/memory_region.h"
 #include "proto/farm/engine.h"
-#include "proto/json.h"
+#include "proto/farm/handshake.h"
+#include "proto/handshake.h"
 #include "proto/server_protocol.h"
 
 namespace fabkv::server_reply {
@@ -87,12 +88,10 @@ class FarmServer final : public proto::ServerProtocol {
                             r.table.key, static_cast<uint32_t>(r.table.access)});
     out->regions.push_back({fmt::format("farm.extents.{}", w), r.extents.addr, r.extents.length,
                             r.extents.key, static_cast<uint32_t>(r.extents.access)});
-    out->layout["farm"].push_back({{"generation", r.generation},
-                                   {"homes", r.homes},
-                                   {"bucket_bytes", r.bucket_bytes},
-                                   {"neighbourhood", kNeighbourhood},
-                                   {"version", kLayoutVersion}});
-    out->layout["farm_grace_ms"] = worker_.settings().farm.grace_ms;
+    proto::add_to_layout<FarmLayout>(&out->layout, w, [&](FarmLayout& l) {
+      l.tables.push_back({r.generation, r.homes, r.bucket_bytes, kNeighbourhood, kLayoutVersion});
+      l.grace_ms = worker_.settings().farm.grace_ms;
+    });
     return "";
   }
 
@@ -100,11 +99,7 @@ class FarmServer final : public proto::ServerProtocol {
   std::optional<nlohmann::json> control(std::string_view op) const override {
     if (op != "farm-layout") return std::nullopt;
     const Regions r = regions();
-    return nlohmann::json{{"generation", r.generation},
-                          {"homes", r.homes},
-                          {"bucket_bytes", r.bucket_bytes},
-                          {"table", proto::region_to_json(r.table)},
-                          {"extents", proto::region_to_json(r.extents)}};
+    return nlohmann::json(LiveTable{r.generation, {r.homes, r.bucket_bytes}, r.table, r.extents});
   }
 
   nlohmann::json stats() const override {

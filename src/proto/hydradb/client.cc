@@ -11,6 +11,7 @@
 
 #include "common/deadline.h"
 #include "fabric/retry.h"
+#include "proto/hydradb/handshake.h"
 #include "proto/hydradb/layout.h"
 #include "proto/hydradb/wire.h"
 #include "proto/json.h"
@@ -56,8 +57,8 @@ class HydraClient final : public proto::ClientProtocol {
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
     const Opened r = ring_.open(w, layout);
     if (r != Opened::kReady) return r;
-    if (layout.value("hydradb_wire", 0u) != kWireVersion ||
-        layout.value("hydradb_layout", 0u) != kLayoutVersion)
+    const auto l = rpc::RpcClient::read_layout<HydradbLayout>(layout);
+    if (l.hydradb_wire != kWireVersion || l.hydradb_layout != kLayoutVersion)
       rpc::RpcClient::bad_layout("the server speaks another hydradb wire or item layout");
     window_ = rpc_.window();
     max_value_ = rpc_.max_value();

@@ -10,8 +10,10 @@
 
 #include "fabric/memory_region.h"
 #include "proto/hydradb/engine.h"
+#include "proto/hydradb/handshake.h"
 #include "proto/hydradb/wire.h"
 #include "proto/json.h"
+#include "proto/rpc/handshake.h"
 #include "proto/rpc/server.h"
 
 namespace fabkv::hydradb {
@@ -52,10 +54,10 @@ class HydraServer final : public rpc::RpcServer {
       return std::string("hydradb needs a response ring in the Hello: ") + e.what();
     }
     welcome(rpc::Transport::kWrite, out);
-    out->layout["ring_bytes"] = ring_bytes(worker_.settings().workers, window_, max_value_);
-    out->layout["hydradb_wire"] = kWireVersion;
-    out->layout["hydradb_layout"] = kLayoutVersion;
-    out->layout["lease_ms"] = worker_.settings().hydradb.lease_ms;
+    const size_t ring_size = ring_bytes(worker_.settings().workers, window_, max_value_);
+    out->layout.update(nlohmann::json(rpc::RingLayout{ring_size}));
+    out->layout.update(nlohmann::json(
+        HydradbLayout{kWireVersion, kLayoutVersion, worker_.settings().hydradb.lease_ms}));
     const fabric::RemoteRegion r = items_mr_->remote();
     out->regions.push_back({fmt::format("hydradb.items.{}", worker_.index()), r.addr, r.length,
                             r.key, static_cast<uint32_t>(r.access)});

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "proto/json.h"
+#include "proto/pilaf/handshake.h"
 #include "proto/pilaf/layout.h"
 #include "proto/pilaf/reader.h"
 #include "proto/registry.h"
@@ -36,10 +36,10 @@ class PilafClient final : public proto::ClientProtocol {
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
     Opened r = rpc_.open(w, layout);
     if (r != Opened::kReady || !reads_) return r;
-    if (!layout.contains("pilaf") || !layout.at("pilaf").is_array() ||
-        layout.at("pilaf").size() != rpc_.workers())
+    const auto l = rpc::RpcClient::read_layout<PilafLayout>(layout);
+    if (l.tables.size() != rpc_.workers())
       rpc::RpcClient::bad_layout("the server runs no pilaf engine for these workers");
-    setup_reader(w, layout);
+    setup_reader(w, l);
     return r;
   }
 
@@ -81,19 +81,15 @@ class PilafClient final : public proto::ClientProtocol {
   }
 
  private:
-  void setup_reader(const control::Welcome& w, const nlohmann::json& layout) {
+  void setup_reader(const control::Welcome& w, const PilafLayout& layout) {
     const uint32_t n = rpc_.workers();
     std::vector<PilafMap> maps(n);
     for (uint32_t i = 0; i < n; ++i) {
       maps[i].peer = rpc_.peer(i);
       maps[i].table = rpc::RpcClient::region_of(w, fmt::format("pilaf.table.{}", i));
       maps[i].extents = rpc::RpcClient::region_of(w, fmt::format("pilaf.extents.{}", i));
-      try {
-        maps[i].generation = layout.at("pilaf").at(i).at("generation").get<uint32_t>();
-        maps[i].entries = layout.at("pilaf").at(i).at("entries").get<uint64_t>();
-      } catch (const nlohmann::json::exception& e) {
-        rpc::RpcClient::bad_layout(e.what());
-      }
+      maps[i].generation = layout.tables[i].generation;
+      maps[i].entries = layout.tables[i].entries;
       if (maps[i].entries == 0 || table_bytes(maps[i].entries) > maps[i].table.length)
         rpc::RpcClient::bad_layout(fmt::format("pilaf.table.{} is smaller than its entries", i));
     }
@@ -101,7 +97,7 @@ class PilafClient final : public proto::ClientProtocol {
     po.ops = rpc_.window() * n;
     po.max_record = record_bytes(store::kMaxKeySize, rpc_.max_value());
     po.timeout_ms = options_.timeout_ms;
-    po.grace_ms = layout.value("pilaf_grace_ms", 5000u);
+    po.grace_ms = layout.grace_ms;
     po.parallel_probes = options_.pilaf_parallel_probes;
     po.clock_skew_s = options_.clock_skew_s;  // test only
     reader_ = std::make_unique<PilafReader>(
@@ -117,11 +113,12 @@ class PilafClient final : public proto::ClientProtocol {
       const auto& ws = j.at("workers");
       if (ws.size() != maps->size()) return false;
       for (size_t i = 0; i < maps->size(); ++i) {
-        (*maps)[i].generation = ws.at(i).at("generation").get<uint32_t>();
-        (*maps)[i].entries = ws.at(i).at("entries").get<uint64_t>();
-        (*maps)[i].table = proto::region_from_json(ws.at(i).at("table"));
-        (*maps)[i].extents = proto::region_from_json(ws.at(i).at("extents"));
-        if ((*maps)[i].entries == 0) return false;
+        const auto t = ws.at(i).get<LiveTable>();
+        if (t.shape.entries == 0) return false;
+        (*maps)[i].generation = t.generation;
+        (*maps)[i].entries = t.shape.entries;
+        (*maps)[i].table = t.table;
+        (*maps)[i].extents = t.extents;
       }
       return true;
     } catch (const std::exception&) {

@@ -8,7 +8,8 @@
 #include <fmt/format.h>
 
 #include "fabric/memory_region.h"
-#include "proto/json.h"
+#include "proto/handshake.h"
+#include "proto/pilaf/handshake.h"
 #include "proto/rpc/server.h"
 #include "proto/pilaf/engine.h"
 
@@ -66,8 +67,10 @@ class PilafServer final : public rpc::RpcServer {
     out->regions.push_back({fmt::format("pilaf.extents.{}", w), r.extents.addr,
                             r.extents.length, r.extents.key,
                             static_cast<uint32_t>(r.extents.access)});
-    out->layout["pilaf"].push_back({{"generation", r.generation}, {"entries", r.entries}});
-    out->layout["pilaf_grace_ms"] = worker_.settings().pilaf.grace_ms;
+    proto::add_to_layout<PilafLayout>(&out->layout, w, [&](PilafLayout& l) {
+      l.tables.push_back({r.generation, r.entries});
+      l.grace_ms = worker_.settings().pilaf.grace_ms;
+    });
     return "";
   }
 
@@ -76,10 +79,7 @@ class PilafServer final : public rpc::RpcServer {
   std::optional<nlohmann::json> control(std::string_view op) const override {
     if (op != "layout") return std::nullopt;
     Regions r = regions();
-    return nlohmann::json{{"generation", r.generation},
-                          {"entries", r.entries},
-                          {"table", proto::region_to_json(r.table)},
-                          {"extents", proto::region_to_json(r.extents)}};
+    return nlohmann::json(LiveTable{r.generation, {r.entries}, r.table, r.extents});
   }
 
   nlohmann::json stats() const override {

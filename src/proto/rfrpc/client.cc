@@ -26,6 +26,7 @@
 #include "proto/json.h"
 #include "proto/registry.h"
 #include "proto/rfrpc/client_batch.h"
+#include "proto/rfrpc/handshake.h"
 #include "proto/rfrpc/hybrid.h"
 #include "proto/rfrpc/wire.h"
 #include "proto/rpc/answer_ring.h"
@@ -62,18 +63,13 @@ class RfrpcClient final : public proto::ClientProtocol {
     window_ = rpc_.window();
     max_value_ = rpc_.max_value();
     slot_bytes_ = result_slot_bytes(max_value_);
-    std::string mode;
-    try {
-      if (layout.at("rfrpc_wire").get<uint32_t>() != kWireVersion)
-        rpc::RpcClient::bad_layout(fmt::format("rfrpc wire version {} (this client speaks {})",
-                                               layout.at("rfrpc_wire").get<uint32_t>(),
-                                               kWireVersion));
-      fetch_size_ = layout.at("fetch_size").get<uint32_t>();
-      retries_ = layout.at("retries").get<uint32_t>();
-      mode = layout.at("mode").get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      rpc::RpcClient::bad_layout(e.what());
-    }
+    const auto l = rpc::RpcClient::read_layout<RfrpcLayout>(layout);
+    if (l.rfrpc_wire != kWireVersion)
+      rpc::RpcClient::bad_layout(fmt::format("rfrpc wire version {} (this client speaks {})",
+                                             l.rfrpc_wire, kWireVersion));
+    fetch_size_ = l.fetch_size;
+    retries_ = l.retries;
+    const std::string& mode = l.mode;
     if (mode != "hybrid" && mode != "fetch" && mode != "reply")
       rpc::RpcClient::bad_layout("rfrpc mode " + mode);
     if (fetch_size_ < sizeof(ResultHeader) + sizeof(rpc::ResponseHeader) || retries_ == 0)
@@ -110,15 +106,11 @@ class RfrpcClient final : public proto::ClientProtocol {
     copy_.reserve(result_bytes(max_value_));  // the copy never allocates
     batcher_.reset();
     Batcher::Config bc;
-    try {
-      bc.entries = layout.value("batch_entries", 0u);
-      bc.bytes = layout.value("batch_bytes", 2048u);
-      bc.timeout_us = layout.value("batch_timeout_us", 100u);
-      bc.llimit_us = layout.value("batch_llimit_us", 0u);
-      bc.alpha_pct = layout.value("batch_alpha_pct", 5u);
-    } catch (const nlohmann::json::exception& e) {
-      rpc::RpcClient::bad_layout(e.what());
-    }
+    bc.entries = l.batch_entries;
+    bc.bytes = l.batch_bytes;
+    bc.timeout_us = l.batch_timeout_us;
+    bc.llimit_us = l.batch_llimit_us;
+    bc.alpha_pct = l.batch_alpha_pct;
     if (bc.entries > 0) {
       if (bc.entries > 0xffff || bc.bytes < 256 || bc.bytes % 8 != 0 || bc.timeout_us == 0 ||
           bc.alpha_pct == 0)

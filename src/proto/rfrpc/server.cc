@@ -25,7 +25,9 @@
 
 #include "common/deadline.h"
 #include "proto/json.h"
+#include "proto/rfrpc/handshake.h"
 #include "proto/rfrpc/wire.h"
+#include "proto/rpc/handshake.h"
 #include "proto/rpc/request.h"
 #include "proto/rpc/server.h"
 #include "store/hash.h"
@@ -81,18 +83,19 @@ class RfrpcServer final : public rpc::RpcServer {
       return std::string("rfrpc needs a ring in the Hello: ") + e.what();
     }
     welcome(rpc::Transport::kWrite, out);
-    out->layout["rfrpc_wire"] = kWireVersion;
-    out->layout["ring_bytes"] = ring_bytes(worker_.settings().workers, window_, max_value_);
-    out->layout["fetch_size"] = o_.fetch_size;
-    out->layout["retries"] = o_.retries;
-    out->layout["mode"] = o_.mode == Mode::kFetch   ? "fetch"
-                          : o_.mode == Mode::kReply ? "reply"
-                                                    : "hybrid";
-    out->layout["batch_entries"] = o_.batch_entries;
-    out->layout["batch_bytes"] = o_.batch_bytes;
-    out->layout["batch_timeout_us"] = o_.batch_timeout_us;
-    out->layout["batch_llimit_us"] = o_.batch_llimit_us;
-    out->layout["batch_alpha_pct"] = o_.batch_alpha_pct;
+    const size_t ring_size = ring_bytes(worker_.settings().workers, window_, max_value_);
+    out->layout.update(nlohmann::json(rpc::RingLayout{ring_size}));
+    RfrpcLayout l;
+    l.rfrpc_wire = kWireVersion;
+    l.fetch_size = o_.fetch_size;
+    l.retries = o_.retries;
+    l.mode = o_.mode == Mode::kFetch ? "fetch" : o_.mode == Mode::kReply ? "reply" : "hybrid";
+    l.batch_entries = o_.batch_entries;
+    l.batch_bytes = o_.batch_bytes;
+    l.batch_timeout_us = o_.batch_timeout_us;
+    l.batch_llimit_us = o_.batch_llimit_us;
+    l.batch_alpha_pct = o_.batch_alpha_pct;
+    out->layout.update(nlohmann::json(l));
     for (const auto& [name, buf] :
          {std::pair{"results", results_.get()}, std::pair{"modes", modes_.get()},
           std::pair{"batches", batches_.get()}, std::pair{"bresults", bresults_.get()}}) {

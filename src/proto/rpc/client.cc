@@ -9,7 +9,9 @@
 #include "fabric/error.h"
 #include "fabric/isolation.h"
 #include "fabric/retry.h"
+#include "proto/handshake.h"
 #include "proto/json.h"
+#include "proto/rpc/handshake.h"
 #include "store/hash.h"
 #include "store/limits.h"
 
@@ -76,25 +78,20 @@ void RpcClient::hello(nlohmann::json* payload) {
 }
 
 void RpcClient::parse(const control::Welcome& w, const nlohmann::json& layout) {
-  try {
-    if (layout.contains("wire") && layout.at("wire").get<uint32_t>() != kWireVersion)
-      bad_layout(fmt::format("wire version {} (this client speaks {})",
-                             layout.at("wire").get<uint32_t>(), kWireVersion));
-    client_ = layout.at("client").get<uint16_t>();
-    epoch_ = layout.at("epoch").get<uint16_t>();
-    n_workers_ = layout.at("workers").get<uint32_t>();
-    window_ = layout.at("window").get<uint32_t>();
-    slot_size_ = layout.at("slot_size").get<uint32_t>();
-    queues_ = layout.value("queues", 1u);
-    max_value_ = layout.at("max_value").get<size_t>();
-    recv_size_ = config_.recv_answers ? layout.at("recv_size").get<size_t>()
-                                      : layout.value("recv_size", size_t{0});
-    std::string transport = layout.value("transport", std::string("write"));
-    if (transport != "write" && transport != "send") bad_layout("transport " + transport);
-    send_transport_ = transport == "send";
-  } catch (const nlohmann::json::exception& e) {
-    bad_layout(e.what());
-  }
+  const auto session = read_layout<proto::SessionLayout>(layout);
+  const auto rpc = read_layout<RpcLayout>(layout);
+  if (rpc.wire != kWireVersion)
+    bad_layout(fmt::format("wire version {} (this client speaks {})", rpc.wire, kWireVersion));
+  client_ = session.client;
+  epoch_ = session.epoch;
+  n_workers_ = session.workers;
+  window_ = rpc.window;
+  slot_size_ = rpc.slot_size;
+  queues_ = rpc.queues;
+  max_value_ = session.max_value;
+  recv_size_ = rpc.recv_size;
+  if (rpc.transport != "write" && rpc.transport != "send") bad_layout("transport " + rpc.transport);
+  send_transport_ = rpc.transport == "send";
   if (n_workers_ == 0 || n_workers_ > 65536) bad_layout("workers out of range");
   if (window_ == 0 || window_ > 4096) bad_layout("window out of range");
   if (queues_ == 0) bad_layout("queues = 0");

@@ -69,6 +69,16 @@ class RpcClient {
   // The Welcome's region called `name`; throws ClientError(kMalformed) when there is none.
   static fabric::RemoteRegion region_of(const control::Welcome& w, const std::string& name);
   [[noreturn]] static void bad_layout(const std::string& why);
+  // A part of the handshake layout (proto/handshake.h); one the server's layout does not
+  // have, or has with keys of other types, is bad_layout().
+  template <class Part>
+  static Part read_layout(const nlohmann::json& layout) {
+    try {
+      return layout.get<Part>();
+    } catch (const nlohmann::json::exception& e) {
+      bad_layout(e.what());
+    }
+  }
 
   // Validates, waits (bounded by timeout_ms) for the key's worker to have a free slot and
   // the staging bytes, encodes and posts. kOk: the callback runs exactly once.

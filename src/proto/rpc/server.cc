@@ -8,6 +8,7 @@
 #include "fabric/error.h"
 #include "proto/json.h"
 #include "proto/herd/options.h"
+#include "proto/rpc/handshake.h"
 #include "store/hash.h"
 #include "store/limits.h"
 #include "store/stats.h"
@@ -105,12 +106,13 @@ void RpcServer::open() {
 
 void RpcServer::welcome(Transport transport, proto::WelcomeParts* out) const {
   const proto::ServerSettings& o = worker_.settings();
-  out->layout["wire"] = kWireVersion;
-  out->layout["window"] = window_;
-  out->layout["slot_size"] = slot_size_;
-  out->layout["queues"] = worker_.isolated() ? 1u : o.rpc.queues;
-  out->layout["transport"] = to_string(transport);
-  out->layout["recv_size"] = worker_.recv_size();
+  RpcLayout l;
+  l.window = window_;
+  l.slot_size = slot_size_;
+  l.queues = worker_.isolated() ? 1u : o.rpc.queues;
+  l.transport = to_string(transport);
+  l.recv_size = worker_.recv_size();
+  out->layout.update(nlohmann::json(l));
   if (region_) {
     fabric::RemoteRegion r = region_->remote();
     out->regions.push_back({fmt::format("{}.requests.{}", protocol_.name, worker_.index()), r.addr,

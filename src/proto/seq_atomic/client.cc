@@ -17,6 +17,7 @@
 #include "proto/client_protocol.h"
 #include "proto/registry.h"
 #include "proto/rpc/client.h"
+#include "proto/seq_atomic/handshake.h"
 
 namespace fabkv::seq_atomic {
 
@@ -32,11 +33,7 @@ class SeqAtomicClient final : public proto::ClientProtocol {
   }
 
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
-    try {
-      window_ = layout.at("window").get<uint32_t>();
-    } catch (const nlohmann::json::exception& e) {
-      rpc::RpcClient::bad_layout(e.what());
-    }
+    window_ = rpc::RpcClient::read_layout<SeqAtomicLayout>(layout).window;
     if (window_ == 0 || window_ > 4096) rpc::RpcClient::bad_layout("window out of range");
     if (w.fabric_addresses.empty()) rpc::RpcClient::bad_layout("no fabric address");
     counter_ = rpc::RpcClient::region_of(w, "seq-atomic.counter");

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "fabric/memory_region.h"
 #include "proto/seq/counter.h"
+#include "proto/seq_atomic/handshake.h"
 #include "proto/server_protocol.h"
 #include "store/stats.h"
 
@@ -42,7 +43,7 @@ class SeqAtomicServer final : public proto::ServerProtocol {
 
   std::string admit(const proto::Info&, const nlohmann::json&, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
-    out->layout["window"] = worker_.settings().rpc.window;
+    out->layout.update(nlohmann::json(SeqAtomicLayout{worker_.settings().rpc.window}));
     if (worker_.index() != 0) return "";
     fabric::RemoteRegion r = mem_->remote();
     out->regions.push_back({"seq-atomic.counter", r.addr, 8, r.key,

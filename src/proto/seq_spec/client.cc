@@ -20,8 +20,10 @@
 #include "fabric/memory_region.h"
 #include "fabric/retry.h"
 #include "proto/client_protocol.h"
+#include "proto/handshake.h"
 #include "proto/registry.h"
 #include "proto/rpc/client.h"
+#include "proto/seq_spec/handshake.h"
 #include "proto/server_protocol.h"
 
 namespace fabkv::seq_spec {
@@ -40,17 +42,13 @@ class SeqSpecClient final : public proto::ClientProtocol {
   }
 
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
-    uint32_t workers = 0, queues = 1;
-    try {
-      window_ = layout.at("window").get<uint32_t>();
-      workers = layout.at("workers").get<uint32_t>();
-      queues = layout.value("queues", 1u);
-      prefix_.client = layout.at("client").get<uint16_t>();
-      prefix_.epoch = layout.at("epoch").get<uint16_t>();
-      guess_ = layout.value("high", 0u);
-    } catch (const nlohmann::json::exception& e) {
-      rpc::RpcClient::bad_layout(e.what());
-    }
+    const auto session = rpc::RpcClient::read_layout<proto::SessionLayout>(layout);
+    const auto l = rpc::RpcClient::read_layout<SeqSpecLayout>(layout);
+    const uint32_t workers = session.workers, queues = l.queues;
+    window_ = l.window;
+    prefix_.client = session.client;
+    prefix_.epoch = session.epoch;
+    guess_ = l.high;
     if (window_ == 0 || window_ > 4096) rpc::RpcClient::bad_layout("window out of range");
     if (workers == 0 || queues == 0 || w.fabric_addresses.size() != size_t{workers} * queues)
       rpc::RpcClient::bad_layout("fabric addresses do not match workers x queues");

@@ -22,6 +22,7 @@
 #include "fabric/isolation.h"
 #include "fabric/memory_region.h"
 #include "proto/seq/counter.h"
+#include "proto/seq_spec/handshake.h"
 #include "proto/server_protocol.h"
 #include "store/stats.h"
 
@@ -57,10 +58,12 @@ class SeqSpecServer final : public proto::ServerProtocol {
     // queues (Worker::post_reply_st) could overtake each other.
     if (!worker_.isolated() && o.rpc.queues > 1)
       return "seq-spec matches answers to requests in order: serve it with --queues 1";
-    out->layout["window"] = o.rpc.window;
-    out->layout["queues"] = worker_.isolated() ? 1u : o.rpc.queues;
+    SeqSpecLayout l;
+    l.window = o.rpc.window;
+    l.queues = worker_.isolated() ? 1u : o.rpc.queues;
     // The client's first guess: the high 32 bits of the value about to be handed out.
-    out->layout["high"] = static_cast<uint32_t>(counter_->peek() >> 32);
+    l.high = static_cast<uint32_t>(counter_->peek() >> 32);
+    out->layout.update(nlohmann::json(l));
     return "";
   }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "proto/json.h"
+#include "proto/rpc/handshake.h"
 #include "proto/rpc/server.h"
 #include "proto/server_reply/wire.h"
 
@@ -35,7 +36,8 @@ class ServerReplyServer final : public rpc::RpcServer {
     // small is admitted, told the size (ring_bytes) and never answered; it comes back with a
     // ring that fits (src/proto/server_reply/client.cc).
     welcome(rpc::Transport::kWrite, out);
-    out->layout["ring_bytes"] = ring_bytes(worker_.settings().workers, window_, max_value_);
+    const size_t ring_size = ring_bytes(worker_.settings().workers, window_, max_value_);
+    out->layout.update(nlohmann::json(rpc::RingLayout{ring_size}));
     return "";
   }
 
