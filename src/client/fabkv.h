@@ -28,7 +28,7 @@ typedef enum fabkv_status {
   FABKV_ERROR = 9,             /* any other failure */
   FABKV_BUFFER_TOO_SMALL = 10, /* fabkv_get: the value does not fit; *vlen has its size */
   FABKV_INVALID_ARGUMENT = 11, /* a NULL client or pointer */
-  FABKV_CONTENDED = 12         /* pilaf get: the key kept changing under 64 READs; retry later */
+  FABKV_CONTENDED = 12         /* a get by READs: the key kept changing under 64; retry later */
 } fabkv_status;
 
 typedef struct fabkv_client fabkv_client;
@@ -61,8 +61,8 @@ void fabkv_options_init(fabkv_options* o);
  * lists the known ones). */
 fabkv_client* fabkv_connect(const fabkv_options* o, char* err, size_t errlen);
 
-/* The protocols this library speaks, comma-separated ("herd, server-reply, pilaf, pilaf-vo"):
- * a static string. */
+/* The protocols this library speaks, comma-separated ("herd, server-reply, ...", the list of
+ * proto/registry.h): a static string. */
 const char* fabkv_protocols(void);
 /* The i-th of them (0-based), NULL past the last: a static string. */
 const char* fabkv_protocol_name(size_t i);

@@ -41,7 +41,7 @@ enum class FarmReader::Step : uint8_t { kNeighbourhood, kRecord, kHeader, kClock
 
 struct FarmReader::Op {
   fabric::OpContext ctx;
-  Client::Callback cb;
+  Callback cb;
   std::string key;
   KeyHome kh{};
   Bucket bucket{};      // the candidate: its views point into this op's neighbourhood copy
@@ -89,7 +89,7 @@ bool FarmReader::owns(const fabric::OpContext* ctx) const {
   return ctx != nullptr && ctx->user == &kFarmMarker;
 }
 
-Status FarmReader::get(std::string_view key, uint32_t worker, Client::Callback cb) {
+Status FarmReader::get(std::string_view key, uint32_t worker, Callback cb) {
   if (worker >= maps_.size()) return Status::kError;
   Deadline d = Deadline::after_ms(o_.timeout_ms);
   Op* op = nullptr;
@@ -205,7 +205,7 @@ size_t FarmReader::finish(Op& op, Status st, std::string_view value, uint64_t ve
   counters_.gets++;
   if (st == Status::kOk) counters_.hits++;
   in_flight_--;
-  Client::Callback cb = std::move(op.cb);
+  Callback cb = std::move(op.cb);
   op.cb = nullptr;
   // The value is in this op's READ buffer (the neighbourhood or the record copy), which the
   // next GET may take as soon as the op is free, also one the callback starts and waits for:

@@ -22,7 +22,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/client.h"
 #include "common/deadline.h"
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
@@ -75,7 +74,7 @@ class FarmReader {
   ~FarmReader();
 
   // kOk once the first READ is posted (the callback then runs exactly once), or why not.
-  Status get(std::string_view key, uint32_t worker, Client::Callback cb);
+  Status get(std::string_view key, uint32_t worker, Callback cb);
 
   bool owns(const fabric::OpContext* ctx) const;
   size_t on_completion(fabric::Completion& c);  // callbacks run

@@ -60,7 +60,7 @@ constexpr double kClockSlackS = 0.5;
 
 struct PilafReader::Op {
   fabric::OpContext ctx[4];
-  Client::Callback cb;
+  Callback cb;
   std::string key;
   pilaf::KeySlots slots{};
   pilaf::Entry entry{};
@@ -108,7 +108,7 @@ bool PilafReader::owns(const fabric::OpContext* ctx) const {
   return ctx != nullptr && ctx->user == &kPilafMarker;
 }
 
-Status PilafReader::get(std::string_view key, uint32_t worker, Client::Callback cb) {
+Status PilafReader::get(std::string_view key, uint32_t worker, Callback cb) {
   if (worker >= maps_.size()) return Status::kError;
   Deadline d = Deadline::after_ms(o_.timeout_ms);
   Op* op = nullptr;
@@ -240,7 +240,7 @@ size_t PilafReader::finish(Op& op, Status st, std::string_view value, uint64_t v
     counters_.hit_entry_reads += op.entry_reads;
   }
   in_flight_--;
-  Client::Callback cb = std::move(op.cb);
+  Callback cb = std::move(op.cb);
   op.cb = nullptr;
   // The value is in this op's READ buffer, which the next GET may take as soon as the op is
   // free, also one the callback starts and waits for: the callback reads a copy.

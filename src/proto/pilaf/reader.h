@@ -24,7 +24,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/client.h"
 #include "common/deadline.h"
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
@@ -72,7 +71,7 @@ class PilafReader {
     // READ fails and takes the connection down with it).
     uint32_t grace_ms = 5000;
     bool parallel_probes = false;  // READ h1, h2, h3 at once
-    // TEST ONLY (ClientOptions::clock_skew_s): seconds added to this client's wall clock. The
+    // TEST ONLY (ClientTestHooks::clock_skew_s): seconds added to this client's wall clock. The
     // reader judges expire_at by the server's clock (TableHeader.clock) and reads its own
     // wall clock only for a server that does not publish one (layout v1).
     int64_t clock_skew_s = 0;
@@ -90,7 +89,7 @@ class PilafReader {
 
   // kOk once the first READ is posted (the callback then runs exactly once), or the reason
   // nothing was started (kTimeout: no free op within timeout_ms; kError: READ not postable).
-  Status get(std::string_view key, uint32_t worker, Client::Callback cb);
+  Status get(std::string_view key, uint32_t worker, Callback cb);
 
   bool owns(const fabric::OpContext* ctx) const;
   size_t on_completion(fabric::Completion& c);  // callbacks run

@@ -45,11 +45,11 @@ class RpcClient::StagingArena {
 
 RpcClient::RpcClient(proto::ClientHost& host, const ClientConfig& config)
     : host_(host), config_(config) {
-  const ClientOptions& o = host.options();
+  const proto::ClientSettings& o = host.settings();
   staging_bytes_ = o.staging_bytes ? o.staging_bytes : kDefaultStaging;
   timeout_ms_ = o.timeout_ms;
-  first_seq_ = o.first_seq;
-  garbage_request_ = o.garbage_request;
+  first_seq_ = o.test.first_seq;
+  garbage_request_ = o.test.garbage_request;
 }
 
 RpcClient::~RpcClient() = default;
@@ -72,7 +72,7 @@ void RpcClient::hello(nlohmann::json* payload) {
   staging_ = std::make_unique<StagingArena>(staging_bytes_);
   staging_remote_ = staging_buf_->remote();
   (*payload)["region"] = proto::region_to_json(staging_remote_);
-  if (first_seq_ != 0) (*payload)["first_seq"] = first_seq_;  // TEST ONLY (ClientOptions)
+  if (first_seq_ != 0) (*payload)["first_seq"] = first_seq_;  // TEST ONLY (ClientTestHooks)
 }
 
 void RpcClient::parse(const control::Welcome& w, const nlohmann::json& layout) {
@@ -159,7 +159,7 @@ proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
   rx_ = std::make_unique<fabric::RegisteredBuffer>(fabric, n_recv * recv_size_,
                                                    fabric::Access::kLocalOnly);
   recv_ctx_ = std::vector<fabric::OpContext>(n_recv);
-  Deadline d = Deadline::after_ms(host_.options().connect_timeout_ms);
+  Deadline d = Deadline::after_ms(host_.settings().connect_timeout_ms);
   for (size_t i = 0; i < n_recv; ++i) {
     recv_ctx_[i].user = &kRecvMarker;
     recv_ctx_[i].tag = i;
@@ -181,7 +181,7 @@ uint32_t RpcClient::worker_of(std::string_view key) const {
 
 // Runs a request's callback once, then marks it finished (the callback may post more).
 void RpcClient::finish(Slot& s, Status st, std::string_view value, uint64_t version) {
-  Client::Callback cb = std::move(s.cb);
+  Callback cb = std::move(s.cb);
   s.cb = nullptr;
   if (cb) cb(st, value, version);
 }
@@ -300,7 +300,7 @@ size_t RpcClient::expire(bool all) {
   return ran;
 }
 
-Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
+Status RpcClient::submit(const proto::ClientRequest& r, Callback&& cb) {
   const OpCode op = to_opcode(r.op);
   if (host_.gone()) return Status::kServerGone;
   std::string_view key = r.key, value = r.value;
@@ -368,7 +368,7 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
     src = tx_->local(tx_offset(w, si), send_transport_ ? fabric::lock_free_len(fabric, n) : n);
   }
   if (garbage_request_ != 0 && ++requests_ == garbage_request_)
-    header[offsetof(RequestHeader, check)] ^= 1;  // TEST ONLY (ClientOptions::garbage_request)
+    header[offsetof(RequestHeader, check)] ^= 1;  // TEST ONLY (ClientTestHooks::garbage_request)
   s.cb = std::move(cb);
   s.awaiting = true;
   s.tx_pending = true;

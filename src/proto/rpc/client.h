@@ -72,7 +72,7 @@ class RpcClient {
 
   // Validates, waits (bounded by timeout_ms) for the key's worker to have a free slot and
   // the staging bytes, encodes and posts. kOk: the callback runs exactly once.
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb);
+  Status submit(const proto::ClientRequest& r, Callback&& cb);
   // Would submit() find worker w's next slot free at once? For a caller that must not wait
   // for one (hydradb sends the GET after a stale READ only then, docs/hydradb.md): an inline
   // request to w then waits for nothing but the provider's queue.
@@ -129,7 +129,7 @@ class RpcClient {
 
   struct Slot {
     fabric::OpContext tx_ctx;
-    Client::Callback cb;
+    Callback cb;
     uint32_t seq = 0;
     uint8_t op = 0;
     bool awaiting = false;    // answer expected and callback not yet run
@@ -172,8 +172,8 @@ class RpcClient {
   size_t tx_stride_ = 0;  // bytes per request slot in `tx_` (room for lock-free padding)
   bool send_transport_ = false;
   int timeout_ms_ = 2000;
-  uint32_t first_seq_ = 0;  // ClientOptions::first_seq (TEST ONLY)
-  uint64_t garbage_request_ = 0, requests_ = 0;  // ClientOptions::garbage_request (TEST ONLY)
+  uint32_t first_seq_ = 0;  // ClientTestHooks::first_seq (TEST ONLY)
+  uint64_t garbage_request_ = 0, requests_ = 0;  // ClientTestHooks::garbage_request (TEST ONLY)
   uint64_t seq_wraps_ = 0;
 
   std::vector<Worker> workers_;
