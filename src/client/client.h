@@ -29,7 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fabric/counters.h"
-#include "proto/options.h"
+#include "proto/client_options.h"
 #include "proto/registry.h"
 #include "proto/status.h"  // Status, to_string(Status), Callback, ClientError
 
@@ -61,8 +61,8 @@ struct ClientOptions {
   // always at least one largest request (the client reconnects once if the server's max_value
   // needs more).
   size_t staging_bytes = 0;
-  // Each protocol's own client knobs, declared in its folder (proto/options.h); a protocol
-  // reads only its own.
+  // Each protocol's own client knobs, declared in its folder and gathered in
+  // proto/client_options.h; a protocol reads only its own.
   proto::ClientProtocolOptions protocol_options;
   // How the blocking calls (get, put, del, flush) wait for their answer: "spin" polls without
   // pause (lowest latency, a core while waiting); "adaptive" polls for poll_spin_us, then blocks
@@ -97,7 +97,7 @@ class Client {
              uint32_t expire_at = 0, uint64_t* new_version = nullptr);
   Status del(std::string_view key);
 
-  // A sequencer's next value (protocol seq-rpc or seq-atomic, docs/sequencer.md): unique
+  // A sequencer's next value (a protocol without key-value data, docs/sequencer.md): unique
   // across all clients of the server, increasing for this client. kError from a key-value
   // protocol (nothing sent).
   Status next(uint64_t* value);

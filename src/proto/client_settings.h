@@ -1,6 +1,6 @@
 // What a protocol's client side may know of how it was configured: the session
 // (src/client/session.cc) fills a ClientSettings from the public ClientOptions, the protocols'
-// own client options (proto/options.h) and, in tests only, the test hooks; protocols read it
+// own client options (proto/client_options.h) and, in tests only, the test hooks; protocols read it
 // through ClientHost::settings() (proto/client_protocol.h) and never see the public options.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "proto/options.h"
+#include "proto/client_options.h"
 
 namespace fabkv::proto {
 

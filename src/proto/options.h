@@ -23,13 +23,6 @@ struct ProtocolOptions {
   rfrpc::Options rfrpc;
 };
 
-// The client sides' own knobs, one member per protocol that has any (its folder's
-// options.h); the public ClientOptions carries them as `protocol_options`, and the session
-// hands them to the protocol in proto::ClientSettings (proto/client_settings.h).
-struct ClientProtocolOptions {
-  pilaf::ClientOptions pilaf;
-};
-
 // Declares every block's knobs (common/knobs.h), each in its own TOML table and --help group.
 inline void declare_knobs(Knobs& k, ProtocolOptions* o) {
   rpc::declare(k, &o->rpc);

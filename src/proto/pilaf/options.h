@@ -23,12 +23,4 @@ struct Options {
 // --pilaf-grace-ms) with their ranges; proto/pilaf/options.cc.
 void declare(Knobs& k, Options* o);
 
-// The pilaf client's knobs (ClientOptions::protocol_options.pilaf; fabkv-bench
-// --pilaf-parallel-probes).
-struct ClientOptions {
-  // READ a key's three table entries at once instead of one after another (one round trip
-  // instead of up to three; ~3 entry READs per GET instead of ~1.6 at 75% fill).
-  bool parallel_probes = false;
-};
-
 }  // namespace fabkv::pilaf
