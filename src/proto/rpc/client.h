@@ -147,7 +147,21 @@ class RpcClient {
   };
   class StagingArena;
 
+  // How a request travels (HERD sec. 4.2, 5.5): inline in its slot; indirect (the slot holds
+  // where in our staging region the worker READs key and value); or, by SEND and larger than
+  // a slot, built whole in staging.
+  enum class Carriage { kInline, kIndirect, kStagedSend };
+
   void parse(const control::Welcome& w, const nlohmann::json& layout);
+  // submit()'s steps, in order.
+  Status route(const proto::ClientRequest& r, uint32_t* w) const;
+  Carriage carriage(size_t body) const;
+  Status wait_for_slot(const Worker& wk, size_t staging_len, const Deadline& d, uint32_t* si,
+                       size_t* off);
+  fabric::LocalBuffer encode(uint32_t w, uint32_t si, Carriage how, const RequestFields& f,
+                             const proto::ClientRequest& r, size_t off);
+  Status post(uint32_t w, uint32_t si, const fabric::LocalBuffer& src, Callback&& cb,
+              const Deadline& d);
   long post_recv(size_t i, const Deadline& d);
   size_t on_recv(fabric::Completion& c);
   size_t on_tx(fabric::Completion& c);
