@@ -73,8 +73,8 @@ int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t c
 int fabkv_put(fabkv_client* c, const void* key, size_t klen, const void* val, size_t vlen);
 int fabkv_del(fabkv_client* c, const void* key, size_t klen);
 /* A sequencer's next value into *value (a protocol without key-value data,
- * docs/sequencer.md): unique across the server's clients, increasing for this client. FABKV_ERROR from a
- * key-value protocol. */
+ * docs/sequencer.md): unique across the server's clients, increasing for this client.
+ * FABKV_ERROR from a key-value protocol. */
 int fabkv_next(fabkv_client* c, uint64_t* value);
 
 /* The server's largest value in bytes (0 for a NULL client). */

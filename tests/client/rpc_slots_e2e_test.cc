@@ -198,8 +198,8 @@ TEST_P(SeqWrapE2E, EveryRequestIsAnsweredAcrossTheWrap) {
 INSTANTIATE_TEST_SUITE_P(All, SeqWrapE2E, ::testing::ValuesIn(params()), name);
 
 // A request the worker cannot read (garbage in the slot: here the client's own request with its
-// check broken, testing::ClientHooks::garbage_request) is answered kMalformed once it has sat in the
-// slot for the worker's stall bound (proto/rpc/server.cc, kStallPolls: milliseconds). The
+// check broken, testing::ClientHooks::garbage_request) is answered kMalformed once it has sat in
+// the slot for the worker's stall bound (proto/rpc/server.cc, kStallPolls: milliseconds). The
 // answer cannot name the request's op (garbage has none), and the client must still take it:
 // the caller learns at once, not after its timeout, and the next requests go on.
 class GarbageSlotE2E : public SeqWrapE2E {};
