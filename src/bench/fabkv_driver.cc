@@ -128,7 +128,7 @@ class FabkvDriver final : public Driver {
     co.provider = o.provider;
     co.secret = o.secret;
     co.timeout_ms = o.timeout_ms;
-    co.pilaf_parallel_probes = o.pilaf_parallel_probes;
+    co.protocol_options.pilaf.parallel_probes = o.pilaf_parallel_probes;
     clients_.resize(o.clients);
     for (auto& c : clients_) open(o, co, &c);
     values_.resize(clients_.size());

@@ -3,25 +3,9 @@
 #include "client/client.h"
 
 #include "client/session.h"
+#include "client/testing.h"
 
 namespace fabkv {
-
-const char* to_string(Status s) {
-  switch (s) {
-    case Status::kOk: return "ok";
-    case Status::kNotFound: return "not found";
-    case Status::kTooLarge: return "too large";
-    case Status::kNoSpace: return "no space";
-    case Status::kVersionMismatch: return "version mismatch";
-    case Status::kInvalidKey: return "invalid key";
-    case Status::kServerGone: return "server gone";
-    case Status::kTimeout: return "timeout";
-    case Status::kMalformed: return "malformed request";
-    case Status::kError: return "error";
-    case Status::kContended: return "contended: the key kept changing under 64 READs";
-  }
-  return "unknown status";
-}
 
 namespace {
 
@@ -45,6 +29,11 @@ Client::~Client() = default;
 
 std::unique_ptr<Client> Client::connect(const ClientOptions& options) {
   return std::unique_ptr<Client>(new Client(Session::connect(options)));
+}
+
+std::unique_ptr<Client> testing::connect(const ClientOptions& options,
+                                         const proto::ClientTestHooks& hooks) {
+  return std::unique_ptr<Client>(new Client(Session::connect(options, hooks)));
 }
 
 Status Client::get(std::string_view key, std::string* value, uint64_t* version) {

@@ -22,29 +22,34 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "fabric/counters.h"
+#include "proto/client_options.h"
 #include "proto/registry.h"
+#include "proto/status.h"  // Status, to_string(Status), Callback, ClientError
 
 namespace fabkv {
 
+class Client;
 class Session;
+struct ClientOptions;
+namespace proto {
+struct ClientTestHooks;  // proto/client_settings.h
+}
+namespace testing {
+// src/client/testing.h: connect with test hooks (fault and clock injection), for tests only.
+std::unique_ptr<Client> connect(const ClientOptions& options, const proto::ClientTestHooks& hooks);
+}  // namespace testing
 
 struct ClientOptions {
   std::string server = "127.0.0.1:7000";  // control channel HOST:PORT of fabkv-server
-  // Access protocol, a name from proto/registry.h: "herd" (HERD sec. 4), "server-reply"
-  // (answers WRITten into a ring of client memory, RF-RPC sec. 5.3), "pilaf" (GETs by READs
-  // of the server's cuckoo table, PUT/DEL by message; Pilaf sec. 3), "pilaf-vo" (the same
-  // server, everything by message), "farm" / "farm-var" (GETs by one READ of a hopscotch
-  // neighbourhood, farm-var one more of the value; PUT/DEL WRITten, answers WRITten back;
-  // HERD sec. 5.1.2, docs/farm.md). An unknown name fails at connect with the list.
+  // Access protocol, a name from proto/registry.h (its one-line summaries; docs/ has a page
+  // per protocol). An unknown name fails at connect with the list.
   std::string protocol = proto::info(proto::kDefault).name;
   std::string provider = "auto";          // auto|shm|tcp|verbs: must match the server's
   std::string transport;                  // request transport "write"|"send"; "" = the protocol's
@@ -56,9 +61,9 @@ struct ClientOptions {
   // always at least one largest request (the client reconnects once if the server's max_value
   // needs more).
   size_t staging_bytes = 0;
-  // pilaf: READ a key's three table entries at once instead of one after another (one round
-  // trip instead of up to three; ~3 entry READs per GET instead of ~1.6 at 75% fill).
-  bool pilaf_parallel_probes = false;
+  // Each protocol's own client knobs, declared in its folder and gathered in
+  // proto/client_options.h; a protocol reads only its own.
+  proto::ClientProtocolOptions protocol_options;
   // How the blocking calls (get, put, del, flush) wait for their answer: "spin" polls without
   // pause (lowest latency, a core while waiting); "adaptive" polls for poll_spin_us, then blocks
   // on the endpoint's wait object and the control connection (tcp: any bytes from the server
@@ -67,58 +72,13 @@ struct ClientOptions {
   std::string poll = "spin";
   int poll_spin_us = 100;
   int poll_sleep_us = 1000;
-  // TEST ONLY: pretend this client's wall clock is off by this many seconds (a host whose
-  // clock is skewed). Expiry is judged by the server's clock on every protocol, so this
-  // changes nothing against a server that publishes its clock (pilaf: TableHeader.clock,
-  // docs/pilaf.md "Expiry and the server's clock"); tests use it to show exactly that.
-  int clock_skew_s = 0;
-  // TEST ONLY: hydradb measures leases on this client's monotonic clock; this rate (1 = true
-  // time) makes that clock run fast (> 1: leases end early) or slow (< 1: the client trusts an
-  // address longer than the server holds its memory, which the item checks must catch).
-  double lease_clock_rate = 1.0;
-  // TEST ONLY: the sequence number this client's first request to each worker carries (0 = 1,
-  // as always) on the RPC protocols (herd, server-reply, rfrpc, hydradb, seq-rpc, and the
-  // messages of pilaf, farm and drtm). The Hello tells the server, whose slot polling starts
-  // there too. Tests start near 2^32 to cross the sequence's wrap in a few requests
-  // (tests/client/rpc_slots_e2e_test.cc); nothing else has a reason to set it.
-  uint32_t first_seq = 0;
-  // TEST ONLY: this client's n-th request by the RPC client (counted from 1 over all workers;
-  // 0 = none) goes out with its check broken, as garbage in its slot would look to the worker
-  // (tests/client/rpc_slots_e2e_test.cc: the answer is kMalformed, at once).
-  uint64_t garbage_request = 0;
-};
-
-enum class Status {
-  kOk,
-  kNotFound,         // get/del: no such key
-  kTooLarge,         // key over 250 bytes or value over the server's max_value (nothing sent)
-  kNoSpace,          // the server's store is full (store engine)
-  kVersionMismatch,  // put with expected_version: the item changed
-  kInvalidKey,       // empty key
-  kServerGone,       // control connection closed or a fabric error: reconnect
-  kTimeout,          // no answer within timeout_ms
-  kMalformed,        // the server could not parse our request (a bug on one side)
-  kError,            // anything else (the server failed to serve it, a local fabric error)
-  kContended,        // pilaf GET: the key changed under every one of 64 READs (a writer is
-                     // rewriting it without pause); nothing is wrong, retry later
-};
-const char* to_string(Status s);
-
-class ClientError : public std::runtime_error {
- public:
-  ClientError(Status status, const std::string& what)
-      : std::runtime_error(what), status_(status) {}
-  Status status() const { return status_; }
-
- private:
-  Status status_;
 };
 
 class Client {
  public:
   // value is valid only during the callback. version: get: the item's version, put: the new
-  // version, del: 0.
-  using Callback = std::function<void(Status, std::string_view value, uint64_t version)>;
+  // version, del: 0 (proto/status.h).
+  using Callback = fabkv::Callback;
 
   // Opens the fabric, connects the control channel, learns the layout. Throws ClientError
   // (kServerGone when unreachable or rejected: what() has the server's message; kTimeout;
@@ -137,7 +97,7 @@ class Client {
              uint32_t expire_at = 0, uint64_t* new_version = nullptr);
   Status del(std::string_view key);
 
-  // A sequencer's next value (protocol seq-rpc or seq-atomic, docs/sequencer.md): unique
+  // A sequencer's next value (a protocol without key-value data, docs/sequencer.md): unique
   // across all clients of the server, increasing for this client. kError from a key-value
   // protocol (nothing sent).
   Status next(uint64_t* value);
@@ -164,10 +124,10 @@ class Client {
 
   // Server statistics (control request {"op":"stats"}). Throws ClientError.
   nlohmann::json stats();
-  // What the protocol counted on this client (ClientProtocol::counters()): for pilaf, GETs,
-  // entry READs (probes), extent READs, retries after torn READs, re-probes, layout refreshes,
-  // and their per-GET means. An empty object for herd, server-reply and pilaf-vo. Owner
-  // thread.
+  // What the protocol counted on this client (ClientProtocol::counters(); a protocol that
+  // READs the server's table counts its GETs, READs, retries and their per-GET means, each
+  // protocol's page in docs/ lists them). An empty object when the protocol counts nothing.
+  // Owner thread.
   nlohmann::json protocol_counters() const;
   // This client's verb counters (its one endpoint). Safe from any thread.
   fabric::VerbSnapshot counters() const;
@@ -177,6 +137,8 @@ class Client {
   const std::string& provider() const;
 
  private:
+  friend std::unique_ptr<Client> testing::connect(const ClientOptions&,
+                                                  const proto::ClientTestHooks&);
   explicit Client(std::unique_ptr<Session> session);
   std::unique_ptr<Session> session_;  // client/session.h
 };

@@ -28,7 +28,7 @@ typedef enum fabkv_status {
   FABKV_ERROR = 9,             /* any other failure */
   FABKV_BUFFER_TOO_SMALL = 10, /* fabkv_get: the value does not fit; *vlen has its size */
   FABKV_INVALID_ARGUMENT = 11, /* a NULL client or pointer */
-  FABKV_CONTENDED = 12         /* pilaf get: the key kept changing under 64 READs; retry later */
+  FABKV_CONTENDED = 12         /* a get by READs: the key kept changing under 64; retry later */
 } fabkv_status;
 
 typedef struct fabkv_client fabkv_client;
@@ -61,8 +61,7 @@ void fabkv_options_init(fabkv_options* o);
  * lists the known ones). */
 fabkv_client* fabkv_connect(const fabkv_options* o, char* err, size_t errlen);
 
-/* The protocols this library speaks, comma-separated ("herd, server-reply, pilaf, pilaf-vo"):
- * a static string. */
+/* The protocols this library speaks, comma-separated (proto/registry.h): a static string. */
 const char* fabkv_protocols(void);
 /* The i-th of them (0-based), NULL past the last: a static string. */
 const char* fabkv_protocol_name(size_t i);
@@ -73,9 +72,9 @@ int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t c
               size_t* vlen);
 int fabkv_put(fabkv_client* c, const void* key, size_t klen, const void* val, size_t vlen);
 int fabkv_del(fabkv_client* c, const void* key, size_t klen);
-/* A sequencer's next value into *value (protocol seq-rpc or seq-atomic, docs/sequencer.md):
- * unique across the server's clients, increasing for this client. FABKV_ERROR from a
- * key-value protocol. */
+/* A sequencer's next value into *value (a protocol without key-value data,
+ * docs/sequencer.md): unique across the server's clients, increasing for this client.
+ * FABKV_ERROR from a key-value protocol. */
 int fabkv_next(fabkv_client* c, uint64_t* value);
 
 /* The server's largest value in bytes (0 for a NULL client). */

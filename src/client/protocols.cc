@@ -10,7 +10,8 @@
 
 #define FABKV_DECLARE_CLIENT(id, name, server, engine, summary)                           \
   namespace fabkv::id {                                                                  \
-  std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost&, const ClientOptions&); \
+  std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost&,                  \
+                                                     const proto::ClientSettings&);      \
   }
 FABKV_PROTOCOLS(FABKV_DECLARE_CLIENT)
 #undef FABKV_DECLARE_CLIENT
@@ -20,7 +21,7 @@ namespace fabkv {
 namespace {
 
 using Factory = std::unique_ptr<proto::ClientProtocol> (*)(proto::ClientHost&,
-                                                           const ClientOptions&);
+                                                           const proto::ClientSettings&);
 
 constexpr Factory kFactories[] = {
 #define FABKV_CLIENT_FACTORY(id, name, server, engine, summary) &fabkv::id::make_client,
@@ -33,12 +34,12 @@ static_assert(std::size(kFactories) == std::size(proto::kProtocols));
 
 std::unique_ptr<proto::ClientProtocol> make_client_protocol(std::string_view name,
                                                             proto::ClientHost& host,
-                                                            const ClientOptions& options) {
+                                                            const proto::ClientSettings& settings) {
   const proto::Info* p = proto::find(name);
   if (p == nullptr)
     throw ClientError(Status::kError, "fabkv: unknown protocol '" + std::string(name) +
                                           "' (this client speaks: " + proto::names() + ")");
-  return kFactories[static_cast<size_t>(p->id)](host, options);
+  return kFactories[static_cast<size_t>(p->id)](host, settings);
 }
 
 }  // namespace fabkv

@@ -10,10 +10,20 @@ namespace fabkv {
 
 using proto::json_bytes;
 
-std::unique_ptr<Session> Session::connect(const ClientOptions& options) {
-  std::unique_ptr<Session> s(new Session(options));
-  // The protocol first: an unknown name or options it refuses fail before anything opens.
-  s->proto_ = make_client_protocol(options.protocol, *s, s->o_);
+Session::Session(const ClientOptions& o, const proto::ClientTestHooks& hooks) : o_(o) {
+  settings_.transport = o.transport;
+  settings_.timeout_ms = o.timeout_ms;
+  settings_.connect_timeout_ms = o.connect_timeout_ms;
+  settings_.staging_bytes = o.staging_bytes;
+  settings_.protocols = o.protocol_options;
+  settings_.test = hooks;
+}
+
+std::unique_ptr<Session> Session::connect(const ClientOptions& options,
+                                          const proto::ClientTestHooks& hooks) {
+  std::unique_ptr<Session> s(new Session(options, hooks));
+  // The protocol first: an unknown name or settings it refuses fail before anything opens.
+  s->proto_ = make_client_protocol(options.protocol, *s, s->settings_);
   if (options.timeout_ms <= 0 || options.connect_timeout_ms <= 0)
     throw ClientError(Status::kError, "fabkv: timeouts must be positive");
   std::optional<PollMode> mode = poll_mode_from_string(options.poll);

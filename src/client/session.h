@@ -25,14 +25,17 @@
 #include "fabric/fabric.h"
 #include "fabric/waiter.h"
 #include "proto/client_protocol.h"
+#include "proto/client_settings.h"
 
 namespace fabkv {
 
 class Session final : public proto::ClientHost {
  public:
   // Checks the options, makes the protocol, opens the fabric, says hello and learns the
-  // layout. Throws ClientError (Client::connect's contract).
-  static std::unique_ptr<Session> connect(const ClientOptions& options);
+  // layout. Throws ClientError (Client::connect's contract). `hooks`: tests only
+  // (client/testing.h).
+  static std::unique_ptr<Session> connect(const ClientOptions& options,
+                                          const proto::ClientTestHooks& hooks = {});
   // Lets requests in flight finish briefly, closes the control channel (the server reclaims
   // our slots), then frees the protocol's memory before the endpoint and fabric.
   ~Session();
@@ -40,7 +43,7 @@ class Session final : public proto::ClientHost {
   Session& operator=(const Session&) = delete;
 
   // ---- data path
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) {
     return proto_->submit(r, std::move(cb));
   }
   Status blocking(const proto::ClientRequest& r, std::string* out_value, uint64_t* out_version);
@@ -60,7 +63,7 @@ class Session final : public proto::ClientHost {
   // ---- proto::ClientHost
   fabric::Fabric& fabric() override { return *fabric_; }
   fabric::Endpoint& endpoint() override { return *ep_; }
-  const ClientOptions& options() const override { return o_; }
+  const proto::ClientSettings& settings() const override { return settings_; }
   void reap() override;
   void drive() override { poll(); }
   bool alive(bool now) override {
@@ -70,7 +73,7 @@ class Session final : public proto::ClientHost {
   nlohmann::json control_request(const nlohmann::json& request) override;
 
  private:
-  explicit Session(const ClientOptions& o) : o_(o) {}
+  Session(const ClientOptions& o, const proto::ClientTestHooks& hooks);
   void open(const std::string& host);
   void handshake();
   // Is the control connection still up? It closes when the server process dies, which is
@@ -90,6 +93,7 @@ class Session final : public proto::ClientHost {
   size_t dispatch();
 
   ClientOptions o_;
+  proto::ClientSettings settings_;  // what the protocol sees of o_ (and of the test hooks)
   std::unique_ptr<fabric::Fabric> fabric_;
   std::unique_ptr<fabric::Endpoint> ep_;
   std::optional<control::ControlClient> ctl_;
@@ -110,9 +114,9 @@ class Session final : public proto::ClientHost {
 
 // src/client/protocols.cc: the protocol called `name` in proto/registry.h, made by its
 // folder's make_client(). Throws ClientError(kError) for an unknown name (with the list of
-// known ones) or options the protocol refuses.
+// known ones) or settings the protocol refuses.
 std::unique_ptr<proto::ClientProtocol> make_client_protocol(std::string_view name,
                                                             proto::ClientHost& host,
-                                                            const ClientOptions& options);
+                                                            const proto::ClientSettings& settings);
 
 }  // namespace fabkv

@@ -4,8 +4,11 @@
 // blocking calls built on the async ones. A protocol owns how a request travels and how its
 // answer comes back: the memory it registers, what it posts, and the completions (or memory)
 // that finish a request. Each protocol's folder defines
-//   std::unique_ptr<proto::ClientProtocol> fabkv::<id>::make_client(ClientHost&, const ClientOptions&)
-// and src/client/protocols.cc lists them from proto/registry.h.
+//   std::unique_ptr<proto::ClientProtocol> fabkv::<id>::make_client(ClientHost&,
+//                                                                    const ClientSettings&)
+// and src/client/protocols.cc lists them from proto/registry.h. This header and the two it
+// names for Status and ClientSettings are all a protocol sees of the client: nothing under
+// src/proto/ includes src/client/.
 //
 // Fits, on paper:
 //   herd, pilaf-vo   submit() encodes into a slot and WRITEs/SENDs it; complete() takes the
@@ -35,11 +38,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/client.h"
 #include "common/deadline.h"
 #include "control/wire.h"
 #include "fabric/endpoint.h"
 #include "fabric/fabric.h"
+#include "proto/client_settings.h"
+#include "proto/status.h"
 
 namespace fabkv::proto {
 
@@ -63,7 +67,7 @@ class ClientHost {
   virtual fabric::Fabric& fabric() = 0;
   // Valid from hello() on; a new one (a second Hello) before the next hello().
   virtual fabric::Endpoint& endpoint() = 0;
-  virtual const ClientOptions& options() const = 0;
+  virtual const ClientSettings& settings() const = 0;
   // Reaps the completion queue once and hands what it found to the protocol's complete()
   // (and runs its poll()). No expiry: for retrying a post in the middle of a request.
   virtual void reap() = 0;
@@ -120,7 +124,7 @@ class ClientProtocol {
   // ---- data path ------------------------------------------------------------------------
   // kOk once posted: the callback then runs exactly once. Anything else: nothing was sent,
   // the callback will not run (validation is the protocol's: kInvalidKey, kTooLarge).
-  virtual Status submit(const ClientRequest& r, Client::Callback&& cb) = 0;
+  virtual Status submit(const ClientRequest& r, Callback&& cb) = 0;
   // Every completion the session reaped, including those without a context (shm drops a
   // failed READ's), handed over one at a time from the session's batch: a wait inside
   // complete() (a callback posting into a full window) polls again, and those polls go on

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/testing.h"
 #include "e2e_checks.h"
 #include "server_fixture.h"
 
@@ -355,10 +356,11 @@ TEST_P(DrtmE2E, AClientThatDiesHoldingALockWedgesNobody) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    ::setenv("FABKV_TEST_DRTM_EXIT_HOLDING_LOCK", "1", 1);
     int rc = 1;
     try {
-      auto victim = Client::connect(options("drtm"));
+      testing::ClientHooks hooks;
+      hooks.drtm_exit_holding_lock = true;
+      auto victim = testing::connect(options("drtm"), hooks);
       std::string got;
       if (victim->put("held", "before") == Status::kOk &&  // a message: a new key
           victim->get("held", &got) == Status::kOk)         // caches the location
@@ -399,15 +401,9 @@ TEST_P(DrtmE2E, AClientThatDiesHoldingALockWedgesNobody) {
 // PUT (docs/drtm.md, "A late holder"). The stall is a test hook of the client.
 TEST_P(DrtmE2E, AHolderPastItsLeaseDoesNotWrite) {
   start();
-  ::setenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS", "120", 1);  // > the 50 ms lease
-  std::unique_ptr<Client> late;
-  try {
-    late = Client::connect(options("drtm"));
-  } catch (...) {
-    ::unsetenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS");
-    throw;
-  }
-  ::unsetenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS");
+  testing::ClientHooks hooks;
+  hooks.drtm_stall_holding_lock_ms = 120;  // > the 50 ms lease
+  std::unique_ptr<Client> late = testing::connect(options("drtm"), hooks);
   std::string v;
   ASSERT_EQ(late->put("stalled", "before"), Status::kOk);  // a new key: by message
   ASSERT_EQ(late->get("stalled", &v), Status::kOk);        // caches the location

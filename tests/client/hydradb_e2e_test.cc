@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/testing.h"
 #include "e2e_checks.h"
 #include "server/raw_client.h"
 #include "store/hash.h"
@@ -324,9 +325,9 @@ TEST_P(HydraE2E, ACallbackThatStartsAnotherGetKeepsItsValue) {
 TEST_P(HydraE2E, LeaseRunsOutOnTheClientsMonotonicClock) {
   start({"--workers", "1", "--hydradb-lease-ms", "300"});
   for (int skew : {0, 3600, -3600}) {
-    ClientOptions o = options();
-    o.clock_skew_s = skew;  // an offset changes nothing: only durations are measured
-    auto c = Client::connect(o);
+    testing::ClientHooks hooks;
+    hooks.clock_skew_s = skew;  // an offset changes nothing: only durations are measured
+    auto c = testing::connect(options(), hooks);
     std::string v;
     ASSERT_EQ(c->put("lease", "x"), Status::kOk);
     ASSERT_EQ(c->get("lease", &v), Status::kOk);
@@ -351,9 +352,9 @@ TEST_P(HydraE2E, LeaseRunsOutOnTheClientsMonotonicClock) {
 TEST_P(HydraE2E, SkewedClockRatesEndLeasesEarlyOrAreCaughtByTheItemChecks) {
   start({"--workers", "1", "--hydradb-lease-ms", "1000", "--hydradb-margin-ms", "0"});
   {
-    ClientOptions o = options();
-    o.lease_clock_rate = 4.0;
-    auto c = Client::connect(o);
+    testing::ClientHooks hooks;
+    hooks.lease_clock_rate = 4.0;
+    auto c = testing::connect(options(), hooks);
     std::string v;
     ASSERT_EQ(c->put("fast", "x"), Status::kOk);
     ASSERT_EQ(c->get("fast", &v), Status::kOk);
@@ -362,9 +363,9 @@ TEST_P(HydraE2E, SkewedClockRatesEndLeasesEarlyOrAreCaughtByTheItemChecks) {
     EXPECT_EQ(counter(*c, "lease_expired"), 1u);
     EXPECT_EQ(counter(*c, "reads"), 0u);
   }
-  ClientOptions o = options();
-  o.lease_clock_rate = 0.25;
-  auto reader = Client::connect(o);
+  testing::ClientHooks hooks;
+  hooks.lease_clock_rate = 0.25;
+  auto reader = testing::connect(options(), hooks);
   auto writer = Client::connect(options());
   std::string v;
   uint64_t gen = 0, bad = 0;

@@ -290,7 +290,7 @@ TEST_P(PilafE2E, ParallelProbesGiveTheSameAnswers) {
   start({"--pilaf-entries", "1024"});
   auto writer = Client::connect(options("pilaf"));
   ClientOptions po = options("pilaf");
-  po.pilaf_parallel_probes = true;
+  po.protocol_options.pilaf.parallel_probes = true;
   auto reader = Client::connect(po);
   std::map<std::string, std::string> model;
   for (int i = 0; i < 700; ++i) {

@@ -3,7 +3,7 @@
 // the same request slot, answer buffer, ring slot and result slot afterwards. Real client and
 // server processes, on shm and tcp, with every RPC-family protocol: herd over both transports,
 // server-reply, rfrpc (single calls and batches), hydradb and seq-rpc (both transports). The
-// client starts its sequence a few requests below the wrap (ClientOptions::first_seq, TEST
+// client starts its sequence a few requests below the wrap (testing::ClientHooks::first_seq, TEST
 // ONLY), runs a few hundred checked requests with a window in flight, and the test asserts that
 // every worker's sequence did wrap (the client's seq_wraps counter) and that every request was
 // answered correctly. And a request the worker finds as garbage in its slot is answered
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/testing.h"
 #include "support/ready_process.h"
 
 #ifndef FABKV_SERVER_BIN
@@ -110,8 +111,9 @@ class SeqWrapE2E : public ::testing::TestWithParam<Param> {
     o.protocol = p.c.protocol;
     o.transport = p.c.transport;
     o.timeout_ms = 5000;  // a request lost at the wrap ends the test in seconds, not minutes
-    o.first_seq = kFirstSeq;
-    client_ = Client::connect(o);
+    testing::ClientHooks hooks;
+    hooks.first_seq = kFirstSeq;
+    client_ = testing::connect(o, hooks);
   }
   uint64_t wraps() const {
     return client_->protocol_counters().value(GetParam().c.wrap_counter, uint64_t{0});
@@ -196,8 +198,8 @@ TEST_P(SeqWrapE2E, EveryRequestIsAnsweredAcrossTheWrap) {
 INSTANTIATE_TEST_SUITE_P(All, SeqWrapE2E, ::testing::ValuesIn(params()), name);
 
 // A request the worker cannot read (garbage in the slot: here the client's own request with its
-// check broken, ClientOptions::garbage_request) is answered kMalformed once it has sat in the
-// slot for the worker's stall bound (proto/rpc/server.cc, kStallPolls: milliseconds). The
+// check broken, testing::ClientHooks::garbage_request) is answered kMalformed once it has sat in
+// the slot for the worker's stall bound (proto/rpc/server.cc, kStallPolls: milliseconds). The
 // answer cannot name the request's op (garbage has none), and the client must still take it:
 // the caller learns at once, not after its timeout, and the next requests go on.
 class GarbageSlotE2E : public SeqWrapE2E {};
@@ -209,8 +211,9 @@ TEST_P(GarbageSlotE2E, AGarbageRequestIsAnsweredMalformedAtOnce) {
   o.protocol = GetParam().c.protocol;
   o.transport = GetParam().c.transport;
   o.timeout_ms = 10000;
-  o.garbage_request = 3;
-  auto c = Client::connect(o);
+  testing::ClientHooks hooks;
+  hooks.garbage_request = 3;
+  auto c = testing::connect(o, hooks);
   ASSERT_EQ(c->put("g-1", "one"), Status::kOk);
   ASSERT_EQ(c->put("g-2", "two"), Status::kOk);
   const auto t0 = std::chrono::steady_clock::now();

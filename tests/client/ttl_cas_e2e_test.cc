@@ -3,7 +3,7 @@
 //   - CAS and expiry (expire_at, absolute Unix seconds) on every protocol: herd with requests by
 //     WRITE and by SEND, pilaf (GETs by READ) and pilaf-vo.
 //   - Expiry follows the server's clock: pilaf clients whose own clock is an hour off
-//     (ClientOptions::clock_skew_s, test only) judge records READ from the table exactly as the
+//     (testing::ClientHooks::clock_skew_s) judge records READ from the table exactly as the
 //     server does, up to the second the item expires.
 //   - The op log (--oplog) restores CAS versions: after a restart every item has the version a
 //     client saw before, a CAS with it succeeds, a stale one is a mismatch, and new versions
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/testing.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -223,9 +224,10 @@ TEST_P(SkewedClock, GetsByReadAgreeWithTheServerOnWhatHasExpired) {
   std::vector<std::unique_ptr<Client>> skewed;
   std::vector<fabric::VerbSnapshot> verbs_at_start;
   for (int skew : {-3600, 3600}) {
-    ClientOptions o = client_options(server.address(), GetParam(), "pilaf");
-    o.clock_skew_s = skew;
-    skewed.push_back(Client::connect(o));
+    testing::ClientHooks hooks;
+    hooks.clock_skew_s = skew;
+    skewed.push_back(
+        testing::connect(client_options(server.address(), GetParam(), "pilaf"), hooks));
     verbs_at_start.push_back(skewed.back()->counters());
   }
   auto referee = Client::connect(client_options(server.address(), GetParam(), "pilaf-vo"));

@@ -119,7 +119,7 @@ struct Counters {
 
 struct Op {
   fabric::OpContext ctx;
-  Client::Callback cb;
+  Callback cb;
   proto::ClientOp kind = proto::ClientOp::kGet;
   std::string key, value;
   uint64_t expected = 0;
@@ -144,16 +144,12 @@ struct Op {
 
 class DrtmClient final : public proto::ClientProtocol {
  public:
-  DrtmClient(proto::ClientHost& host, const ClientOptions& o)
-      : host_(host), options_(o), rpc_(host, rpc::ClientConfig{"drtm.requests", true}) {
-    // TEST ONLY (tests/client/drtm_e2e_test.cc): the process exits right after a lock is
-    // taken, as a client killed between its two atomics.
-    die_holding_lock_ = std::getenv("FABKV_TEST_DRTM_EXIT_HOLDING_LOCK") != nullptr;
-    // TEST ONLY (tests/client/drtm_e2e_test.cc): the holder stalls this many ms between taking
-    // a lock and its WRITE, as a descheduled process would.
-    if (const char* ms = std::getenv("FABKV_TEST_DRTM_STALL_HOLDING_LOCK_MS"))
-      stall_holding_lock_ = std::chrono::milliseconds(std::atoi(ms));
-  }
+  DrtmClient(proto::ClientHost& host, const proto::ClientSettings& o)
+      : host_(host),
+        options_(o),
+        rpc_(host, rpc::ClientConfig{"drtm.requests", true}),
+        die_holding_lock_(o.test.drtm_exit_holding_lock),
+        stall_holding_lock_(o.test.drtm_stall_holding_lock_ms) {}
   ~DrtmClient() override { buf_.reset(); }
 
   void hello(nlohmann::json* payload) override {
@@ -199,7 +195,7 @@ class DrtmClient final : public proto::ClientProtocol {
     return r;
   }
 
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (host_.gone()) return Status::kServerGone;
     Status v = rpc::validate(r.key, r.op == proto::ClientOp::kPut ? r.value.size() : 0,
                              rpc_.max_value());
@@ -270,7 +266,7 @@ class DrtmClient final : public proto::ClientProtocol {
       // Messages not handed over yet: the server is gone.
       for (uint32_t index : deferred_) {
         Op& op = ops_[index];
-        Client::Callback cb = std::move(op.cb);
+        Callback cb = std::move(op.cb);
         in_flight_--;
         op = reset(op);
         if (cb) cb(Status::kServerGone, {}, 0);
@@ -423,9 +419,9 @@ class DrtmClient final : public proto::ClientProtocol {
       r.value = op.value;
       r.expected_version = op.expected;
       r.expire_at = op.expire_at;
-      Client::Callback user = std::move(op.cb);
+      Callback user = std::move(op.cb);
       op.cb = nullptr;
-      Client::Callback if_refused = user;  // rpc_.submit drops what it refuses
+      Callback if_refused = user;  // rpc_.submit drops what it refuses
       submitting_ = true;
       Status st = rpc_.submit(r, [this, index, user = std::move(user)](
                                      Status s, std::string_view v, uint64_t ver) {
@@ -448,7 +444,7 @@ class DrtmClient final : public proto::ClientProtocol {
     if (op.zombie || !op.busy) return 0;
     if (st == Status::kOk && op.kind == proto::ClientOp::kGet) counters_.hits++;
     in_flight_--;
-    Client::Callback cb = std::move(op.cb);
+    Callback cb = std::move(op.cb);
     op.cb = nullptr;
     if (op.pending) {
       op.zombie = true;  // keep the buffer until its post returns
@@ -722,7 +718,7 @@ class DrtmClient final : public proto::ClientProtocol {
   }
 
   proto::ClientHost& host_;
-  ClientOptions options_;
+  proto::ClientSettings options_;
   rpc::RpcClient rpc_;
   fabric::Endpoint* ep_ = nullptr;
   std::vector<Map> maps_;
@@ -735,6 +731,8 @@ class DrtmClient final : public proto::ClientProtocol {
   uint32_t completing_ = 0;         // inside complete() (nested: a post's retry reaps)
   std::unordered_map<std::string, Loc, Hash, std::equal_to<>> cache_;
   Counters counters_;
+  // TEST ONLY (proto::ClientTestHooks): exit right after taking a lock, or stall between the
+  // lock and the WRITE (tests/client/drtm_e2e_test.cc).
   bool die_holding_lock_ = false;
   std::chrono::milliseconds stall_holding_lock_{0};
 };
@@ -742,7 +740,7 @@ class DrtmClient final : public proto::ClientProtocol {
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   if (!options.transport.empty() && options.transport != "send")
     throw ClientError(Status::kError, "fabkv: drtm sends what needs the worker as messages: "
                                       "transport must be send");

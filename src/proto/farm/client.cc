@@ -19,7 +19,7 @@ namespace {
 
 class FarmClient final : public proto::ClientProtocol {
  public:
-  FarmClient(proto::ClientHost& host, const ClientOptions& o, proto::Id id)
+  FarmClient(proto::ClientHost& host, const proto::ClientSettings& o, proto::Id id)
       : host_(host), options_(o), id_(id), rpc_(server_reply::make_client(host, o)) {}
 
   ~FarmClient() override {
@@ -39,7 +39,7 @@ class FarmClient final : public proto::ClientProtocol {
   }
   bool polls_memory() const override { return true; }  // answers to PUT/DEL land in the ring
 
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kGet) return rpc_->submit(r, std::move(cb));
     if (host_.gone()) return Status::kServerGone;
     if (!reader_) return Status::kError;
@@ -136,7 +136,7 @@ class FarmClient final : public proto::ClientProtocol {
   }
 
   proto::ClientHost& host_;
-  ClientOptions options_;
+  proto::ClientSettings options_;
   proto::Id id_;
   std::unique_ptr<proto::ClientProtocol> rpc_;  // server-reply's client: PUT and DELETE
   std::unique_ptr<FarmReader> reader_;         // GETs by READ
@@ -144,7 +144,7 @@ class FarmClient final : public proto::ClientProtocol {
   size_t max_value_ = 0;
 };
 
-std::unique_ptr<proto::ClientProtocol> make(proto::ClientHost& host, const ClientOptions& o,
+std::unique_ptr<proto::ClientProtocol> make(proto::ClientHost& host, const proto::ClientSettings& o,
                                             proto::Id id) {
   if (!o.transport.empty() && o.transport != "write")
     throw ClientError(Status::kError,
@@ -157,7 +157,7 @@ std::unique_ptr<proto::ClientProtocol> make(proto::ClientHost& host, const Clien
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   return make(host, options, proto::Id::farm);
 }
 
@@ -165,7 +165,7 @@ std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
 
 namespace fabkv::farm_var {
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   return farm::make(host, options, proto::Id::farm_var);
 }
 }  // namespace fabkv::farm_var

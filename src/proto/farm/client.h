@@ -13,10 +13,10 @@
 namespace fabkv::farm {
 // Throws ClientError(kError) for a transport other than "" or "write".
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options);
+                                                   const proto::ClientSettings& options);
 }  // namespace fabkv::farm
 
 namespace fabkv::farm_var {
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options);
+                                                   const proto::ClientSettings& options);
 }  // namespace fabkv::farm_var

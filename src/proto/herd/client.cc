@@ -9,7 +9,7 @@ namespace {
 
 class HerdClient final : public proto::ClientProtocol {
  public:
-  HerdClient(proto::ClientHost& host, const ClientOptions& o)
+  HerdClient(proto::ClientHost& host, const proto::ClientSettings& o)
       : transport_(o.transport), rpc_(host, rpc::ClientConfig{"herd.requests", true}) {}
 
   void hello(nlohmann::json* payload) override {
@@ -21,7 +21,7 @@ class HerdClient final : public proto::ClientProtocol {
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
     return rpc_.open(w, layout);
   }
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     return rpc_.submit(r, std::move(cb));
   }
   size_t complete(std::span<fabric::Completion> cs) override { return rpc_.complete(cs); }
@@ -41,7 +41,7 @@ class HerdClient final : public proto::ClientProtocol {
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   if (!options.transport.empty() && options.transport != "write" && options.transport != "send")
     throw ClientError(Status::kError,
                       "fabkv: transport must be write or send, not '" + options.transport + "'");

@@ -13,6 +13,6 @@ namespace fabkv::herd {
 // Throws ClientError(kError) for options herd cannot honour (a transport other than "",
 // "write" or "send").
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options);
+                                                   const proto::ClientSettings& options);
 
 }  // namespace fabkv::herd

@@ -41,7 +41,7 @@ struct KeyHash {
 
 class HydraClient final : public proto::ClientProtocol {
  public:
-  HydraClient(proto::ClientHost& host, const ClientOptions& o)
+  HydraClient(proto::ClientHost& host, const proto::ClientSettings& o)
       : host_(host),
         options_(o),
         rpc_(host, rpc::ClientConfig{"hydradb.requests", false}),
@@ -80,7 +80,7 @@ class HydraClient final : public proto::ClientProtocol {
   }
   bool polls_memory() const override { return true; }
 
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kGet) {
       drop(r.key);  // ours is about to change: never READ the old one again
       return rpc_.submit(r, std::move(cb));
@@ -139,7 +139,7 @@ class HydraClient final : public proto::ClientProtocol {
       op.zombie = true;  // its READ may still land in the buffer
       reads_in_flight_--;
       counters_.read_timeouts++;
-      Client::Callback cb = std::move(op.cb);
+      Callback cb = std::move(op.cb);
       op.cb = nullptr;
       cb(all ? Status::kServerGone : Status::kTimeout, {}, 0);
       ++ran;
@@ -182,13 +182,13 @@ class HydraClient final : public proto::ClientProtocol {
   };
   struct Retry {  // a GET to finish by RPC (its READ found the item stale)
     std::string key;
-    Client::Callback cb;
+    Callback cb;
     Clock::time_point deadline;
     bool waited = false;  // found no free slot once (counted in deferred_gets)
   };
   struct ReadOp {
     fabric::OpContext ctx;
-    Client::Callback cb;
+    Callback cb;
     std::string key;
     Cached entry;
     Clock::time_point deadline{};
@@ -201,12 +201,12 @@ class HydraClient final : public proto::ClientProtocol {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
   }
-  // The lease clock: this client's monotonic clock, skewed in tests (ClientOptions).
+  // The lease clock: this client's monotonic clock, skewed in tests (proto::ClientTestHooks).
   uint64_t now_ns() const {
     const uint64_t t = steady_ns() - clock_base_ns_;
-    const double scaled = static_cast<double>(t) * options_.lease_clock_rate;
+    const double scaled = static_cast<double>(t) * options_.test.lease_clock_rate;
     return clock_base_ns_ + static_cast<uint64_t>(scaled) +
-           static_cast<uint64_t>(int64_t{options_.clock_skew_s} * 1'000'000'000);
+           static_cast<uint64_t>(int64_t{options_.test.clock_skew_s} * 1'000'000'000);
   }
 
   void drop(std::string_view key) {
@@ -267,7 +267,7 @@ class HydraClient final : public proto::ClientProtocol {
       r = ItemRead::kReplaced;  // not trusted after its lease: ask again
     } else if (r == ItemRead::kCurrent) {
       counters_.cache_hits++;
-      Client::Callback cb = std::move(op.cb);
+      Callback cb = std::move(op.cb);
       op.cb = nullptr;
       // The value stays in this op's buffer while the callback runs: the op is freed after.
       cb(Status::kOk, value, op.entry.version);
@@ -309,7 +309,7 @@ class HydraClient final : public proto::ClientProtocol {
       proto::ClientRequest req;
       req.op = proto::ClientOp::kGet;
       req.key = r.key;
-      Client::Callback held = r.cb;  // submit() consumes it only when it returns kOk
+      Callback held = r.cb;  // submit() consumes it only when it returns kOk
       const Status st = rpc_get(req, std::move(r.cb));
       if (st != Status::kOk) {
         held(st, {}, 0);
@@ -337,9 +337,9 @@ class HydraClient final : public proto::ClientProtocol {
   }
 
   // A GET by RPC; its answer caches the item's address (learn()).
-  Status rpc_get(const proto::ClientRequest& r, Client::Callback&& cb) {
+  Status rpc_get(const proto::ClientRequest& r, Callback&& cb) {
     counters_.rpc_gets++;
-    Client::Callback wrapped = [this, key = std::string(r.key), sent = now_ns(),
+    Callback wrapped = [this, key = std::string(r.key), sent = now_ns(),
                                 cb = std::move(cb)](Status st, std::string_view v,
                                                     uint64_t version) {
       if (st == Status::kOk) learn(key, sent, v.size(), version);
@@ -394,7 +394,7 @@ class HydraClient final : public proto::ClientProtocol {
   static constexpr size_t kMaxCached = size_t{1} << 20;
 
   proto::ClientHost& host_;
-  ClientOptions options_;
+  proto::ClientSettings options_;
   rpc::RpcClient rpc_;
   const uint64_t clock_base_ns_;
   rpc::AnswerRing ring_;  // the worker WRITEs answers here
@@ -419,7 +419,7 @@ class HydraClient final : public proto::ClientProtocol {
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   if (!options.transport.empty() && options.transport != "write")
     throw ClientError(Status::kError,
                       "fabkv: hydradb WRITEs its requests: transport must be write, not '" +

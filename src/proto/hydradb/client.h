@@ -11,7 +11,7 @@
 //
 // Leases are durations on this client's monotonic clock, counted from when it submitted the
 // GET that brought the address (wire.h, docs/hydradb.md "Leases"): no clock is shared with the
-// server. ClientOptions::clock_skew_s and lease_clock_rate (TEST ONLY) skew that clock.
+// server. ClientTestHooks::clock_skew_s and lease_clock_rate (TEST ONLY) skew that clock.
 //
 // counters(): gets, cache_hits (GETs answered by one READ), cache_misses (no entry),
 // lease_expired, stale_replaced (the READ found the flag cleared), stale_foreign (the READ
@@ -27,6 +27,6 @@ namespace fabkv::hydradb {
 
 // Throws ClientError(kError) for a transport other than "" or "write".
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options);
+                                                   const proto::ClientSettings& options);
 
 }  // namespace fabkv::hydradb

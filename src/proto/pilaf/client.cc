@@ -16,7 +16,7 @@ namespace {
 class PilafClient final : public proto::ClientProtocol {
  public:
   // reads: GETs by READ (pilaf); false: everything by SEND (pilaf-vo).
-  PilafClient(proto::ClientHost& host, const ClientOptions& o, proto::Id id, bool reads)
+  PilafClient(proto::ClientHost& host, const proto::ClientSettings& o, proto::Id id, bool reads)
       : host_(host),
         options_(o),
         id_(id),
@@ -43,7 +43,7 @@ class PilafClient final : public proto::ClientProtocol {
     return r;
   }
 
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kGet || !reader_) return rpc_.submit(r, std::move(cb));
     if (host_.gone()) return Status::kServerGone;
     Status v = rpc::validate(r.key, 0, rpc_.max_value());
@@ -98,8 +98,8 @@ class PilafClient final : public proto::ClientProtocol {
     po.max_record = record_bytes(store::kMaxKeySize, rpc_.max_value());
     po.timeout_ms = options_.timeout_ms;
     po.grace_ms = layout.grace_ms;
-    po.parallel_probes = options_.pilaf_parallel_probes;
-    po.clock_skew_s = options_.clock_skew_s;  // test only
+    po.parallel_probes = options_.protocols.pilaf.parallel_probes;
+    po.clock_skew_s = options_.test.clock_skew_s;  // test only
     reader_ = std::make_unique<PilafReader>(
         host_, po, std::move(maps), [this](std::vector<PilafMap>* m) { return refresh(m); });
   }
@@ -127,14 +127,14 @@ class PilafClient final : public proto::ClientProtocol {
   }
 
   proto::ClientHost& host_;
-  ClientOptions options_;
+  proto::ClientSettings options_;
   proto::Id id_;
   bool reads_;
   rpc::RpcClient rpc_;
   std::unique_ptr<PilafReader> reader_;  // pilaf: GETs by READ
 };
 
-std::unique_ptr<proto::ClientProtocol> make(proto::ClientHost& host, const ClientOptions& o,
+std::unique_ptr<proto::ClientProtocol> make(proto::ClientHost& host, const proto::ClientSettings& o,
                                             proto::Id id, bool reads) {
   if (!o.transport.empty() && o.transport != "send")
     throw ClientError(Status::kError, fmt::format("fabkv: {} sends its requests as messages: "
@@ -146,7 +146,7 @@ std::unique_ptr<proto::ClientProtocol> make(proto::ClientHost& host, const Clien
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   return make(host, options, proto::Id::pilaf, true);
 }
 
@@ -154,7 +154,7 @@ std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
 
 namespace fabkv::pilaf_vo {
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   return pilaf::make(host, options, proto::Id::pilaf_vo, false);
 }
 }  // namespace fabkv::pilaf_vo

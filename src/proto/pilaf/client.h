@@ -12,10 +12,10 @@
 namespace fabkv::pilaf {
 // Throws ClientError(kError) for a transport other than "" or "send".
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options);
+                                                   const proto::ClientSettings& options);
 }  // namespace fabkv::pilaf
 
 namespace fabkv::pilaf_vo {
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options);
+                                                   const proto::ClientSettings& options);
 }  // namespace fabkv::pilaf_vo

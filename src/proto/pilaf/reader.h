@@ -46,7 +46,7 @@ class PilafReader final : public read_table::Reader<PilafMap, PilafOp, PilafCoun
  public:
   struct Options : read_table::ReaderOptions {
     bool parallel_probes = false;  // READ h1, h2, h3 at once
-    // TEST ONLY (ClientOptions::clock_skew_s): seconds added to this client's wall clock. The
+    // TEST ONLY (proto::ClientTestHooks::clock_skew_s): seconds added to this client's wall clock. The
     // reader judges expire_at by the server's clock (TableHeader.clock) and reads its own
     // wall clock only for a server that does not publish one (layout v1).
     int64_t clock_skew_s = 0;

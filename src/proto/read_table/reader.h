@@ -26,12 +26,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/client.h"
 #include "common/deadline.h"
 #include "fabric/endpoint.h"
 #include "fabric/memory_region.h"
 #include "fabric/retry.h"
 #include "proto/client_protocol.h"
+#include "proto/status.h"
 
 namespace fabkv::read_table {
 
@@ -79,7 +79,7 @@ template <uint32_t kReads>
 struct GetOp {
   static constexpr uint32_t kContexts = kReads;
   fabric::OpContext ctx[kReads];
-  Client::Callback cb;
+  Callback cb;
   std::string key;
   uint32_t worker = 0, retries = 0;
   uint32_t pending = 0;                  // READs into our buffer not yet completed
@@ -103,7 +103,7 @@ class Reader {
 
   // kOk once the first READ is posted (the callback then runs exactly once), or the reason
   // nothing was started (kTimeout: no free op within timeout_ms; kError: READ not postable).
-  Status get(std::string_view key, uint32_t worker, Client::Callback cb);
+  Status get(std::string_view key, uint32_t worker, Callback cb);
 
   bool owns(const fabric::OpContext* ctx) const { return ctx != nullptr && ctx->user == &marker_; }
   size_t on_completion(fabric::Completion& c);  // callbacks run
@@ -200,7 +200,7 @@ void Reader<Map, Op, Counters>::allocate(size_t slot_bytes) {
 }
 
 template <class Map, class Op, class Counters>
-Status Reader<Map, Op, Counters>::get(std::string_view key, uint32_t worker, Client::Callback cb) {
+Status Reader<Map, Op, Counters>::get(std::string_view key, uint32_t worker, Callback cb) {
   if (worker >= maps_.size()) return Status::kError;
   Deadline d = Deadline::after_ms(o_.timeout_ms);
   Op* op = nullptr;
@@ -259,7 +259,7 @@ size_t Reader<Map, Op, Counters>::finish(Op& op, Status st, std::string_view val
   counters_.gets++;
   if (st == Status::kOk) counters_.hits++;
   in_flight_--;
-  Client::Callback cb = std::move(op.cb);
+  Callback cb = std::move(op.cb);
   op.cb = nullptr;
   // The value is in this op's READ buffer, which the next GET may take as soon as the op is
   // free, also one the callback starts and waits for: the callback reads a copy.

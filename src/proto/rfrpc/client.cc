@@ -121,7 +121,7 @@ class RfrpcClient final : public proto::ClientProtocol {
   }
   bool polls_memory() const override { return true; }
 
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (batcher_ && batcher_->takes(r)) return batcher_->submit(r, std::move(cb));
     const Status st = rpc_.submit(r, std::move(cb));
     // Whether the call waits for the ring is decided now, right after its request was posted:
@@ -440,7 +440,7 @@ class RfrpcClient final : public proto::ClientProtocol {
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   if (!options.transport.empty() && options.transport != "write")
     throw ClientError(Status::kError,
                       "fabkv: rfrpc WRITEs its requests: transport must be write, not '" +

@@ -34,7 +34,7 @@ Batcher::Batcher(proto::ClientHost& host, rpc::RpcClient& rpc, const Config& con
   workers_ = rpc_.workers();
   slots_ = rpc_.window();
   max_value_ = rpc_.max_value();
-  timeout_ms_ = host_.options().timeout_ms;
+  timeout_ms_ = host_.settings().timeout_ms;
   bslot_ = batch_slot_bytes(config_.bytes);
   rslot_ = batch_slot_bytes(result_batch_payload(config_.bytes));
   for (uint32_t w = 0; w < workers_; ++w) {
@@ -60,8 +60,8 @@ Batcher::Batcher(proto::ClientHost& host, rpc::RpcClient& rpc, const Config& con
     }
   }
   size_ = config_.llimit_us > 0 ? 1 : config_.entries;  // eq. 3 starts small and grows
-  // TEST ONLY (ClientOptions::first_seq): batch and entry numbers start there too.
-  if (const uint32_t first = rpc::first_seq(host_.options().first_seq, 1); first > 1) {
+  // TEST ONLY (ClientTestHooks::first_seq): batch and entry numbers start there too.
+  if (const uint32_t first = rpc::first_seq(host_.settings().test.first_seq, 1); first > 1) {
     for (WorkerState& ws : workers_state_) {
       ws.entry_seq = first - 1;
       for (Flight& f : ws.flights) f.seq = first - 1;
@@ -82,7 +82,7 @@ bool Batcher::takes(const proto::ClientRequest& r) const {
   return entry_bytes(rpc::request_bytes(r.key.size() + r.value.size())) <= config_.bytes;
 }
 
-Status Batcher::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
+Status Batcher::submit(const proto::ClientRequest& r, Callback&& cb) {
   if (host_.gone()) return Status::kServerGone;
   Status v = rpc::validate(r.key, r.value.size(), max_value_);
   if (v != Status::kOk) return v;
@@ -319,7 +319,7 @@ size_t Batcher::deliver(uint32_t w, uint32_t b) {
       r.expected_version = q.expected_version;
       r.expire_at = q.expire_at;
       // A copy: a submit that fails may have consumed the one it was given.
-      Client::Callback keep = e.cb;
+      Callback keep = e.cb;
       const Status st = rpc_.submit(r, std::move(e.cb));
       if (st != Status::kOk && keep) {
         keep(st, {}, 0);
@@ -329,7 +329,7 @@ size_t Batcher::deliver(uint32_t w, uint32_t b) {
     }
     const rpc::ResponseHeader r = rpc::load<rpc::ResponseHeader>(items[i].at);
     observe(now - e.t0_ns);
-    Client::Callback cb = std::move(e.cb);
+    Callback cb = std::move(e.cb);
     ran++;
     if (r.client != rpc_.client() || r.epoch != rpc_.epoch() ||
         sizeof(r) + size_t{r.value_len} != items[i].size) {

@@ -46,7 +46,7 @@ class Batcher {
 
   // Small enough to go in a batch (else the caller sends it alone).
   bool takes(const proto::ClientRequest& r) const;
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb);
+  Status submit(const proto::ClientRequest& r, Callback&& cb);
   bool owns(const fabric::OpContext* ctx) const {
     return ctx != nullptr && (ctx->user == &kTxMarker || ctx->user == &kRxMarker);
   }
@@ -60,7 +60,7 @@ class Batcher {
  private:
   static inline char kTxMarker, kRxMarker;
   struct Entry {
-    Client::Callback cb;
+    Callback cb;
     uint64_t t0_ns = 0;
   };
   struct Open {

@@ -47,11 +47,11 @@ class RpcClient::StagingArena {
 
 RpcClient::RpcClient(proto::ClientHost& host, const ClientConfig& config)
     : host_(host), config_(config) {
-  const ClientOptions& o = host.options();
+  const proto::ClientSettings& o = host.settings();
   staging_bytes_ = o.staging_bytes ? o.staging_bytes : kDefaultStaging;
   timeout_ms_ = o.timeout_ms;
-  first_seq_ = o.first_seq;
-  garbage_request_ = o.garbage_request;
+  first_seq_ = o.test.first_seq;
+  garbage_request_ = o.test.garbage_request;
 }
 
 RpcClient::~RpcClient() = default;
@@ -74,7 +74,7 @@ void RpcClient::hello(nlohmann::json* payload) {
   staging_ = std::make_unique<StagingArena>(staging_bytes_);
   staging_remote_ = staging_buf_->remote();
   (*payload)["region"] = proto::region_to_json(staging_remote_);
-  if (first_seq_ != 0) (*payload)["first_seq"] = first_seq_;  // TEST ONLY (ClientOptions)
+  if (first_seq_ != 0) (*payload)["first_seq"] = first_seq_;  // TEST ONLY (ClientTestHooks)
 }
 
 void RpcClient::parse(const control::Welcome& w, const nlohmann::json& layout) {
@@ -156,7 +156,7 @@ proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
   rx_ = std::make_unique<fabric::RegisteredBuffer>(fabric, n_recv * recv_size_,
                                                    fabric::Access::kLocalOnly);
   recv_ctx_ = std::vector<fabric::OpContext>(n_recv);
-  Deadline d = Deadline::after_ms(host_.options().connect_timeout_ms);
+  Deadline d = Deadline::after_ms(host_.settings().connect_timeout_ms);
   for (size_t i = 0; i < n_recv; ++i) {
     recv_ctx_[i].user = &kRecvMarker;
     recv_ctx_[i].tag = i;
@@ -178,7 +178,7 @@ uint32_t RpcClient::worker_of(std::string_view key) const {
 
 // Runs a request's callback once, then marks it finished (the callback may post more).
 void RpcClient::finish(Slot& s, Status st, std::string_view value, uint64_t version) {
-  Client::Callback cb = std::move(s.cb);
+  Callback cb = std::move(s.cb);
   s.cb = nullptr;
   if (cb) cb(st, value, version);
 }
@@ -297,75 +297,79 @@ size_t RpcClient::expire(bool all) {
   return ran;
 }
 
-Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
-  const OpCode op = to_opcode(r.op);
+// submit()'s first step: what the request carries, checked, and the worker it goes to.
+// Nothing is claimed or sent.
+Status RpcClient::route(const proto::ClientRequest& r, uint32_t* w) const {
   if (host_.gone()) return Status::kServerGone;
-  std::string_view key = r.key, value = r.value;
-  uint32_t w;
-  if (op == OpCode::kNext) {
+  if (r.op == proto::ClientOp::kNext) {
     if (!config_.next) return Status::kError;  // not a sequencer
-    if (!key.empty() || !value.empty()) return Status::kInvalidKey;
-    w = client_ % n_workers_;
-  } else {
-    Status v = validate(key, value.size(), max_value_);
-    if (v != Status::kOk) return v;
-    w = worker_of(key);
+    if (!r.key.empty() || !r.value.empty()) return Status::kInvalidKey;
+    *w = client_ % n_workers_;
+    return Status::kOk;
   }
-  Worker& wk = workers_[w];
-  size_t body = key.size() + value.size();
-  size_t inline_bytes = request_bytes(body);
-  bool indirect = !send_transport_ && inline_bytes > slot_size_;
-  bool staged_send = send_transport_ && inline_bytes > slot_size_;
-  fabric::Fabric& fabric = host_.fabric();
-  size_t staging_len =
-      indirect ? body : (staged_send ? fabric::lock_free_len(fabric, inline_bytes) : 0);
-  Deadline d = Deadline::after_ms(timeout_ms_);
-  // Wait for the slot and staging bytes; callbacks run meanwhile may take slots, so
-  // re-check both on every round and claim nothing until both are there.
-  size_t off = kNoStaging;
-  uint32_t si;
+  const Status v = validate(r.key, r.value.size(), max_value_);
+  if (v == Status::kOk) *w = worker_of(r.key);
+  return v;
+}
+
+RpcClient::Carriage RpcClient::carriage(size_t body) const {
+  if (request_bytes(body) <= slot_size_) return Carriage::kInline;
+  return send_transport_ ? Carriage::kStagedSend : Carriage::kIndirect;
+}
+
+// Waits for worker wk's next slot and `staging_len` staging bytes; callbacks run meanwhile may
+// take slots, so both are re-checked on every round and nothing is claimed until both are
+// there. kOk with *si (and *off when staging_len > 0) set.
+Status RpcClient::wait_for_slot(const Worker& wk, size_t staging_len, const Deadline& d,
+                                uint32_t* si, size_t* off) {
   while (true) {
-    si = seq_slot(next_seq(wk.last_seq, window_), window_);
-    if (wk.slots[si].free() && (staging_len == 0 || staging_->alloc(staging_len, &off))) break;
+    *si = seq_slot(next_seq(wk.last_seq, window_), window_);
+    if (wk.slots[*si].free() && (staging_len == 0 || staging_->alloc(staging_len, off)))
+      return Status::kOk;
     host_.drive();
     if (!host_.alive()) return Status::kServerGone;
     if (d.expired()) return Status::kTimeout;
   }
-  Slot& s = wk.slots[si];
-  // The slot was derived from this seq, as the worker derives it (wire.h).
-  const uint32_t seq = next_seq(wk.last_seq, window_);
-  if (seq < wk.last_seq) seq_wraps_++;
-  wk.last_seq = seq;
-  RequestFields f;
-  f.seq = wk.last_seq;
-  f.client = client_;
-  f.epoch = epoch_;
-  f.op = op;
-  f.expire_at = r.expire_at;
-  f.expected_version = r.expected_version;
-  s.seq = f.seq;
-  s.op = static_cast<uint8_t>(op);
-  s.staging_off = off;
+}
+
+// Writes the request where it travels from (wire.h): inline in worker w's slot si of tx_; its
+// key and value in staging and an IndirectBody in the slot; or, by SEND, whole in staging.
+// Returns the bytes to post.
+fabric::LocalBuffer RpcClient::encode(uint32_t w, uint32_t si, Carriage how,
+                                      const RequestFields& f, const proto::ClientRequest& r,
+                                      size_t off) {
+  fabric::Fabric& fabric = host_.fabric();
+  const std::string_view key = r.key, value = r.value;
   fabric::LocalBuffer src;
-  char* tx_area = tx_->data() + tx_offset(w, si);
-  char* header = staged_send ? staging_buf_->data() + off : tx_area;
-  if (indirect) {
+  char* header = tx_->data() + tx_offset(w, si);
+  if (how == Carriage::kIndirect) {
     char* st = staging_buf_->data() + off;
     std::memcpy(st, key.data(), key.size());
     if (!value.empty()) std::memcpy(st + key.size(), value.data(), value.size());
-    IndirectBody ib{staging_remote_.at(off), staging_remote_.key, body};
-    size_t n = encode_indirect(tx_area, f, static_cast<uint16_t>(key.size()),
+    IndirectBody ib{staging_remote_.at(off), staging_remote_.key, key.size() + value.size()};
+    size_t n = encode_indirect(header, f, static_cast<uint16_t>(key.size()),
                                static_cast<uint32_t>(value.size()), ib);
     src = tx_->local(tx_offset(w, si), n);
-  } else if (staged_send) {
-    size_t n = encode_inline(staging_buf_->data() + off, f, key, value);
+  } else if (how == Carriage::kStagedSend) {
+    header = staging_buf_->data() + off;
+    size_t n = encode_inline(header, f, key, value);
     src = staging_buf_->local(off, fabric::lock_free_len(fabric, n));
   } else {
-    size_t n = encode_inline(tx_area, f, key, value);
+    size_t n = encode_inline(header, f, key, value);
     src = tx_->local(tx_offset(w, si), send_transport_ ? fabric::lock_free_len(fabric, n) : n);
   }
   if (garbage_request_ != 0 && ++requests_ == garbage_request_)
-    header[offsetof(RequestHeader, check)] ^= 1;  // TEST ONLY (ClientOptions::garbage_request)
+    header[offsetof(RequestHeader, check)] ^= 1;  // TEST ONLY (ClientTestHooks)
+  return src;
+}
+
+// Posts slot si's request to worker w (by WRITE into our slot of its region, or by SEND) and
+// settles the slot: kOk once posted, the callback then runs exactly once; anything else,
+// nothing reached the server and the slot and its staging are free again.
+Status RpcClient::post(uint32_t w, uint32_t si, const fabric::LocalBuffer& src, Callback&& cb,
+                       const Deadline& d) {
+  Worker& wk = workers_[w];
+  Slot& s = wk.slots[si];
   s.cb = std::move(cb);
   s.awaiting = true;
   s.tx_pending = true;
@@ -404,6 +408,40 @@ Status RpcClient::submit(const proto::ClientRequest& r, Client::Callback&& cb) {
   release_staging(s);
   if (host_.gone()) return Status::kServerGone;
   return ret == fabric::kAgain ? Status::kTimeout : Status::kError;
+}
+
+// Route, wait for a slot, number, encode, post: HERD sec. 4.2's request path.
+Status RpcClient::submit(const proto::ClientRequest& r, Callback&& cb) {
+  uint32_t w = 0;
+  if (const Status v = route(r, &w); v != Status::kOk) return v;
+  Worker& wk = workers_[w];
+  const Carriage how = carriage(r.key.size() + r.value.size());
+  size_t staging_len = 0;
+  if (how == Carriage::kIndirect) staging_len = r.key.size() + r.value.size();
+  if (how == Carriage::kStagedSend)
+    staging_len = fabric::lock_free_len(host_.fabric(),
+                                        request_bytes(r.key.size() + r.value.size()));
+  const Deadline d = Deadline::after_ms(timeout_ms_);
+  uint32_t si = 0;
+  size_t off = kNoStaging;
+  if (const Status st = wait_for_slot(wk, staging_len, d, &si, &off); st != Status::kOk)
+    return st;
+  // The slot was derived from this seq, as the worker derives it (wire.h).
+  const uint32_t seq = next_seq(wk.last_seq, window_);
+  if (seq < wk.last_seq) seq_wraps_++;
+  wk.last_seq = seq;
+  Slot& s = wk.slots[si];
+  s.seq = seq;
+  s.op = static_cast<uint8_t>(to_opcode(r.op));
+  s.staging_off = off;
+  RequestFields f;
+  f.seq = seq;
+  f.client = client_;
+  f.epoch = epoch_;
+  f.op = to_opcode(r.op);
+  f.expire_at = r.expire_at;
+  f.expected_version = r.expected_version;
+  return post(w, si, encode(w, si, how, f, r, off), std::move(cb), d);
 }
 
 }  // namespace fabkv::rpc

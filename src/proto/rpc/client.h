@@ -82,7 +82,7 @@ class RpcClient {
 
   // Validates, waits (bounded by timeout_ms) for the key's worker to have a free slot and
   // the staging bytes, encodes and posts. kOk: the callback runs exactly once.
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb);
+  Status submit(const proto::ClientRequest& r, Callback&& cb);
   // Would submit() find worker w's next slot free at once? For a caller that must not wait
   // for one (hydradb sends the GET after a stale READ only then, docs/hydradb.md): an inline
   // request to w then waits for nothing but the provider's queue.
@@ -139,7 +139,7 @@ class RpcClient {
 
   struct Slot {
     fabric::OpContext tx_ctx;
-    Client::Callback cb;
+    Callback cb;
     uint32_t seq = 0;
     uint8_t op = 0;
     bool awaiting = false;    // answer expected and callback not yet run
@@ -157,7 +157,21 @@ class RpcClient {
   };
   class StagingArena;
 
+  // How a request travels (HERD sec. 4.2, 5.5): inline in its slot; indirect (the slot holds
+  // where in our staging region the worker READs key and value); or, by SEND and larger than
+  // a slot, built whole in staging.
+  enum class Carriage { kInline, kIndirect, kStagedSend };
+
   void parse(const control::Welcome& w, const nlohmann::json& layout);
+  // submit()'s steps, in order.
+  Status route(const proto::ClientRequest& r, uint32_t* w) const;
+  Carriage carriage(size_t body) const;
+  Status wait_for_slot(const Worker& wk, size_t staging_len, const Deadline& d, uint32_t* si,
+                       size_t* off);
+  fabric::LocalBuffer encode(uint32_t w, uint32_t si, Carriage how, const RequestFields& f,
+                             const proto::ClientRequest& r, size_t off);
+  Status post(uint32_t w, uint32_t si, const fabric::LocalBuffer& src, Callback&& cb,
+              const Deadline& d);
   long post_recv(size_t i, const Deadline& d);
   size_t on_recv(fabric::Completion& c);
   size_t on_tx(fabric::Completion& c);
@@ -182,8 +196,8 @@ class RpcClient {
   size_t tx_stride_ = 0;  // bytes per request slot in `tx_` (room for lock-free padding)
   bool send_transport_ = false;
   int timeout_ms_ = 2000;
-  uint32_t first_seq_ = 0;  // ClientOptions::first_seq (TEST ONLY)
-  uint64_t garbage_request_ = 0, requests_ = 0;  // ClientOptions::garbage_request (TEST ONLY)
+  uint32_t first_seq_ = 0;  // ClientTestHooks::first_seq (TEST ONLY)
+  uint64_t garbage_request_ = 0, requests_ = 0;  // ClientTestHooks::garbage_request (TEST ONLY)
   uint64_t seq_wraps_ = 0;
 
   std::vector<Worker> workers_;

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "client/client.h"
 #include "proto/rpc/wire.h"
+#include "proto/status.h"
 
 namespace fabkv::rpc {
 

@@ -127,7 +127,7 @@ void RpcServer::add_client_st(uint32_t c, uint16_t epoch, const proto::Info&,
   s.active = true;
   s.epoch = epoch;
   s.slots = region_ != nullptr && hello.value("transport", std::string("write")) == "write";
-  // TEST ONLY (ClientOptions::first_seq): the client numbers its requests from here.
+  // TEST ONLY (proto::ClientTestHooks::first_seq): the client numbers its requests from here.
   if (const auto it = hello.find("first_seq"); it != hello.end() && it->is_number_unsigned())
     s.exp = first_seq(it->get<uint64_t>(), window_);
   std::erase(slot_clients_, c);

@@ -58,7 +58,7 @@ inline constexpr uint32_t seq_slot(uint32_t seq, uint32_t window) { return (seq 
 inline constexpr uint32_t prev_in_slot(uint32_t seq, uint32_t window) {
   return seq > window ? seq - window : seq_cycle(window) - window + seq;
 }
-// A client's first seq: `requested` (ClientOptions::first_seq, TEST ONLY, told in the Hello)
+// A client's first seq: `requested` (proto::ClientTestHooks::first_seq, TEST ONLY, told in the Hello)
 // when it is one, else 1. Both sides apply it to the same W.
 inline constexpr uint32_t first_seq(uint64_t requested, uint32_t window) {
   return requested >= 1 && requested <= seq_cycle(window) ? static_cast<uint32_t>(requested) : 1;

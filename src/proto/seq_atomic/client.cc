@@ -25,7 +25,7 @@ namespace {
 
 class SeqAtomicClient final : public proto::ClientProtocol {
  public:
-  SeqAtomicClient(proto::ClientHost& host, const ClientOptions& o)
+  SeqAtomicClient(proto::ClientHost& host, const proto::ClientSettings& o)
       : host_(host), timeout_ms_(o.timeout_ms) {}
 
   void hello(nlohmann::json* payload) override {
@@ -53,7 +53,7 @@ class SeqAtomicClient final : public proto::ClientProtocol {
     return Opened::kReady;
   }
 
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kNext) return Status::kError;
     if (!r.key.empty() || !r.value.empty()) return Status::kInvalidKey;
     if (host_.gone()) return Status::kServerGone;
@@ -134,7 +134,7 @@ class SeqAtomicClient final : public proto::ClientProtocol {
 
   struct Slot {
     fabric::OpContext ctx;
-    Client::Callback cb;
+    Callback cb;
     bool awaiting = false;  // callback not yet run
     bool posted = false;    // its completion not yet reaped (the result buffer is in use)
     Clock::time_point deadline{};
@@ -142,7 +142,7 @@ class SeqAtomicClient final : public proto::ClientProtocol {
   };
 
   static void finish(Slot& s, Status st, uint64_t value) {
-    Client::Callback cb = std::move(s.cb);
+    Callback cb = std::move(s.cb);
     s.cb = nullptr;
     if (cb) cb(st, {}, value);
   }
@@ -162,7 +162,7 @@ class SeqAtomicClient final : public proto::ClientProtocol {
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   return std::make_unique<SeqAtomicClient>(host, options);
 }
 

@@ -14,7 +14,7 @@ namespace {
 
 class SeqRpcClient final : public proto::ClientProtocol {
  public:
-  SeqRpcClient(proto::ClientHost& host, const ClientOptions& o)
+  SeqRpcClient(proto::ClientHost& host, const proto::ClientSettings& o)
       : transport_(o.transport),
         rpc_(host, rpc::ClientConfig{"seq-rpc.requests", true, true}) {}
 
@@ -26,7 +26,7 @@ class SeqRpcClient final : public proto::ClientProtocol {
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
     return rpc_.open(w, layout);
   }
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kNext) return Status::kError;
     return rpc_.submit(r, std::move(cb));
   }
@@ -47,7 +47,7 @@ class SeqRpcClient final : public proto::ClientProtocol {
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   if (!options.transport.empty() && options.transport != "write" && options.transport != "send")
     throw ClientError(Status::kError,
                       "fabkv: transport must be write or send, not '" + options.transport + "'");

@@ -34,7 +34,7 @@ constexpr size_t kExtraRecvs = 4;
 
 class SeqSpecClient final : public proto::ClientProtocol {
  public:
-  SeqSpecClient(proto::ClientHost& host, const ClientOptions& o)
+  SeqSpecClient(proto::ClientHost& host, const proto::ClientSettings& o)
       : host_(host), timeout_ms_(o.timeout_ms) {}
 
   void hello(nlohmann::json* payload) override {
@@ -63,7 +63,7 @@ class SeqSpecClient final : public proto::ClientProtocol {
     rx_ = std::make_unique<fabric::RegisteredBuffer>(host_.fabric(), n * recv_size_,
                                                      fabric::Access::kLocalOnly);
     recv_ctx_ = std::vector<fabric::OpContext>(n);
-    Deadline d = Deadline::after_ms(host_.options().connect_timeout_ms);
+    Deadline d = Deadline::after_ms(host_.settings().connect_timeout_ms);
     for (size_t i = 0; i < n; ++i) {
       recv_ctx_[i].user = &kRecvMarker;
       recv_ctx_[i].tag = i;
@@ -73,7 +73,7 @@ class SeqSpecClient final : public proto::ClientProtocol {
     return Opened::kReady;
   }
 
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kNext) return Status::kError;
     if (!r.key.empty() || !r.value.empty()) return Status::kInvalidKey;
     if (host_.gone()) return Status::kServerGone;
@@ -158,7 +158,7 @@ class SeqSpecClient final : public proto::ClientProtocol {
   static inline char kRecvMarker;  // OpContext::user of our receive buffers
 
   struct Request {
-    Client::Callback cb;
+    Callback cb;
     Clock::time_point deadline;
     bool zombie = false;  // its callback ran (timeout); its answer is still owed
   };
@@ -174,7 +174,7 @@ class SeqSpecClient final : public proto::ClientProtocol {
     return 1;
   }
   static void finish(Request& q, Status st, uint64_t v) {
-    Client::Callback cb = std::move(q.cb);
+    Callback cb = std::move(q.cb);
     q.cb = nullptr;
     if (cb) cb(st, {}, v);
   }
@@ -202,7 +202,7 @@ class SeqSpecClient final : public proto::ClientProtocol {
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   return std::make_unique<SeqSpecClient>(host, options);
 }
 

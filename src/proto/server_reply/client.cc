@@ -32,7 +32,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
   }
   bool polls_memory() const override { return true; }
 
-  Status submit(const proto::ClientRequest& r, Client::Callback&& cb) override {
+  Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     return rpc_.submit(r, std::move(cb));
   }
   size_t complete(std::span<fabric::Completion> cs) override { return rpc_.complete(cs); }
@@ -87,7 +87,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
 }  // namespace
 
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options) {
+                                                   const proto::ClientSettings& options) {
   if (!options.transport.empty() && options.transport != "write")
     throw ClientError(Status::kError,
                       "fabkv: server-reply WRITEs its requests: transport must be write, not '" +

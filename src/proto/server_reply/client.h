@@ -25,6 +25,6 @@ namespace fabkv::server_reply {
 
 // Throws ClientError(kError) for a transport other than "" or "write".
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
-                                                   const ClientOptions& options);
+                                                   const proto::ClientSettings& options);
 
 }  // namespace fabkv::server_reply
