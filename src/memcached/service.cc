@@ -1026,8 +1026,7 @@ bool Connections::text_command(Conn& c, std::string_view in, size_t* used) {
       submit(c, call);
       return true;
     case Verb::kFlushAll: {
-      const store::EngineKind k = w_.engine().kind();
-      if (k != store::EngineKind::kCache && k != store::EngineKind::kStore) {
+      if (!store::engine_kind_from_string(w_.engine().name())) {
         if (!cmd.noreply) return bad("SERVER_ERROR flush_all needs the cache or store engine\r\n");
         return true;
       }
@@ -1268,8 +1267,7 @@ bool Connections::binary_command(Conn& c, std::string_view in, size_t* used) {
       return simple();
     case kFlush: case kFlushQ: {
       if (h.extlen != 0 && h.extlen != 4) return invalid();
-      const store::EngineKind k = w_.engine().kind();
-      if (k != store::EngineKind::kCache && k != store::EngineKind::kStore) return invalid();
+      if (!store::engine_kind_from_string(w_.engine().name())) return invalid();
       call.req.kind = Kind::kFlush;
       call.req.key = {};
       const int64_t delay = h.extlen == 4 ? static_cast<int32_t>(be32(pk.extras, 0)) : 0;

@@ -46,6 +46,15 @@ constexpr uint32_t kMaxStretch = 10;
 // What an adaptive worker did the last time it was idle (stats "poll.idle_wait").
 constexpr std::array<const char*, 3> kIdleWaitNames = {"none yet", "block", "sleep"};
 
+// The protocol served that brings the engine --engine names (farm and farm-var configure the
+// farm engine differently); the default protocol when none does.
+proto::Id engine_protocol(const ServerOptions& o) {
+  for (const std::string& name : o.protocols)
+    if (const proto::Info* p = proto::find(name); p != nullptr && p->engine == o.engine)
+      return p->id;
+  return proto::kDefault;
+}
+
 }  // namespace
 
 
@@ -83,8 +92,8 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
   idle_ = std::make_unique<std::atomic<bool>[]>(o.max_clients);
   for (uint32_t c = 0; c < o.max_clients; ++c) idle_[c].store(true);
 
-  // The server sides of the protocols served (one per Info::server), then the engine: the
-  // one a protocol brings (Info::engine), else the generic one --engine names.
+  // The server sides of the protocols served (one per Info::server), then the engine --engine
+  // names (the one the protocols need, resolve_defaults), built by the registry.
   side_of_.assign(proto::protocols().size(), nullptr);
   for (const std::string& name : o.protocols) {
     const proto::Info* p = proto::find(name);
@@ -103,12 +112,9 @@ Worker::Worker(uint32_t index, const ServerOptions& o, const fabric::FabricOptio
   so.index_buckets = o.index_buckets;
   // A server of protocols without key-value data only (the sequencers) runs without an engine.
   const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
-  for (auto& side : sides_)
-    if (!engine_ && !engineless) engine_ = side->make_engine(so);
-  if (!engine_ && !engineless) {
-    auto kind = store::engine_kind_from_string(o.engine).value_or(store::EngineKind::kCache);
-    engine_ = store::make_engine(kind, so);
-  }
+  if (!engineless)
+    engine_ = proto::make_engine(
+        {.name = o.engine, .store = so, .options = o, .protocol = engine_protocol(o)});
   if (!o.oplog.empty() && engineless && index_ == 0)
     spdlog::info("--oplog ignored: no protocol served keeps key-value data");
   if (!o.oplog.empty() && !engineless) open_oplog();
