@@ -530,18 +530,6 @@ class PyCluster {
   uint32_t replicas_ = 1;
 };
 
-const char* engine_name(proto::EngineNeed e) {
-  switch (e) {
-    case proto::EngineNeed::kAny: return "any";
-    case proto::EngineNeed::kPilaf: return "pilaf";
-    case proto::EngineNeed::kFarm: return "farm";
-    case proto::EngineNeed::kDrtm: return "drtm";
-    case proto::EngineNeed::kHydra: return "hydradb";
-    case proto::EngineNeed::kNone: return "none";
-  }
-  return "?";
-}
-
 }  // namespace
 }  // namespace fabkv::python
 
@@ -577,7 +565,7 @@ PYBIND11_MODULE(_fabkv, m) {
           py::dict d;
           d["name"] = p.name;
           d["server_side"] = fabkv::proto::info(p.server).name;
-          d["engine"] = fabkv::python::engine_name(p.engine);
+          d["engine"] = std::string(p.engine);
           d["sequencer"] = p.engine == fabkv::proto::EngineNeed::kNone;
           d["summary"] = p.summary;
           out.append(std::move(d));

@@ -298,7 +298,7 @@ int run_bench(const BenchOptions& o) {
       const proto::Info* fabkv_protocol =
           name.system == "fabkv" || name.system == "fabkv-cluster" ? proto::find(name.protocol) : nullptr;
       if (fabkv_protocol) ss.protocols = served_with(*fabkv_protocol);
-      if (fabkv_protocol && fabkv_protocol->engine == proto::EngineNeed::kPilaf) {
+      if (fabkv_protocol && fabkv_protocol->engine == "pilaf") {
         // The pilaf engine: the table has one entry per key of the key space, so --fill is the
         // table's fill ratio (Pilaf fig. 6: 75%), and the extents hold every record without growing.
         ss.pilaf_entries = std::max<size_t>(16, o.base.keys);

@@ -228,8 +228,7 @@ bool Connections::meta_command(Conn& c, const TextCommand& cmd) {
 // Empties every partition (now, or at call.req.expire_at) where the engine can: false, and
 // nothing done, where it cannot.
 bool Connections::flush_all(Conn& c, Call& call) {
-  const store::EngineKind k = w_.engine().kind();
-  if (k != store::EngineKind::kCache && k != store::EngineKind::kStore) return false;
+  if (!store::engine_kind_from_string(w_.engine().name())) return false;
   broadcast_flush(c, call);
   return true;
 }

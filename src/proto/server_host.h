@@ -56,6 +56,10 @@ class ServerHost {
   virtual bool serving_st(uint32_t c, uint16_t epoch) const = 0;
   // Was client c dropped for refusing what the worker posts (no longer served)?
   virtual bool dropped_st(uint32_t c) const = 0;
+  // The worker's engine, built from the registry before open() (proto/registry.h, make_engine): a protocol
+  // that brings its own finds it here and registers its memory; nullptr on a server without
+  // key-value data (the sequencers).
+  virtual store::Engine* engine_st() = 0;
   // Runs requests through the engine's prefetch pipeline (HERD sec. 4.1.1) and logs every
   // acknowledged PUT/DELETE before `done` sees it (Pilaf sec. 4).
   virtual void execute_st(std::span<const store::Request> reqs, store::CompletionFn done) = 0;

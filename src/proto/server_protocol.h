@@ -42,10 +42,8 @@ class ServerProtocol {
   virtual ~ServerProtocol() = default;
 
   // ---- construction (main thread)
-  // The engine this protocol needs, when it brings its own (Info::engine != kAny); the worker
-  // asks before it makes a generic one.
-  virtual std::unique_ptr<store::Engine> make_engine(const store::EngineOptions&) { return nullptr; }
-  // Called once the worker's engine exists (after an op log replay): register, post.
+  // Called once the worker's engine exists (after an op log replay): register (a protocol
+  // that brings an engine, proto/registry.h, finds it in the worker), post.
   virtual void open() {}
   // Does this protocol take requests as messages (the worker then posts receive buffers and
   // hands it every message whose prefix names one of its clients, MessagePrefix)?

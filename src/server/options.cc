@@ -9,10 +9,6 @@
 
 namespace fabkv::server {
 
-namespace {
-constexpr const char* kNoEngine = "none";  // only protocols without key-value data are served
-}  // namespace
-
 void declare_knobs(Knobs& k, ServerOptions* o) {
   auto s = k.section("", "Server");
   s.text("provider", "--provider", &o->provider,
@@ -33,10 +29,7 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "(lossless table and items clients READ, lock and WRITE) | hydradb (lossless, items "
          "clients READ, updated out of place) | none (no engine: a server of "
          "sequencers only); default: what the protocols served need, else cache")
-      .one_of({store::to_string(store::EngineKind::kCache), store::to_string(store::EngineKind::kStore),
-               store::to_string(store::EngineKind::kPilaf), store::to_string(store::EngineKind::kFarm),
-               store::to_string(store::EngineKind::kDrtm),
-               store::to_string(store::EngineKind::kHydra), kNoEngine});
+      .one_of(proto::engine_names());
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
       .range(1, store::kMaxValueSizeLimit);
@@ -112,7 +105,7 @@ void load_toml(const std::string& path, ServerOptions* o) {
   k.load_toml(path);
 }
 
-proto::EngineNeed needed_engine(const ServerOptions& o) {
+std::string_view needed_engine(const ServerOptions& o) {
   // The first protocol that needs an engine of its own (pilaf, farm, drtm) decides; validate()
   // refuses a second protocol that needs another one.
   bool any = false;
@@ -125,20 +118,12 @@ proto::EngineNeed needed_engine(const ServerOptions& o) {
   return any ? proto::EngineNeed::kAny : proto::EngineNeed::kNone;
 }
 
-const char* engine_for(proto::EngineNeed need) {
-  switch (need) {
-    case proto::EngineNeed::kPilaf: return store::to_string(store::EngineKind::kPilaf);
-    case proto::EngineNeed::kNone: return kNoEngine;
-    case proto::EngineNeed::kFarm: return store::to_string(store::EngineKind::kFarm);
-    case proto::EngineNeed::kDrtm: return store::to_string(store::EngineKind::kDrtm);
-    case proto::EngineNeed::kHydra: return store::to_string(store::EngineKind::kHydra);
-    case proto::EngineNeed::kAny: break;
-  }
-  return store::to_string(store::EngineKind::kCache);
+std::string_view engine_for(std::string_view need) {
+  return need == proto::EngineNeed::kAny ? store::to_string(store::EngineKind::kCache) : need;
 }
 
 void resolve_defaults(ServerOptions* o) {
-  if (o->engine.empty()) o->engine = engine_for(needed_engine(*o));
+  if (o->engine.empty()) o->engine = std::string(engine_for(needed_engine(*o)));
   if (o->oplog_sync.empty()) o->oplog_sync = o->oplog_fsync ? "always" : "everysec";
 }
 
@@ -170,9 +155,8 @@ void validate(const ServerOptions& o) {
           "from two servers)",
           reader->name, name,
           reader->engine == p->engine
-              ? std::string("differently laid out buckets of the farm engine")
-              : fmt::format("different engines' memory ({} and {})", engine_for(reader->engine),
-                            engine_for(p->engine))));
+              ? fmt::format("differently laid out memory of the {} engine", p->engine)
+              : fmt::format("different engines' memory ({} and {})", reader->engine, p->engine)));
     if (reader == nullptr) reader = p;
   }
   for (const auto& name : o.protocols) {
@@ -180,50 +164,30 @@ void validate(const ServerOptions& o) {
     if (!p)
       throw std::invalid_argument("unknown protocol '" + name +
                                   "' (this build serves: " + proto::names() + ")");
-    switch (p->engine) {
-      case proto::EngineNeed::kNone:
-        if (o.data_dir.empty())
-          throw std::invalid_argument(fmt::format(
-              "protocol '{}' needs --data-dir: it persists the high-water mark of the values it "
-              "handed out there, so that a restart never hands one out again",
-              name));
-        break;
-      case proto::EngineNeed::kAny:
-        if (o.engine == kNoEngine)
-          throw std::invalid_argument(fmt::format(
-              "protocol '{}' needs an engine (--engine cache or store), not '{}'", name, o.engine));
-        break;
-      case proto::EngineNeed::kPilaf:
-      case proto::EngineNeed::kFarm:
-        if (o.engine != engine_for(p->engine))
-          throw std::invalid_argument(fmt::format(
-              "protocol '{}' needs --engine {}: its clients READ that engine's table and extents "
-              "(leave --engine out to get it), not '{}'",
-              name, engine_for(p->engine), o.engine));
-        break;
-      case proto::EngineNeed::kHydra:
-        if (o.engine != engine_for(p->engine))
-          throw std::invalid_argument(fmt::format(
-              "protocol '{}' needs --engine {}: its clients READ that engine's items "
-              "(leave --engine out to get it), not '{}'",
-              name, engine_for(p->engine), o.engine));
-        break;
-      case proto::EngineNeed::kDrtm:
-        if (o.engine != engine_for(p->engine))
-          throw std::invalid_argument(fmt::format(
-              "protocol '{}' needs --engine {}: its clients READ that engine's table and items "
-              "and lock and WRITE its items (leave --engine out to get it), not '{}'",
-              name, engine_for(p->engine), o.engine));
-        // The op log sees only what the worker executes; drtm clients change items with
-        // atomics and WRITEs the worker never hears of, so a replay would bring back old values.
-        if (!o.oplog.empty())
-          throw std::invalid_argument(fmt::format(
-              "--oplog cannot serve protocol '{}': its clients PUT by CAS and WRITE straight into "
-              "the engine's memory, which the worker never sees, so the log would miss those "
-              "PUTs and a replay would bring back old values",
-              name));
-        break;
+    if (p->engine == proto::EngineNeed::kNone) {
+      if (o.data_dir.empty())
+        throw std::invalid_argument(fmt::format(
+            "protocol '{}' needs --data-dir: it persists the high-water mark of the values it "
+            "handed out there, so that a restart never hands one out again",
+            name));
+    } else if (p->engine == proto::EngineNeed::kAny) {
+      if (o.engine == proto::EngineNeed::kNone)
+        throw std::invalid_argument(fmt::format(
+            "protocol '{}' needs an engine (--engine cache or store), not '{}'", name, o.engine));
+    } else if (o.engine != p->engine) {
+      throw std::invalid_argument(fmt::format(
+          "protocol '{}' needs --engine {}: its clients READ that engine's memory (leave "
+          "--engine out to get it), not '{}'",
+          name, p->engine, o.engine));
     }
+    // The op log sees only what the worker executes; drtm clients change items with atomics
+    // and WRITEs the worker never hears of, so a replay would bring back old values.
+    if (p->id == proto::Id::drtm && !o.oplog.empty())
+      throw std::invalid_argument(fmt::format(
+          "--oplog cannot serve protocol '{}': its clients PUT by CAS and WRITE straight into "
+          "the engine's memory, which the worker never sees, so the log would miss those "
+          "PUTs and a replay would bring back old values",
+          name));
   }
   size_t sequencers = 0;
   for (const auto& name : o.protocols)

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/knobs.h"
@@ -77,14 +78,14 @@ struct ServerOptions : proto::ProtocolOptions {
   std::string name;
 };
 
-// What the served protocols ask of the engine (proto/registry.h, Info::engine): kPilaf, kFarm or
-// kDrtm when one of them needs that engine (the first such protocol decides), kNone when none of
-// them needs an engine (only sequencers), else kAny. Unknown protocol names and protocols
-// needing two engines are validate()'s business.
-proto::EngineNeed needed_engine(const ServerOptions& o);
-// The engine that satisfies a need: the pilaf, farm or drtm engine for kPilaf, kFarm, kDrtm, the
-// cache engine (the default) for kAny, "none" for kNone (the worker then makes no engine).
-const char* engine_for(proto::EngineNeed need);
+// What the served protocols ask of the engine (proto/registry.h, Info::engine): the engine of
+// the first protocol that brings one, EngineNeed::kNone when none of them needs an engine (only
+// sequencers), else EngineNeed::kAny. Unknown protocol names and protocols needing two engines
+// are validate()'s business.
+std::string_view needed_engine(const ServerOptions& o);
+// The engine (--engine) that satisfies a need: cache (the default) for kAny, else the need
+// itself (an engine's name, or "none": the worker then makes no engine).
+std::string_view engine_for(std::string_view need);
 
 // Fills in what depends on other settings (engine "" -> engine_for(needed_engine(o))).
 void resolve_defaults(ServerOptions* o);

@@ -55,6 +55,15 @@ proto::ServerSettings settings_of(const ServerOptions& o) {
   return s;
 }
 
+// The protocol served that brings the engine --engine names (farm and farm-var configure the
+// farm engine differently); the default protocol when none does.
+proto::Id engine_protocol(const ServerOptions& o) {
+  for (const std::string& name : o.protocols)
+    if (const proto::Info* p = proto::find(name); p != nullptr && p->engine == o.engine)
+      return p->id;
+  return proto::kDefault;
+}
+
 }  // namespace
 
 // Set-up in steps, each of which needs the ones before it: the fabric, the protocols' server
@@ -138,20 +147,19 @@ fabric::EndpointOptions Worker::open_endpoints() {
   return eo;
 }
 
-// The engine: the one a protocol brings (Info::engine), else the generic one --engine names;
+// The engine --engine names, built by the registry (the one a served protocol brings, else
+// cache or store);
 // none for a server of protocols without key-value data (the sequencers). Then the op log.
 void Worker::open_engine() {
   store::EngineOptions so;
   so.memory_bytes = o_.memory / o_.workers;
   so.max_value_size = o_.max_value;
   so.index_buckets = o_.index_buckets;
+  // A server of protocols without key-value data only (the sequencers) runs without an engine.
   const bool engineless = needed_engine(o_) == proto::EngineNeed::kNone;
-  for (auto& side : sides_)
-    if (!engine_ && !engineless) engine_ = side->make_engine(so);
-  if (!engine_ && !engineless) {
-    auto kind = store::engine_kind_from_string(o_.engine).value_or(store::EngineKind::kCache);
-    engine_ = store::make_engine(kind, so);
-  }
+  if (!engineless)
+    engine_ = proto::make_engine(
+        {.name = o_.engine, .store = so, .options = o_, .protocol = engine_protocol(o_)});
   if (!o_.oplog.empty() && engineless && index_ == 0)
     spdlog::info("--oplog ignored: no protocol served keeps key-value data");
   if (!o_.oplog.empty() && !engineless) open_oplog();

@@ -130,6 +130,7 @@ class Worker final : public proto::ServerHost {
   // The worker wakes for it.
   void when_durable_st(uint64_t position, std::function<void()> fn) override;
   store::Engine& engine() { return *engine_; }
+  store::Engine* engine_st() override { return engine_.get(); }
   void reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src) override;
   void reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t raddr,
                       uint64_t rkey) override;

@@ -20,7 +20,7 @@ class CacheEngine final : public Engine {
   // two maximum-size items, log larger than 2^48 bytes) or the mapping fails.
   explicit CacheEngine(const EngineOptions& opts);
 
-  EngineKind kind() const override { return EngineKind::kCache; }
+  std::string_view name() const override { return to_string(EngineKind::kCache); }
   using Engine::del;
   using Engine::get;
   using Engine::put;

@@ -7,10 +7,6 @@
 #include <string>
 
 #include "store/cache_engine.h"
-#include "proto/farm/engine.h"
-#include "proto/drtm/engine.h"
-#include "proto/hydradb/engine.h"
-#include "proto/pilaf/engine.h"
 #include "store/store_engine.h"
 
 namespace fabkv::store {
@@ -30,11 +26,8 @@ const char* to_string(Status s) {
 const char* to_string(EngineKind k) {
   switch (k) {
     case EngineKind::kCache: return "cache";
-    case EngineKind::kStore: return "store";
-    case EngineKind::kPilaf: return "pilaf";
-    case EngineKind::kFarm: return "farm";
-    case EngineKind::kDrtm: return "drtm";
-    case EngineKind::kHydra: return "hydradb";
+    case EngineKind::kStore:
+      return "store";
   }
   return "unknown";
 }
@@ -42,10 +35,6 @@ const char* to_string(EngineKind k) {
 std::optional<EngineKind> engine_kind_from_string(std::string_view name) {
   if (name == "cache") return EngineKind::kCache;
   if (name == "store") return EngineKind::kStore;
-  if (name == "pilaf") return EngineKind::kPilaf;
-  if (name == "farm") return EngineKind::kFarm;
-  if (name == "drtm") return EngineKind::kDrtm;
-  if (name == "hydradb") return EngineKind::kHydra;
   return std::nullopt;
 }
 
@@ -60,11 +49,8 @@ uint32_t realtime_seconds(void*) {
 std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) {
   switch (kind) {
     case EngineKind::kCache: return std::make_unique<CacheEngine>(opts);
-    case EngineKind::kStore: return std::make_unique<StoreEngine>(opts);
-    case EngineKind::kPilaf: return std::make_unique<PilafEngine>(opts);
-    case EngineKind::kFarm: return std::make_unique<FarmEngine>(opts);
-    case EngineKind::kDrtm: return std::make_unique<DrtmEngine>(opts);
-    case EngineKind::kHydra: return std::make_unique<HydraEngine>(opts);
+    case EngineKind::kStore:
+      return std::make_unique<StoreEngine>(opts);
   }
   throw std::invalid_argument("store: unknown engine kind");
 }

@@ -37,14 +37,12 @@ enum class Status : uint8_t {
 
 const char* to_string(Status s);
 
-// kPilaf: the store behind fabkv's Pilaf protocol (proto/pilaf/engine.h): clients READ its table.
-// kFarm: FaRM-KV's hopscotch table (proto/farm/engine.h): clients READ neighbourhoods.
-// kDrtm: the store behind DrTM-KV (proto/drtm/engine.h): clients READ it and lock its items.
-// kHydra: the store behind fabkv's HydraDB protocol (proto/hydradb/engine.h): clients READ its
-// items, updates are out of place.
-enum class EngineKind : uint8_t { kCache, kStore, kPilaf, kFarm, kDrtm, kHydra };
+// The engines of this folder. Engines whose memory clients reach live with their protocol
+// (src/proto/<engine>/engine.h) and are built through the registry (proto/registry.h,
+// make_engine), which also knows every name --engine takes.
+enum class EngineKind : uint8_t { kCache, kStore };
 const char* to_string(EngineKind k);
-// "cache", "store", "pilaf", "farm", "drtm" or "hydradb"; nullopt for anything else.
+// "cache" or "store"; nullopt for anything else.
 std::optional<EngineKind> engine_kind_from_string(std::string_view name);
 
 // Wall-clock seconds used for expiry; only read when an item carries an expiry time.
@@ -72,8 +70,8 @@ struct EngineOptions {
   void* clock_ctx = nullptr;
 };
 
-// The raw memory of a partition (engines report it; the pilaf engine registers its own
-// generations for clients to READ, proto/pilaf/server.cc).
+// The raw memory of a partition (engines report it; an engine whose table clients READ
+// registers its own generations).
 struct EngineMemory {
   std::byte* base = nullptr;
   size_t size = 0;
@@ -90,7 +88,7 @@ struct PutOptions {
   uint64_t restore_version = 0;
   // Opaque client flags kept with the item and returned by get (memcached's <flags>). The
   // cache and store engines keep them in the item header (layout.h); the engines whose items
-  // clients READ (pilaf, farm, drtm) have no room for them and return 0.
+  // clients READ have no room for them and return 0.
   uint32_t flags = 0;
 };
 
@@ -131,7 +129,7 @@ struct Response {
   uint64_t version = 0;    // kGet: the item's version; kPut: the new version
   uint32_t expire_at = 0;  // kGet
   std::string_view value;  // kGet: valid until the next mutation (see top)
-  // kGet hit, engines whose items clients READ (hydradb): the item's offset in memory();
+  // kGet hit, engines whose items clients READ (and that say where): the item's offset in memory();
   // kNoLocation otherwise.
   uint64_t location = kNoLocation;
 };
@@ -168,7 +166,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  virtual EngineKind kind() const = 0;
+  // What --engine calls it: "cache", "store", or the protocol folder that defines it.
+  virtual std::string_view name() const = 0;
 
   // ---- one-call form (owner thread only) ----
   virtual Status get(KeyHash h, std::string_view key, ItemView& out) = 0;
@@ -201,11 +200,11 @@ class Engine {
   }
 
   // Housekeeping the owner thread runs every so often (a worker: every 1024 poll rounds), for
-  // engines that need it (pilaf: release retired generations, publish the clock).
+  // engines that need it (release retired table generations, publish a clock).
   virtual void housekeeping() {}
 
   // Removes every item (memcached's flush_all), owner thread only. False, changing nothing,
-  // where the engine cannot (pilaf, farm, drtm: clients READ their tables).
+  // where the engine cannot (an engine whose table clients READ).
   virtual bool clear() { return false; }
 
   // ---- any thread ----
@@ -217,6 +216,7 @@ class Engine {
   PartitionStats stats_;
 };
 
+// The cache or the store; proto/registry.h's make_engine builds every engine by name.
 std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts);
 
 // The checks every engine call starts with: kInvalidKey for an empty key, kTooLarge for a key

@@ -22,7 +22,7 @@ class StoreEngine final : public Engine {
   // Throws std::runtime_error for options that leave no heap or when the mapping fails.
   explicit StoreEngine(const EngineOptions& opts);
 
-  EngineKind kind() const override { return EngineKind::kStore; }
+  std::string_view name() const override { return to_string(EngineKind::kStore); }
   using Engine::del;
   using Engine::get;
   using Engine::put;

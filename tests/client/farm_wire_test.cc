@@ -216,7 +216,7 @@ TEST(FarmWire, ARecordReusedUnderTheReaderIsNeverAccepted) {
 }
 
 // A neighbourhood of H buckets behind a table header, and the worker applying a hopscotch
-// displacement chain exactly as FarmEngine::apply_chain orders it (moves odd; each key copied
+// displacement chain exactly as farm::Engine::apply_chain orders it (moves odd; each key copied
 // into the free bucket, then its old bucket overwritten by the next; the new key; moves even),
 // every store landing byte by byte. A client following layout.h's rules with READs that race
 // it must find the key that was present throughout, with its value, or retry; never "not

@@ -63,6 +63,7 @@ class FakeServerHost final : public ServerHost {
 
   bool serving_st(uint32_t, uint16_t) const override { return true; }
   bool dropped_st(uint32_t) const override { return false; }
+  store::Engine* engine_st() override { return engine_.get(); }
   void execute_st(std::span<const store::Request> reqs, store::CompletionFn done) override {
     engine_->run_batch(reqs, done);
   }

@@ -3,16 +3,18 @@
 // in a fresh directory under /tmp, no fabric.
 #include "server/oplog.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
-#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -23,9 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <xxhash.h>
-
+#include "proto/registry.h"
 #include "store/engine.h"
 
 namespace fabkv::server {
@@ -809,7 +809,7 @@ struct FakeClock {
   static uint32_t read(void* self) { return static_cast<FakeClock*>(self)->now; }
 };
 
-class OpLogReplayTest : public OpLogTest, public ::testing::WithParamInterface<store::EngineKind> {
+class OpLogReplayTest : public OpLogTest, public ::testing::WithParamInterface<const char*> {
  protected:
   std::unique_ptr<store::Engine> engine(size_t max_value = store::kDefaultMaxValueSize) {
     store::EngineOptions o;
@@ -820,7 +820,7 @@ class OpLogReplayTest : public OpLogTest, public ::testing::WithParamInterface<s
     o.prefault = false;
     o.clock = &FakeClock::read;
     o.clock_ctx = &clock_;
-    return store::make_engine(GetParam(), o);
+    return proto::make_engine(GetParam(), o);
   }
 
   // A server's run: random PUTs (a third of them CAS with the version last seen), DELETEs and
@@ -951,10 +951,8 @@ TEST_P(OpLogReplayTest, APutRefusedOnReplayDoesNotShiftTheOtherVersions) {
   EXPECT_EQ(v, versions["key-19"] + 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, OpLogReplayTest,
-                         ::testing::Values(store::EngineKind::kCache, store::EngineKind::kStore,
-                                           store::EngineKind::kPilaf),
-                         [](const auto& info) { return std::string(store::to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Engines, OpLogReplayTest, ::testing::Values("cache", "store", "pilaf"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace fabkv::server

@@ -29,9 +29,9 @@ std::atomic_ref<uint64_t> lock_word(std::byte* item) {
 }
 
 // A client's GET on raw memory: the item the key's bucket chain names, judged by read_item.
-drtm::ItemRead client_read(const DrtmEngine& e, std::string_view key, drtm::ItemValue* out,
+drtm::ItemRead client_read(const drtm::Engine& e, std::string_view key, drtm::ItemValue* out,
                            std::vector<char>* copy) {
-  const DrtmRegions& r = e.regions();
+  const drtm::Regions& r = e.regions();
   uint64_t b = drtm::key_place(key, r.main_buckets).bucket;
   const uint16_t tag = drtm::key_place(key, r.main_buckets).tag;
   for (int hops = 0; hops < 64; ++hops) {
@@ -52,11 +52,11 @@ drtm::ItemRead client_read(const DrtmEngine& e, std::string_view key, drtm::Item
 
 TEST(DrtmEngine, ModelMapWithClientReadsOfTheRawMemory) {
   FakeClock clock;
-  DrtmOptions d;
+  drtm::EngineConfig d;
   d.table_bytes = 64 * sizeof(drtm::Bucket);  // 48 main buckets: chains into overflow buckets
   d.retire_grace_ms = 0;                      // memory reused at once: stale locations are tested
-  DrtmEngine e(small_options(size_t{8} << 20, 0, &clock), d);
-  EXPECT_EQ(e.kind(), EngineKind::kDrtm);
+  drtm::Engine e(small_options(size_t{8} << 20, 0, &clock), d);
+  EXPECT_EQ(e.name(), "drtm");
   std::map<std::string, std::pair<std::string, uint64_t>> model;
   std::map<std::string, uint64_t> last_version;  // per key, across deletes
   std::mt19937_64 rng(1);
@@ -120,7 +120,7 @@ TEST(DrtmEngine, ModelMapWithClientReadsOfTheRawMemory) {
 }
 
 TEST(DrtmEngine, TheWorkerWorksAroundALockAClientHolds) {
-  DrtmEngine e(small_options(size_t{4} << 20, 0));
+  drtm::Engine e(small_options(size_t{4} << 20, 0));
   uint64_t v0 = 0;
   ASSERT_EQ(e.put("k", "old-value", {}, &v0), Status::kOk);
   std::byte* item = e.item_of("k");
@@ -160,9 +160,9 @@ TEST(DrtmEngine, TheWorkerWorksAroundALockAClientHolds) {
 }
 
 TEST(DrtmEngine, RefusesWhatDoesNotFitAndChangesNothing) {
-  DrtmOptions d;
+  drtm::EngineConfig d;
   d.table_bytes = 20 * sizeof(drtm::Bucket);  // 15 main + 5 overflow buckets
-  DrtmEngine e(small_options(size_t{1} << 20, 0), d);
+  drtm::Engine e(small_options(size_t{1} << 20, 0), d);
   int stored = 0;
   for (int i = 0; i < 1000; ++i) {
     Status s = e.put("k" + std::to_string(i), std::string(64, 'v'));

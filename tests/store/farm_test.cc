@@ -1,5 +1,5 @@
 // The farm engine (src/proto/farm/engine.h): a model map under random operations with growth,
-// every key looked up by the client's rules on the engine's raw memory (FarmEngine::lookup,
+// every key looked up by the client's rules on the engine's raw memory (farm::Engine::lookup,
 // proto/farm/layout.h), at every step of every displacement chain, in a retired table, and the
 // fill a hopscotch table with H = 6 reaches before it must grow.
 #include <gtest/gtest.h>
@@ -28,8 +28,8 @@ EngineOptions opts(size_t memory, FakeClock* clock = nullptr) {
 }
 
 // inline_bytes 0: farm-var (pointers only).
-FarmOptions tiny(size_t inline_bytes = 48, size_t homes = 16, size_t extents = 4096) {
-  FarmOptions f;
+farm::EngineConfig tiny(size_t inline_bytes = 48, size_t homes = 16, size_t extents = 4096) {
+  farm::EngineConfig f;
   f.inline_bytes = inline_bytes;
   f.pointers_only = inline_bytes == 0;
   f.initial_homes = homes;
@@ -45,8 +45,8 @@ std::string value_of(std::mt19937_64& rng, size_t len) {
 
 TEST(FarmEngine, PutGetDeleteCasExpireInlineAndIndirect) {
   FakeClock clock;
-  FarmEngine e(opts(size_t{16} << 20, &clock), tiny());
-  EXPECT_EQ(e.kind(), EngineKind::kFarm);
+  farm::Engine e(opts(size_t{16} << 20, &clock), tiny());
+  EXPECT_EQ(e.name(), "farm");
   ItemView v;
   EXPECT_EQ(e.get("a", v), Status::kNotFound);
   uint64_t v1 = 0, v2 = 0;
@@ -62,17 +62,17 @@ TEST(FarmEngine, PutGetDeleteCasExpireInlineAndIndirect) {
   EXPECT_EQ(e.farm_stats().indirect_items, 1u);
   ASSERT_EQ(e.get("a", v), Status::kOk);
   EXPECT_EQ(v.value, big);
-  EXPECT_EQ(FarmEngine::lookup(e.current(), "a").value, big);
+  EXPECT_EQ(farm::Engine::lookup(e.current(), "a").value, big);
   ASSERT_EQ(e.put("a", "small"), Status::kOk);
   EXPECT_EQ(e.farm_stats().indirect_items, 0u);
-  EXPECT_EQ(FarmEngine::lookup(e.current(), "a").value, "small");
+  EXPECT_EQ(farm::Engine::lookup(e.current(), "a").value, "small");
   EXPECT_EQ(e.del("a"), Status::kOk);
   EXPECT_EQ(e.get("a", v), Status::kNotFound);
-  EXPECT_FALSE(FarmEngine::lookup(e.current(), "a").found);
+  EXPECT_FALSE(farm::Engine::lookup(e.current(), "a").found);
   EXPECT_EQ(e.del("a"), Status::kNotFound);
 
   ASSERT_EQ(e.put("t", "tmp", PutOptions{0, clock.now + 10}), Status::kOk);
-  const FarmLookup l = FarmEngine::lookup(e.current(), "t");
+  const farm::Lookup l = farm::Engine::lookup(e.current(), "t");
   ASSERT_TRUE(l.found);
   EXPECT_EQ(l.expire_at, clock.now + 10);
   clock.now += 10;
@@ -82,11 +82,12 @@ TEST(FarmEngine, PutGetDeleteCasExpireInlineAndIndirect) {
 
 // farm-var: a bucket holds a pointer only, every item is a record.
 TEST(FarmEngine, VarKeepsEveryItemOutOfLine) {
-  FarmEngine e(opts(size_t{16} << 20), tiny(0));
+  farm::Engine e(opts(size_t{16} << 20), tiny(0));
   EXPECT_EQ(e.current().bucket_bytes, farm::bucket_bytes(farm::kPointerBytes));
   for (int i = 0; i < 100; ++i) ASSERT_EQ(e.put("k" + std::to_string(i), "v"), Status::kOk);
   EXPECT_EQ(e.farm_stats().indirect_items, 100u);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(FarmEngine::lookup(e.current(), "k" + std::to_string(i)).value, "v");
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(farm::Engine::lookup(e.current(), "k" + std::to_string(i)).value, "v");
   EXPECT_EQ(e.check(), "");
 }
 
@@ -95,13 +96,13 @@ TEST(FarmEngine, VarKeepsEveryItemOutOfLine) {
 // readers to the new one, and every key must be found by the client's rules.
 void model_run(size_t inline_bytes, uint64_t seed) {
   FakeClock clock;
-  FarmEngine e(opts(size_t{64} << 20, &clock), tiny(inline_bytes));
+  farm::Engine e(opts(size_t{64} << 20, &clock), tiny(inline_bytes));
   std::map<std::string, std::string> model;
   std::mt19937_64 rng(seed);
-  std::vector<FarmGeneration> retired;
-  FarmHooks hooks;
-  hooks.on_live = [&](const FarmGeneration& g) {
-    if (g.generation > 1) retired.push_back(FarmGeneration{});  // counted; memory checked below
+  std::vector<farm::Generation> retired;
+  farm::Hooks hooks;
+  hooks.on_live = [&](const farm::Generation& g) {
+    if (g.generation > 1) retired.push_back(farm::Generation{});  // counted; memory checked below
   };
   e.set_hooks(std::move(hooks));
   const int kOps = 1000 * kScale;
@@ -122,11 +123,11 @@ void model_run(size_t inline_bytes, uint64_t seed) {
       // Mostly small (inline for farm), sometimes large (a record).
       const size_t len = rng() % 8 == 0 ? 50 + rng() % 400 : rng() % 30;
       std::string val = value_of(rng, len);
-      const FarmGeneration before = e.current();
+      const farm::Generation before = e.current();
       ASSERT_EQ(e.put(key, val), Status::kOk) << i;
       if (e.current().generation != before.generation) {
         // The replaced table is retired: the rules send a reader to the new layout.
-        const FarmLookup old = FarmEngine::lookup(before, key);
+        const farm::Lookup old = farm::Engine::lookup(before, key);
         EXPECT_TRUE(old.retired) << i;
         farm::TableHeader h;
         std::memcpy(&h, before.table, sizeof h);
@@ -146,7 +147,7 @@ void model_run(size_t inline_bytes, uint64_t seed) {
   EXPECT_EQ(retired.size(), e.farm_stats().growths);
   EXPECT_GT(e.farm_stats().displacements, 0u) << "meant to displace keys";
   for (const auto& [k, v] : model) {
-    const FarmLookup l = FarmEngine::lookup(e.current(), k);
+    const farm::Lookup l = farm::Engine::lookup(e.current(), k);
     ASSERT_TRUE(l.found) << k;
     ASSERT_EQ(l.value, v) << k;
     EXPECT_EQ(l.reads, 1u) << "a settled table answers in one neighbourhood READ";
@@ -154,7 +155,7 @@ void model_run(size_t inline_bytes, uint64_t seed) {
   for (int i = 0; i < 3000; ++i) {
     const std::string k = "key-" + std::to_string(i);
     if (!model.count(k)) {
-      ASSERT_FALSE(FarmEngine::lookup(e.current(), k).found) << k;
+      ASSERT_FALSE(farm::Engine::lookup(e.current(), k).found) << k;
     }
   }
   EXPECT_EQ(e.stats().items, model.size());
@@ -166,7 +167,7 @@ TEST(FarmEngine, ModelMapWithGrowthVar) { model_run(0, 2); }
 // Every instant of every displacement chain, as a reader could see the table: every key in the
 // model is found by the client's rules, with its value (FaRM's reads during hopscotch moves).
 TEST(FarmEngine, EveryKeyStaysFindableDuringDisplacements) {
-  FarmEngine e(opts(size_t{64} << 20), tiny(48, 4096, size_t{1} << 20));
+  farm::Engine e(opts(size_t{64} << 20), tiny(48, 4096, size_t{1} << 20));
   std::map<std::string, std::string> model;
   uint64_t observed = 0;
   std::string failure;
@@ -174,7 +175,7 @@ TEST(FarmEngine, EveryKeyStaysFindableDuringDisplacements) {
     ++observed;
     if (!failure.empty() || observed % 7 != 0) return;  // every 7th step: O(keys) each
     for (const auto& [k, v] : model) {
-      const FarmLookup l = FarmEngine::lookup(e.current(), k);
+      const farm::Lookup l = farm::Engine::lookup(e.current(), k);
       if (!l.found || l.value != v) {
         failure = "lost " + k + " at move step " + std::to_string(observed);
         return;
@@ -200,7 +201,7 @@ TEST(FarmEngine, EveryKeyStaysFindableDuringDisplacements) {
 // unlikely long before the table is full); asserted only loosely (the hashing decides, on any
 // machine alike).
 TEST(FarmEngine, FillBeforeTheFirstGrowth) {
-  FarmEngine e(opts(size_t{64} << 20), tiny(48, 1 << 14, size_t{1} << 20));
+  farm::Engine e(opts(size_t{64} << 20), tiny(48, 1 << 14, size_t{1} << 20));
   const uint64_t buckets = farm::table_buckets(1 << 14);
   uint64_t n = 0;
   while (e.farm_stats().growths == 0) {
@@ -219,7 +220,7 @@ TEST(FarmEngine, FillBeforeTheFirstGrowth) {
 }
 
 TEST(FarmEngine, CapRefusesInsteadOfLosing) {
-  FarmEngine e(opts(size_t{2} << 20), tiny(48, 64, 4096));
+  farm::Engine e(opts(size_t{2} << 20), tiny(48, 64, 4096));
   uint64_t ok = 0;
   Status s = Status::kOk;
   for (int i = 0; i < 200000 && s == Status::kOk; ++i) {
@@ -228,7 +229,8 @@ TEST(FarmEngine, CapRefusesInsteadOfLosing) {
   }
   EXPECT_EQ(s, Status::kNoSpace);
   EXPECT_LE(e.memory_bytes(), size_t{2} << 20);
-  for (uint64_t i = 0; i < ok; i += 97) ASSERT_TRUE(FarmEngine::lookup(e.current(), "c" + std::to_string(i)).found);
+  for (uint64_t i = 0; i < ok; i += 97)
+    ASSERT_TRUE(farm::Engine::lookup(e.current(), "c" + std::to_string(i)).found);
   EXPECT_EQ(e.check(), "");
 }
 

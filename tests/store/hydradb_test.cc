@@ -28,8 +28,8 @@ struct FakeSteady {
 
 constexpr uint64_t kHold = 100'000'000;  // 100 ms
 
-HydraOptions hold_options(FakeSteady* clock, uint64_t hold = kHold) {
-  HydraOptions h;
+hydradb::EngineConfig hold_options(FakeSteady* clock, uint64_t hold = kHold) {
+  hydradb::EngineConfig h;
   h.hold_ns = hold;
   h.steady = &FakeSteady::read;
   h.steady_ctx = clock;
@@ -37,8 +37,8 @@ HydraOptions hold_options(FakeSteady* clock, uint64_t hold = kHold) {
 }
 
 // What a client READing `n` bytes at `location` would find, for `key` at `version`.
-ItemRead read_at(const HydraEngine& e, uint64_t location, std::string_view key, size_t value_len,
-                 uint64_t version, std::string* value = nullptr) {
+ItemRead read_at(const hydradb::Engine& e, uint64_t location, std::string_view key,
+                 size_t value_len, uint64_t version, std::string* value = nullptr) {
   const size_t n = hydradb::item_bytes(key.size(), value_len);
   EXPECT_LE(location + n, e.arena_bytes());
   std::string copy(reinterpret_cast<const char*>(e.arena()) + location, n);
@@ -50,8 +50,8 @@ ItemRead read_at(const HydraEngine& e, uint64_t location, std::string_view key, 
 
 TEST(HydraEngine, GetSaysWhereTheItemIs) {
   FakeSteady clock;
-  HydraEngine e(small_options(size_t{4} << 20, 64), hold_options(&clock));
-  EXPECT_EQ(e.kind(), EngineKind::kHydra);
+  hydradb::Engine e(small_options(size_t{4} << 20, 64), hold_options(&clock));
+  EXPECT_EQ(e.name(), "hydradb");
   uint64_t v1 = 0;
   ASSERT_EQ(e.put("k", "hello", {}, &v1), Status::kOk);
   ItemView iv;
@@ -75,7 +75,7 @@ TEST(HydraEngine, GetSaysWhereTheItemIs) {
 
 TEST(HydraEngine, PutIsOutOfPlaceAndClearsTheOldFlag) {
   FakeSteady clock;
-  HydraEngine e(small_options(size_t{4} << 20, 64), hold_options(&clock));
+  hydradb::Engine e(small_options(size_t{4} << 20, 64), hold_options(&clock));
   uint64_t v1 = 0, v2 = 0;
   ASSERT_EQ(e.put("key", "old-value", {}, &v1), Status::kOk);
   ItemView iv;
@@ -106,7 +106,7 @@ TEST(HydraEngine, HeldMemoryIsNotReusedBeforeTheHoldEnds) {
   FakeSteady clock;
   EngineOptions o = small_options(size_t{1} << 20, 16);
   o.max_value_size = 4096;
-  HydraEngine e(o, hold_options(&clock));
+  hydradb::Engine e(o, hold_options(&clock));
   const std::string big(4000, 'v');
   std::vector<uint64_t> locations;
   Status st = Status::kOk;
@@ -136,7 +136,7 @@ TEST(HydraEngine, HeldMemoryIsNotReusedBeforeTheHoldEnds) {
 
 TEST(HydraEngine, BatchGivesTheLocationOfEveryHit) {
   FakeSteady clock;
-  HydraEngine e(small_options(size_t{4} << 20, 64), hold_options(&clock));
+  hydradb::Engine e(small_options(size_t{4} << 20, 64), hold_options(&clock));
   std::vector<std::string> keys;
   for (int i = 0; i < 50; ++i) {
     keys.push_back("key-" + std::to_string(i));
@@ -168,10 +168,8 @@ TEST(HydraEngine, BatchGivesTheLocationOfEveryHit) {
 }
 
 TEST(HydraEngine, MadeByKind) {
-  EXPECT_EQ(engine_kind_from_string("hydradb"), EngineKind::kHydra);
-  EXPECT_STREQ(to_string(EngineKind::kHydra), "hydradb");
-  auto e = make_engine(EngineKind::kHydra, small_options(size_t{4} << 20, 0));
-  EXPECT_EQ(e->kind(), EngineKind::kHydra);
+  auto e = proto::make_engine("hydradb", small_options(size_t{4} << 20, 0));
+  EXPECT_EQ(e->name(), "hydradb");
   EXPECT_EQ(e->put("a", "b"), Status::kOk);
 }
 
@@ -187,7 +185,7 @@ TEST(HydraEngine, PropertyAgainstModelWithReaders) {
     FakeSteady clock;
     EngineOptions o = small_options(size_t{2} << 20, 8);  // few buckets: extension chains
     o.max_value_size = 2048;
-    HydraEngine e(o, hold_options(&clock));
+    hydradb::Engine e(o, hold_options(&clock));
     struct Model {
       std::string value;
       uint64_t version;

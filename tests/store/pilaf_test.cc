@@ -29,13 +29,13 @@ struct ClientResult {
   int entry_reads = 0;
 };
 
-pilaf::Entry read_entry(const PilafGeneration& g, uint64_t slot) {
+pilaf::Entry read_entry(const pilaf::Generation& g, uint64_t slot) {
   pilaf::Entry e;
   std::memcpy(&e, g.table + pilaf::entry_offset(slot), sizeof e);
   return e;
 }
 
-ClientResult client_get(const PilafGeneration& g, std::string_view key) {
+ClientResult client_get(const pilaf::Generation& g, std::string_view key) {
   ClientResult r;
   pilaf::TableHeader h;
   std::memcpy(&h, g.table, sizeof h);
@@ -90,8 +90,8 @@ EngineOptions opts(size_t memory, FakeClock* clock = nullptr) {
   return o;
 }
 
-PilafOptions tiny(size_t entries = 64, size_t extents = 4096) {
-  PilafOptions p;
+pilaf::EngineConfig tiny(size_t entries = 64, size_t extents = 4096) {
+  pilaf::EngineConfig p;
   p.initial_entries = entries;
   p.initial_extent_bytes = extents;
   return p;
@@ -103,8 +103,8 @@ std::string key_of(uint64_t i) { return "key-" + std::to_string(i); }
 
 TEST(PilafEngine, PutGetDeleteCasExpire) {
   FakeClock clock;
-  PilafEngine e(opts(size_t{16} << 20, &clock), tiny());
-  EXPECT_EQ(e.kind(), EngineKind::kPilaf);
+  pilaf::Engine e(opts(size_t{16} << 20, &clock), tiny());
+  EXPECT_EQ(e.name(), "pilaf");
   ItemView v;
   EXPECT_EQ(e.get("a", v), Status::kNotFound);
   uint64_t v1 = 0, v2 = 0;
@@ -139,10 +139,10 @@ TEST(PilafEngine, PutGetDeleteCasExpire) {
 // Clients judge expire_at by the server's clock, which the table header carries (layout v2).
 TEST(PilafEngine, TheTableHeaderCarriesTheEnginesClock) {
   FakeClock clock;
-  PilafOptions p = tiny(64, size_t{1} << 20);
+  pilaf::EngineConfig p = tiny(64, size_t{1} << 20);
   p.retire_grace_ms = 60'000;
-  PilafEngine e(opts(size_t{64} << 20, &clock), p);
-  auto header = [](const PilafGeneration& g) {
+  pilaf::Engine e(opts(size_t{64} << 20, &clock), p);
+  auto header = [](const pilaf::Generation& g) {
     pilaf::TableHeader h;
     std::memcpy(&h, g.table, sizeof h);
     return h;
@@ -165,17 +165,17 @@ TEST(PilafEngine, TheTableHeaderCarriesTheEnginesClock) {
   // client's rule with the header's clock says "not found", whatever the reader's own clock.
   ASSERT_EQ(e.put("t", "v", PutOptions{.expire_at = clock.now}), Status::kOk);
   ASSERT_EQ(e.put("u", "v", PutOptions{.expire_at = clock.now + 1}), Status::kOk);
-  const PilafLookup lt = PilafEngine::lookup(e.current(), "t");
+  const pilaf::Lookup lt = pilaf::Engine::lookup(e.current(), "t");
   ASSERT_TRUE(lt.found);
   EXPECT_EQ(lt.clock, clock.now);
   EXPECT_TRUE(pilaf::expired(lt.expire_at, lt.clock));
-  const PilafLookup lu = PilafEngine::lookup(e.current(), "u");
+  const pilaf::Lookup lu = pilaf::Engine::lookup(e.current(), "u");
   ASSERT_TRUE(lu.found);
   EXPECT_FALSE(pilaf::expired(lu.expire_at, lu.clock));
   EXPECT_FALSE(pilaf::expired(0, UINT32_MAX)) << "0 = never";
 
   // A growth: the new table starts with the current clock; the retired one's clock stops.
-  const PilafGeneration old = e.current();
+  const pilaf::Generation old = e.current();
   clock.now += 5;
   for (int i = 0; e.current().generation == old.generation; ++i)
     ASSERT_EQ(e.put(key_of(i), std::string(100, 'x')), Status::kOk);
@@ -191,8 +191,8 @@ TEST(PilafEngine, TheTableHeaderCarriesTheEnginesClock) {
 // Restored versions (op log replay) live in the extent records, so clients READ them, and a
 // growth copies them along with the records.
 TEST(PilafEngine, RestoredVersionsSurviveAGrowthAndAreWhatClientsRead) {
-  PilafOptions p = tiny(64, size_t{1} << 20);
-  PilafEngine e(opts(size_t{64} << 20), p);
+  pilaf::EngineConfig p = tiny(64, size_t{1} << 20);
+  pilaf::Engine e(opts(size_t{64} << 20), p);
   for (int i = 0; i < 40; ++i) {
     PutOptions po;
     po.restore_version = 1000 + 10 * static_cast<uint64_t>(i);
@@ -216,7 +216,7 @@ TEST(PilafEngine, RestoredVersionsSurviveAGrowthAndAreWhatClientsRead) {
 TEST(PilafEngine, RejectsBadKeysAndValues) {
   EngineOptions o = opts(size_t{16} << 20);
   o.max_value_size = 1000;
-  PilafEngine e(o, tiny());
+  pilaf::Engine e(o, tiny());
   ItemView v;
   EXPECT_EQ(e.put("", "v"), Status::kInvalidKey);
   EXPECT_EQ(e.get("", v), Status::kInvalidKey);
@@ -232,34 +232,33 @@ TEST(PilafEngine, RejectsBadKeysAndValues) {
 }
 
 TEST(PilafEngine, MakeEngineAndName) {
-  EXPECT_EQ(engine_kind_from_string("pilaf"), EngineKind::kPilaf);
-  EXPECT_STREQ(to_string(EngineKind::kPilaf), "pilaf");
-  auto e = make_engine(EngineKind::kPilaf, opts(size_t{16} << 20));
+  auto e = proto::make_engine("pilaf", opts(size_t{16} << 20));
+  EXPECT_EQ(e->name(), "pilaf");
   ASSERT_EQ(e->put("k", "v"), Status::kOk);
   ItemView v;
   ASSERT_EQ(e->get("k", v), Status::kOk);
   EXPECT_EQ(v.value, "v");
-  auto& p = static_cast<PilafEngine&>(*e);
+  auto& p = static_cast<pilaf::Engine&>(*e);
   EXPECT_EQ(p.current().entries, 65536u);
   EXPECT_LE(p.memory_bytes(), size_t{16} << 20);
 }
 
 TEST(PilafEngine, SmallCapClampsTheFirstGeneration) {
   EngineOptions o = opts(size_t{1} << 20);
-  PilafEngine e(o);  // defaults: 2 MiB table + 8 MiB extents, clamped into 1 MiB
+  pilaf::Engine e(o);  // defaults: 2 MiB table + 8 MiB extents, clamped into 1 MiB
   EXPECT_LE(e.memory_bytes(), size_t{1} << 20);
   EXPECT_GE(e.current().extent_bytes, pilaf::record_bytes(kMaxKeySize, o.max_value_size));
   o.memory_bytes = 4096;
-  EXPECT_THROW(PilafEngine bad(o), std::runtime_error);
+  EXPECT_THROW(pilaf::Engine bad(o), std::runtime_error);
 }
 
 // ---- the exposed memory --------------------------------------------------------------------
 
 TEST(PilafLayout, ClientRulesFindWhatTheEngineStores) {
-  PilafEngine e(opts(size_t{16} << 20), tiny(1024, size_t{64} << 10));
+  pilaf::Engine e(opts(size_t{16} << 20), tiny(1024, size_t{64} << 10));
   for (int i = 0; i < 500; ++i) ASSERT_EQ(e.put(key_of(i), "value-" + std::to_string(i)), Status::kOk);
   for (int i = 0; i < 500; i += 3) ASSERT_EQ(e.del(key_of(i)), Status::kOk);
-  const PilafGeneration& g = e.current();
+  const pilaf::Generation& g = e.current();
   for (int i = 0; i < 500; ++i) {
     const ClientResult r = client_get(g, key_of(i));
     if (i % 3 == 0) {
@@ -271,16 +270,16 @@ TEST(PilafLayout, ClientRulesFindWhatTheEngineStores) {
       ASSERT_EQ(e.get(key_of(i), v), Status::kOk);
       EXPECT_EQ(r.version, v.version);
     }
-    const PilafLookup l = PilafEngine::lookup(g, key_of(i));
+    const pilaf::Lookup l = pilaf::Engine::lookup(g, key_of(i));
     EXPECT_EQ(l.found, i % 3 != 0);
   }
   EXPECT_EQ(e.check(), "");
 }
 
 TEST(PilafLayout, TornEntryAndChangedRecordAreDetected) {
-  PilafEngine e(opts(size_t{16} << 20), tiny(1024, size_t{64} << 10));
+  pilaf::Engine e(opts(size_t{16} << 20), tiny(1024, size_t{64} << 10));
   ASSERT_EQ(e.put("victim", "some value"), Status::kOk);
-  const PilafGeneration& g = e.current();
+  const pilaf::Generation& g = e.current();
   const pilaf::KeySlots ks = pilaf::key_slots("victim", g.entries);
   uint64_t slot = UINT64_MAX;
   for (uint64_t s : ks.slot) {
@@ -311,13 +310,14 @@ TEST(PilafLayout, TornEntryAndChangedRecordAreDetected) {
 
 struct HookLog {
   std::vector<std::pair<char, uint32_t>> events;  // ('L' live | 'R' release, generation)
-  PilafHooks hooks() {
-    return PilafHooks{[this](const PilafGeneration& g) { events.emplace_back('L', g.generation); },
-                      [this](const PilafGeneration& g) { events.emplace_back('R', g.generation); }};
+  pilaf::Hooks hooks() {
+    return pilaf::Hooks{
+        [this](const pilaf::Generation& g) { events.emplace_back('L', g.generation); },
+        [this](const pilaf::Generation& g) { events.emplace_back('R', g.generation); }};
   }
 };
 
-void expect_fully_retired(const PilafGeneration& old) {
+void expect_fully_retired(const pilaf::Generation& old) {
   pilaf::TableHeader h;
   std::memcpy(&h, old.table, sizeof h);
   EXPECT_EQ(h.state, pilaf::kStateRetired);
@@ -330,8 +330,8 @@ void expect_fully_retired(const PilafGeneration& old) {
 }
 
 // Inserts keys until a growth happened; checks the old generation and every key.
-void grow_once_and_check(PilafEngine& e, int& next, const std::string& value) {
-  const PilafGeneration old = e.current();
+void grow_once_and_check(pilaf::Engine& e, int& next, const std::string& value) {
+  const pilaf::Generation old = e.current();
   const uint64_t growths = e.pilaf_stats().growths;
   while (e.pilaf_stats().growths == growths) ASSERT_EQ(e.put(key_of(next++), value), Status::kOk);
   EXPECT_EQ(e.current().generation, old.generation + 1);
@@ -346,9 +346,9 @@ void grow_once_and_check(PilafEngine& e, int& next, const std::string& value) {
 }
 
 TEST(PilafGrowth, TableGrowthKeepsEveryKey) {
-  PilafOptions p = tiny(64, size_t{1} << 20);
+  pilaf::EngineConfig p = tiny(64, size_t{1} << 20);
   p.retire_grace_ms = 60'000;
-  PilafEngine e(opts(size_t{64} << 20), p);
+  pilaf::Engine e(opts(size_t{64} << 20), p);
   HookLog log;
   e.set_hooks(log.hooks());
   int next = 0;
@@ -368,11 +368,11 @@ TEST(PilafGrowth, TableGrowthKeepsEveryKey) {
 }
 
 TEST(PilafGrowth, ExtentGrowthKeepsEveryKey) {
-  PilafOptions p = tiny(4096, 4096);
+  pilaf::EngineConfig p = tiny(4096, 4096);
   p.retire_grace_ms = 0;
   EngineOptions o = opts(size_t{64} << 20);
   o.max_value_size = 2000;
-  PilafEngine e(o, p);
+  pilaf::Engine e(o, p);
   HookLog log;
   e.set_hooks(log.hooks());
   int next = 0;
@@ -396,9 +396,9 @@ TEST(PilafGrowth, ExtentGrowthKeepsEveryKey) {
 TEST(PilafGrowth, NoSpaceAtTheCapLosesNothing) {
   EngineOptions o = opts(0);
   o.max_value_size = 1000;
-  PilafOptions p = tiny(64, 4096);
+  pilaf::EngineConfig p = tiny(64, 4096);
   p.memory_bytes = 64 << 10;
-  PilafEngine e(o, p);
+  pilaf::Engine e(o, p);
   const std::string value(200, 'v');
   int stored = 0;
   Status st = Status::kOk;
@@ -428,7 +428,7 @@ TEST(PilafGrowth, NoSpaceAtTheCapLosesNothing) {
 // ---- cuckoo --------------------------------------------------------------------------------
 
 // A table that cannot grow, filled to `fill`; returns the keys stored.
-std::vector<std::string> fill_table(PilafEngine& e, double fill, uint64_t seed) {
+std::vector<std::string> fill_table(pilaf::Engine& e, double fill, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::string> keys;
   const uint64_t n = static_cast<uint64_t>(e.current().entries * fill);
@@ -442,11 +442,11 @@ std::vector<std::string> fill_table(PilafEngine& e, double fill, uint64_t seed) 
 
 TEST(PilafCuckoo, ProbesPerLookupAt75PercentFill) {
   constexpr uint64_t kEntries = 1 << 16;
-  PilafOptions p = tiny(kEntries, size_t{4} << 20);
+  pilaf::EngineConfig p = tiny(kEntries, size_t{4} << 20);
   p.memory_bytes = pilaf::table_bytes(kEntries) + (size_t{4} << 20);
   EngineOptions o = opts(0);
   o.max_value_size = 1024;
-  PilafEngine e(o, p);
+  pilaf::Engine e(o, p);
   const auto keys = fill_table(e, 0.75, 42);
   ASSERT_EQ(keys.size(), kEntries * 3 / 4);
   EXPECT_EQ(e.pilaf_stats().growths, 0u);
@@ -471,11 +471,11 @@ TEST(PilafCuckoo, ProbesPerLookupAt75PercentFill) {
 
 TEST(PilafCuckoo, PathsKeepKeysAndMoveTheSeqlockByTwo) {
   constexpr uint64_t kEntries = 4096;
-  PilafOptions p = tiny(kEntries, size_t{1} << 20);
+  pilaf::EngineConfig p = tiny(kEntries, size_t{1} << 20);
   p.memory_bytes = pilaf::table_bytes(kEntries) + (size_t{1} << 20);
   EngineOptions o = opts(0);
   o.max_value_size = 1024;
-  PilafEngine e(o, p);
+  pilaf::Engine e(o, p);
   auto moves = [&] {
     uint64_t m;
     std::memcpy(&m, e.current().table + pilaf::kMovesOffset, 8);
@@ -504,16 +504,16 @@ TEST(PilafCuckoo, PathsKeepKeysAndMoveTheSeqlockByTwo) {
 
 TEST(PilafCuckoo, EveryKeyStaysInOneOrTwoSlotsDuringAMove) {
   constexpr uint64_t kEntries = 512;
-  PilafOptions p = tiny(kEntries, size_t{256} << 10);
+  pilaf::EngineConfig p = tiny(kEntries, size_t{256} << 10);
   p.memory_bytes = pilaf::table_bytes(kEntries) + (size_t{256} << 10);
   EngineOptions o = opts(0);
   o.max_value_size = 1024;
-  PilafEngine e(o, p);
+  pilaf::Engine e(o, p);
   std::vector<std::string> stored;
   uint64_t observed = 0;
   e.set_move_observer([&] {
     ++observed;
-    const PilafGeneration& g = e.current();
+    const pilaf::Generation& g = e.current();
     uint64_t moves;
     std::memcpy(&moves, g.table + pilaf::kMovesOffset, 8);
     ASSERT_EQ(moves % 2, 1u) << "moves must be odd while a path is applied";
@@ -559,9 +559,9 @@ void property_run(uint64_t seed, int ops) {
   FakeClock clock;
   EngineOptions o = opts(size_t{32} << 20, &clock);
   o.max_value_size = 600;
-  PilafOptions p = tiny(64, 4096);
+  pilaf::EngineConfig p = tiny(64, 4096);
   p.retire_grace_ms = 0;
-  PilafEngine e(o, p);
+  pilaf::Engine e(o, p);
   std::map<std::string, ModelItem> model;
   std::mt19937_64 rng(seed);
   auto live = [&](const std::string& k) -> ModelItem* {
@@ -620,7 +620,7 @@ void property_run(uint64_t seed, int ops) {
   ASSERT_EQ(e.check(), "");
   EXPECT_GT(e.pilaf_stats().growths, 0u);
   // Every model key, read by the client rules from the raw memory of the live generation.
-  const PilafGeneration& g = e.current();
+  const pilaf::Generation& g = e.current();
   for (int i = 0; i < 400; ++i) {
     const std::string k = key_of(i);
     const ClientResult r = client_get(g, k);

@@ -7,9 +7,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "proto/pilaf/engine.h"
+#include "proto/registry.h"
 #include "store/cache_engine.h"
 #include "store/engine.h"
-#include "proto/pilaf/engine.h"
 #include "store/pipeline.h"
 #include "store/store_engine.h"
 #include "test_util.h"
@@ -168,11 +169,11 @@ TEST(PilafProperty, EqualsTheModelExactlyWhileGrowing) {
   FakeClock clock;
   auto o = small_options(size_t{64} << 20, 0, &clock);
   o.max_value_size = 4096;
-  PilafOptions p;
+  pilaf::EngineConfig p;
   p.initial_entries = 64;  // grows table and extents many times over the run
   p.initial_extent_bytes = 4096;
   p.retire_grace_ms = 0;
-  PilafEngine e(o, p);
+  pilaf::Engine e(o, p);
   run_against_model(e, clock, {2000, 600, 10000 * kScale}, true, 7);
   ASSERT_EQ(e.check(), "");
   EXPECT_GT(e.pilaf_stats().growths, 4u);
@@ -238,13 +239,13 @@ std::vector<Request> random_requests(const std::vector<std::string>& keys,
   return reqs;
 }
 
-void pipeline_equals_one_call(EngineKind kind, const EngineOptions& o, uint64_t seed) {
+void pipeline_equals_one_call(const char* engine, const EngineOptions& o, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const auto keys = make_keys(500, rng);
   std::vector<std::string> values;
   for (int i = 0; i < 64; ++i) values.push_back(make_value(rng, 400));
-  auto one = make_engine(kind, o);
-  auto piped = make_engine(kind, o);
+  auto one = proto::make_engine(engine, o);
+  auto piped = proto::make_engine(engine, o);
   const int batches = 200 * kScale;
   for (int b = 0; b < batches; ++b) {
     const auto reqs = random_requests(keys, values, 1 + static_cast<int>(rng() % 64), rng);
@@ -304,27 +305,28 @@ TEST(PipelineProperty, EveryBatchLengthCompletesEachRequestOnceInOrder) {
 }
 
 TEST(PipelineProperty, StoreBatchEqualsOneCall) {
-  pipeline_equals_one_call(EngineKind::kStore, small_options(size_t{8} << 20, 64), 5);
+  pipeline_equals_one_call("store", small_options(size_t{8} << 20, 64), 5);
 }
 
 TEST(PipelineProperty, PilafBatchEqualsOneCall) {
-  pipeline_equals_one_call(EngineKind::kPilaf, small_options(size_t{8} << 20, 0), 8);
+  pipeline_equals_one_call("pilaf", small_options(size_t{8} << 20, 0), 8);
 }
 
 TEST(PipelineProperty, FarmBatchEqualsOneCall) {
-  pipeline_equals_one_call(EngineKind::kFarm, small_options(size_t{8} << 20, 0), 9);
+  pipeline_equals_one_call("farm", small_options(size_t{8} << 20, 0), 9);
 }
 
-// Replaced items are held for 150 ms of real time (HydraOptions::hold_ns): the arena must hold
-// everything the run writes, or the two engines would run out of memory at different moments.
+// Replaced items are held for the default lease plus its margin of real time (hydradb/options.h):
+// the arena must hold everything the run writes, or the two engines would run out of memory at
+// different moments.
 TEST(PipelineProperty, HydraBatchEqualsOneCall) {
-  pipeline_equals_one_call(EngineKind::kHydra, small_options(size_t{64} << 20, 64), 10);
+  pipeline_equals_one_call("hydradb", small_options(size_t{64} << 20, 64), 10);
 }
 
 TEST(PipelineProperty, CacheBatchEqualsOneCallUnderPressure) {
   auto o = small_options((size_t{32} << 10) + 32 * 64, 32);
   o.max_value_size = 4096;
-  pipeline_equals_one_call(EngineKind::kCache, o, 6);
+  pipeline_equals_one_call("cache", o, 6);
 }
 
 }  // namespace

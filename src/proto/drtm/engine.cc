@@ -6,13 +6,14 @@
 
 #include <fmt/format.h>
 
-namespace fabkv::store {
+namespace fabkv::drtm {
+
+using store::add_st;
+using store::kMaxKeySize;
+using store::kMaxValueSizeLimit;
+using store::sub_st;
 
 namespace {
-
-using drtm::Bucket;
-using drtm::BucketSlot;
-using drtm::ItemHead;
 
 constexpr size_t kBucketBytes = sizeof(Bucket);
 // A worker GET retries a record that changed under it (only the NIC can do that, on verbs)
@@ -25,8 +26,8 @@ std::atomic_ref<uint64_t> lock_of(char* item) {
 
 }  // namespace
 
-DrtmEngine::DrtmEngine(const EngineOptions& opts, const DrtmOptions& dopts)
-    : grace_ms_(dopts.retire_grace_ms),
+Engine::Engine(const store::EngineOptions& opts, const EngineConfig& dopts)
+    : retired_(dopts.retire_grace_ms),
       max_value_(opts.max_value_size),
       clock_(opts.clock),
       clock_ctx_(opts.clock_ctx) {
@@ -43,25 +44,26 @@ DrtmEngine::DrtmEngine(const EngineOptions& opts, const DrtmOptions& dopts)
   regions_.overflow_buckets = buckets / 4;
   regions_.main_buckets = buckets - regions_.overflow_buckets;
   regions_.table_bytes = buckets * kBucketBytes;
-  table_mem_ = std::make_unique<PartitionMemory>(regions_.table_bytes, opts.huge_pages, true);
-  items_mem_ = std::make_unique<PartitionMemory>(opts.memory_bytes - regions_.table_bytes,
-                                                 opts.huge_pages, opts.prefault);
+  table_mem_ =
+      std::make_unique<store::PartitionMemory>(regions_.table_bytes, opts.huge_pages, true);
+  items_mem_ = std::make_unique<store::PartitionMemory>(opts.memory_bytes - regions_.table_bytes,
+                                                        opts.huge_pages, opts.prefault);
   regions_.table = table_mem_->base();
   regions_.items = items_mem_->base();
   regions_.items_bytes = items_mem_->size();
-  heap_ = Heap(regions_.items, regions_.items_bytes);
+  heap_ = store::Heap(regions_.items, regions_.items_bytes);
   // Every bucket sealed empty: a client judges every bucket it READs by its check.
   for (uint64_t i = 0; i < buckets; ++i) seal(i, Bucket{});
   version_ = std::max<uint64_t>(opts.first_version, 1);
 }
 
-DrtmEngine::~DrtmEngine() = default;
+Engine::~Engine() = default;
 
-EngineMemory DrtmEngine::memory() const {
-  return EngineMemory{regions_.items, regions_.items_bytes, items_mem_->huge_pages()};
+store::EngineMemory Engine::memory() const {
+  return store::EngineMemory{regions_.items, regions_.items_bytes, items_mem_->huge_pages()};
 }
 
-void DrtmEngine::seal(uint64_t i, Bucket b) {
+void Engine::seal(uint64_t i, Bucket b) {
   b.check = drtm::bucket_check(b, i);
   // Readers judge their copy by the check; the fences keep the compiler from moving this copy
   // across the item writes before it and the retirement after it (on x86 stores already reach
@@ -71,14 +73,14 @@ void DrtmEngine::seal(uint64_t i, Bucket b) {
   std::atomic_thread_fence(std::memory_order_release);
 }
 
-void DrtmEngine::set_slot(uint64_t i, uint32_t slot, const BucketSlot& s) {
+void Engine::set_slot(uint64_t i, uint32_t slot, const BucketSlot& s) {
   Bucket b;
   std::memcpy(&b, bucket(i), sizeof(b));
   b.slots[slot] = s;
   seal(i, b);
 }
 
-DrtmEngine::Where DrtmEngine::find(std::string_view key) const {
+Engine::Where Engine::find(std::string_view key) const {
   const drtm::KeyPlace kp = drtm::key_place(key, regions_.main_buckets);
   uint64_t i = kp.bucket;
   for (uint64_t hops = 0; hops <= regions_.overflow_buckets; ++hops) {
@@ -99,17 +101,17 @@ DrtmEngine::Where DrtmEngine::find(std::string_view key) const {
   return Where{};
 }
 
-std::byte* DrtmEngine::item_of(std::string_view key) const {
+std::byte* Engine::item_of(std::string_view key) const {
   Where w = find(key);
   return w.ok ? reinterpret_cast<std::byte*>(item_at(drtm::slot_offset(w.s))) : nullptr;
 }
 
-uint64_t DrtmEngine::make_item(std::string_view key, std::string_view value, uint64_t version,
-                               uint32_t expire_at, BucketSlot* slot, uint16_t tag) {
+uint64_t Engine::make_item(std::string_view key, std::string_view value, uint64_t version,
+                           uint32_t expire_at, BucketSlot* slot, uint16_t tag) {
   const uint32_t cap = drtm::capacity_for(value.size());
   const size_t bytes = drtm::item_bytes(static_cast<uint16_t>(key.size()), cap);
   const uint64_t off = heap_.alloc(bytes);
-  if (off == Heap::kNil) return 0;
+  if (off == store::Heap::kNil) return 0;
   char* it = item_at(off);
   std::memset(it, 0, bytes);
   ItemHead h{};
@@ -131,7 +133,7 @@ uint64_t DrtmEngine::make_item(std::string_view key, std::string_view value, uin
   return off;
 }
 
-uint64_t DrtmEngine::retire(uint64_t offset) {
+uint64_t Engine::retire(uint64_t offset) {
   char* it = item_at(offset);
   auto word = lock_of(it);
   uint64_t w = word.load(std::memory_order_acquire);
@@ -144,31 +146,25 @@ uint64_t DrtmEngine::retire(uint64_t offset) {
   // version it was going to give must never be handed out again for this key.
   const uint64_t last = drtm::version_of(w) + (drtm::is_locked(w) ? 1 : 0);
   version_ = std::max(version_, last + 1);
-  retired_.push_back({offset, std::chrono::steady_clock::now()});
-  add_st(retired_live_);
+  retired_.push(offset);
   sub_st(stats_.items);
   return last;
 }
 
-void DrtmEngine::housekeeping() {
-  const auto now = std::chrono::steady_clock::now();
-  while (!retired_.empty() &&
-         now - retired_.front().since >= std::chrono::milliseconds(grace_ms_)) {
-    const uint64_t off = retired_.front().offset;
+void Engine::housekeeping() {
+  retired_.reap([&](uint64_t off) {
     sub_st(stats_.bytes, heap_.block_size(off));
     heap_.free(off);
-    retired_.pop_front();
-    sub_st(retired_live_);
-  }
+  });
 }
 
-Status DrtmEngine::get(KeyHash, std::string_view key, ItemView& out) {
-  Status st = check_key(key, stats_);
-  if (st != Status::kOk) return st;
+store::Status Engine::get(store::KeyHash, std::string_view key, store::ItemView& out) {
+  store::Status st = check_key(key, stats_);
+  if (st != store::Status::kOk) return st;
   Where w = find(key);
   if (!w.ok) {
     add_st(stats_.misses);
-    return Status::kNotFound;
+    return store::Status::kNotFound;
   }
   char* it = item_at(drtm::slot_offset(w.s));
   drtm::ItemValue v;
@@ -178,7 +174,7 @@ Status DrtmEngine::get(KeyHash, std::string_view key, ItemView& out) {
   if (r != drtm::ItemRead::kValue) {
     if (r == drtm::ItemRead::kTorn) add_st(torn_gets_);
     add_st(stats_.misses);
-    return Status::kNotFound;
+    return store::Status::kNotFound;
   }
   if (expired(v.expire_at)) {
     // Lazy expiry, as the other engines; a locked item is left to its holder, whose PUT sets
@@ -189,19 +185,19 @@ Status DrtmEngine::get(KeyHash, std::string_view key, ItemView& out) {
       add_st(stats_.expired);
     }
     add_st(stats_.misses);
-    return Status::kNotFound;
+    return store::Status::kNotFound;
   }
   add_st(stats_.hits);
   out.value = v.value;
   out.version = v.version;
   out.expire_at = v.expire_at;
-  return Status::kOk;
+  return store::Status::kOk;
 }
 
-Status DrtmEngine::put(KeyHash, std::string_view key, std::string_view value,
-                       const PutOptions& opts, uint64_t* new_version) {
-  Status st = check_key(key, stats_, value.size(), max_value_);
-  if (st != Status::kOk) return st;
+store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view value,
+                          const store::PutOptions& opts, uint64_t* new_version) {
+  store::Status st = check_key(key, stats_, value.size(), max_value_);
+  if (st != store::Status::kOk) return st;
   Where w = find(key);
   uint64_t floor = version_;  // the new version is at least this
   if (w.ok) {
@@ -217,10 +213,10 @@ Status DrtmEngine::put(KeyHash, std::string_view key, std::string_view value,
                           drtm::ItemRead::kValue &&
                       !expired(cur.expire_at);
     if (opts.expected_version != 0) {
-      if (!live && !drtm::is_locked(lw)) return Status::kNotFound;
+      if (!live && !drtm::is_locked(lw)) return store::Status::kNotFound;
       if (opts.expected_version != current) {
         add_st(stats_.version_mismatches);
-        return Status::kVersionMismatch;
+        return store::Status::kVersionMismatch;
       }
     }
     if (!drtm::is_locked(lw) && value.size() <= h.capacity) {
@@ -234,7 +230,7 @@ Status DrtmEngine::put(KeyHash, std::string_view key, std::string_view value,
         add_st(in_place_);
         add_st(stats_.puts);
         if (new_version) *new_version = v;
-        return Status::kOk;
+        return store::Status::kOk;
       }
       // verbs: a client took the lock between our load and the CAS; replace the item.
       add_st(own_cas_failures_);
@@ -243,7 +239,7 @@ Status DrtmEngine::put(KeyHash, std::string_view key, std::string_view value,
     // lw as last seen (the failed CAS above reloads it).
     floor = std::max(floor, drtm::version_of(lw) + (drtm::is_locked(lw) ? 1 : 0) + 1);
   } else if (opts.expected_version != 0) {
-    return Status::kNotFound;
+    return store::Status::kNotFound;
   }
   // A new item: for a new key, or to replace one that is locked or too small. All memory is
   // taken first, so that a failure changes nothing.
@@ -267,14 +263,14 @@ Status DrtmEngine::put(KeyHash, std::string_view key, std::string_view value,
     }
     if (free_slot == drtm::kSlotsPerBucket && next_overflow_ >= regions_.overflow_buckets) {
       add_st(stats_.no_space);
-      return Status::kNoSpace;
+      return store::Status::kNoSpace;
     }
   }
   const uint64_t v = std::min(floor, drtm::kMaxVersion);
   BucketSlot ns{};
   if (make_item(key, value, v, opts.expire_at, &ns, kp.tag) == 0) {
     add_st(stats_.no_space);
-    return Status::kNoSpace;
+    return store::Status::kNoSpace;
   }
   version_ = std::max(version_, v + 1);
   if (w.ok) {
@@ -300,14 +296,14 @@ Status DrtmEngine::put(KeyHash, std::string_view key, std::string_view value,
   }
   add_st(stats_.puts);
   if (new_version) *new_version = v;
-  return Status::kOk;
+  return store::Status::kOk;
 }
 
-Status DrtmEngine::del(KeyHash, std::string_view key) {
-  Status st = check_key(key, stats_);
-  if (st != Status::kOk) return st;
+store::Status Engine::del(store::KeyHash, std::string_view key) {
+  store::Status st = check_key(key, stats_);
+  if (st != store::Status::kOk) return st;
   Where w = find(key);
-  if (!w.ok) return Status::kNotFound;
+  if (!w.ok) return store::Status::kNotFound;
   char* it = item_at(drtm::slot_offset(w.s));
   drtm::ItemValue cur;
   const uint64_t lw = drtm::load_lock(it);
@@ -318,30 +314,30 @@ Status DrtmEngine::del(KeyHash, std::string_view key) {
   if (drtm::is_locked(lw)) add_st(locked_seen_);
   set_slot(w.bucket, w.slot, BucketSlot{});
   retire(drtm::slot_offset(w.s));
-  if (!live) return Status::kNotFound;  // expired: removed, but there was nothing to delete
+  if (!live) return store::Status::kNotFound;  // expired: removed, but there was nothing to delete
   add_st(stats_.dels);
-  return Status::kOk;
+  return store::Status::kOk;
 }
 
-void DrtmEngine::run_batch(std::span<const Request> reqs, CompletionFn done, size_t) {
+void Engine::run_batch(std::span<const store::Request> reqs, store::CompletionFn done, size_t) {
   for (size_t i = 0; i < reqs.size(); ++i) {
-    const Request& q = reqs[i];
-    Response r;
+    const store::Request& q = reqs[i];
+    store::Response r;
     switch (q.op) {
-      case Op::kGet: {
-        ItemView v;
+      case store::Op::kGet: {
+        store::ItemView v;
         r.status = get(q.hash, q.key, v);
-        if (r.status == Status::kOk) {
+        if (r.status == store::Status::kOk) {
           r.value = v.value;
           r.version = v.version;
           r.expire_at = v.expire_at;
         }
         break;
       }
-      case Op::kPut:
+      case store::Op::kPut:
         r.status = put(q.hash, q.key, q.value, q.put, &r.version);
         break;
-      case Op::kDel:
+      case store::Op::kDel:
         r.status = del(q.hash, q.key);
         break;
     }
@@ -349,14 +345,13 @@ void DrtmEngine::run_batch(std::span<const Request> reqs, CompletionFn done, siz
   }
 }
 
-DrtmEngine::DrtmStats DrtmEngine::drtm_stats() const {
+Engine::DrtmStats Engine::drtm_stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return DrtmStats{r(in_place_),     r(superseded_),    r(locked_seen_),
-                   r(retired_live_), r(overflow_used_), r(torn_gets_),
-                   r(own_cas_failures_)};
+  return DrtmStats{r(in_place_),      r(superseded_), r(locked_seen_),     retired_.size(),
+                   r(overflow_used_), r(torn_gets_),  r(own_cas_failures_)};
 }
 
-std::string DrtmEngine::check() const {
+std::string Engine::check() const {
   const uint64_t n = regions_.main_buckets + regions_.overflow_buckets;
   uint64_t items = 0;
   for (uint64_t i = 0; i < n; ++i) {
@@ -386,4 +381,8 @@ std::string DrtmEngine::check() const {
   return heap_.check();
 }
 
-}  // namespace fabkv::store
+std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
+  return std::make_unique<Engine>(spec.store);
+}
+
+}  // namespace fabkv::drtm

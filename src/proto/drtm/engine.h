@@ -26,20 +26,20 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 
 #include "proto/drtm/wire.h"
+#include "proto/read_table/generations.h"
+#include "proto/registry.h"
 #include "store/engine.h"
 #include "store/heap.h"
 #include "store/region.h"
 
-namespace fabkv::store {
+namespace fabkv::drtm {
 
-struct DrtmOptions {
+struct EngineConfig {
   // Table bytes (main and overflow buckets, 128 B each); 0 = 1/8 of memory_bytes. A quarter
   // of the buckets are overflow buckets.
   size_t table_bytes = 0;
@@ -48,7 +48,7 @@ struct DrtmOptions {
 };
 
 // Where clients find a worker's engine.
-struct DrtmRegions {
+struct Regions {
   std::byte* table = nullptr;
   size_t table_bytes = 0;
   uint64_t main_buckets = 0, overflow_buckets = 0;
@@ -56,31 +56,32 @@ struct DrtmRegions {
   size_t items_bytes = 0;
 };
 
-class DrtmEngine final : public Engine {
+class Engine final : public store::Engine {
  public:
   // Throws std::runtime_error for options that leave no room or a failed mapping.
-  explicit DrtmEngine(const EngineOptions& opts, const DrtmOptions& dopts = {});
-  ~DrtmEngine() override;
+  explicit Engine(const store::EngineOptions& opts, const EngineConfig& dopts = {});
+  ~Engine() override;
 
-  EngineKind kind() const override { return EngineKind::kDrtm; }
-  using Engine::del;
-  using Engine::get;
-  using Engine::put;
-  Status get(KeyHash h, std::string_view key, ItemView& out) override;
-  Status put(KeyHash h, std::string_view key, std::string_view value, const PutOptions& opts = {},
-             uint64_t* new_version = nullptr) override;
-  Status del(KeyHash h, std::string_view key) override;
-  void prefetch_index(KeyHash) const override {}
-  void prefetch_item(KeyHash) const override {}
-  using Engine::run_batch;
-  void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
+  std::string_view name() const override { return "drtm"; }
+  using store::Engine::del;
+  using store::Engine::get;
+  using store::Engine::put;
+  store::Status get(store::KeyHash h, std::string_view key, store::ItemView& out) override;
+  store::Status put(store::KeyHash h, std::string_view key, std::string_view value,
+                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override;
+  store::Status del(store::KeyHash h, std::string_view key) override;
+  void prefetch_index(store::KeyHash) const override {}
+  void prefetch_item(store::KeyHash) const override {}
+  using store::Engine::run_batch;
+  void run_batch(std::span<const store::Request> reqs, store::CompletionFn done,
+                 size_t gap = 0) override;
   // The items region (the table is in regions()).
-  EngineMemory memory() const override;
+  store::EngineMemory memory() const override;
   size_t max_value_size() const override { return max_value_; }
   // Frees retired items past their grace.
   void housekeeping() override;
 
-  const DrtmRegions& regions() const { return regions_; }
+  const Regions& regions() const { return regions_; }
 
   struct DrtmStats {
     uint64_t in_place = 0;        // PUTs the worker wrote under the item's lock
@@ -126,23 +127,22 @@ class DrtmEngine final : public Engine {
     return expire_at != 0 && clock_(clock_ctx_) >= expire_at;
   }
 
-  std::unique_ptr<PartitionMemory> table_mem_, items_mem_;
-  DrtmRegions regions_;
-  Heap heap_;
-  struct Retired {
-    uint64_t offset;
-    std::chrono::steady_clock::time_point since;
-  };
-  std::deque<Retired> retired_;
+  std::unique_ptr<store::PartitionMemory> table_mem_, items_mem_;
+  Regions regions_;
+  store::Heap heap_;
+  // Offsets of retired items, freed after the grace (a late lock holder's WRITE may land).
+  read_table::GraceQueue<uint64_t> retired_;
   uint64_t next_overflow_ = 0;  // next overflow bucket never used
   uint64_t version_ = 1;        // above every version handed out by the worker or retired
   uint32_t incarnation_ = 0;
-  uint32_t grace_ms_ = 5000;
   size_t max_value_ = 0;
-  ClockFn clock_;
+  store::ClockFn clock_;
   void* clock_ctx_;
-  std::atomic<uint64_t> in_place_{0}, superseded_{0}, locked_seen_{0}, retired_live_{0},
-      overflow_used_{0}, torn_gets_{0}, own_cas_failures_{0};
+  std::atomic<uint64_t> in_place_{0}, superseded_{0}, locked_seen_{0}, overflow_used_{0},
+      torn_gets_{0}, own_cas_failures_{0};
 };
 
-}  // namespace fabkv::store
+// The engine the registry builds for --engine drtm (proto/engines.cc).
+std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec);
+
+}  // namespace fabkv::drtm

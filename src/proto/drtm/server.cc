@@ -37,7 +37,7 @@ class DrtmServer final : public rpc::RpcServer {
     items_mr_.reset();
   }
 
-  std::unique_ptr<store::Engine> make_engine(const store::EngineOptions& so) override {
+  void open() override {
     // Lock words need atomics that are atomic with the worker's own (atomics.h): refused at
     // set-up, with the reason, where that is not known.
     std::string device;
@@ -45,15 +45,17 @@ class DrtmServer final : public rpc::RpcServer {
     if (std::string why = atomics_refusal(worker_.fabric().provider_name(), device, scope);
         !why.empty())
       throw std::runtime_error(why);
-    auto engine = std::make_unique<store::DrtmEngine>(so);
-    engine_ = engine.get();
-    const store::DrtmRegions& r = engine_->regions();
-    table_mr_ = std::make_unique<fabric::MemoryRegion>(worker_.fabric(), r.table, r.table_bytes,
-                                                       fabric::Access::kRemoteRead);
-    // Atomics need read and write (docs/fabric.md).
-    items_mr_ = std::make_unique<fabric::MemoryRegion>(worker_.fabric(), r.items, r.items_bytes,
-                                                       fabric::Access::kRemoteReadWrite);
-    return engine;
+    // The worker runs the drtm engine (proto/registry.h) when drtm is served.
+    engine_ = dynamic_cast<Engine*>(worker_.engine_st());
+    if (engine_ != nullptr) {
+      const Regions& r = engine_->regions();
+      table_mr_ = std::make_unique<fabric::MemoryRegion>(worker_.fabric(), r.table, r.table_bytes,
+                                                         fabric::Access::kRemoteRead);
+      // Atomics need read and write (docs/fabric.md).
+      items_mr_ = std::make_unique<fabric::MemoryRegion>(worker_.fabric(), r.items, r.items_bytes,
+                                                         fabric::Access::kRemoteReadWrite);
+    }
+    RpcServer::open();
   }
 
   std::string admit(const proto::Info& p, const nlohmann::json& hello, uint32_t, uint16_t,
@@ -69,7 +71,7 @@ class DrtmServer final : public rpc::RpcServer {
                             static_cast<uint32_t>(t.access)});
     out->regions.push_back({fmt::format("drtm.items.{}", w), i.addr, i.length, i.key,
                             static_cast<uint32_t>(i.access)});
-    const store::DrtmRegions& r = engine_->regions();
+    const drtm::Regions& r = engine_->regions();
     proto::add_to_layout<DrtmLayout>(&out->layout, w, [&](DrtmLayout& l) {
       l.drtm.push_back({r.main_buckets, r.overflow_buckets});
       l.drtm_layout = kLayoutVersion;
@@ -79,7 +81,7 @@ class DrtmServer final : public rpc::RpcServer {
 
   nlohmann::json stats() const override {
     nlohmann::json j = RpcServer::stats();
-    const store::DrtmEngine::DrtmStats s = engine_->drtm_stats();
+    const drtm::Engine::DrtmStats s = engine_->drtm_stats();
     j["drtm"] = {{"in_place", s.in_place},         {"superseded", s.superseded},
                  {"locked_seen", s.locked_seen},   {"retired_live", s.retired_live},
                  {"overflow_used", s.overflow_used}, {"torn_gets", s.torn_gets},
@@ -88,7 +90,7 @@ class DrtmServer final : public rpc::RpcServer {
   }
 
  private:
-  store::DrtmEngine* engine_ = nullptr;  // the worker owns it
+  drtm::Engine* engine_ = nullptr;  // the worker owns it
   std::unique_ptr<fabric::MemoryRegion> table_mr_, items_mr_;
 };
 

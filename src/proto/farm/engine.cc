@@ -7,14 +7,16 @@
 #include <string>
 #include <unordered_set>
 
+#include "proto/options.h"
 #include "store/pipeline.h"
 
-namespace fabkv::store {
+namespace fabkv::farm {
 
-using farm::BucketHeader;
-using farm::kNeighbourhood;
-using farm::RecordHeader;
-using farm::TableHeader;
+using store::add_st;
+using store::kMaxKeySize;
+using store::kMaxValueSizeLimit;
+using store::realtime_seconds;
+using store::sub_st;
 
 namespace {
 
@@ -32,7 +34,7 @@ inline void publish() { std::atomic_thread_fence(std::memory_order_release); }
 
 // One generation: two mappings, the heap over the second, and the server's private home of
 // every bucket's item (kNoHome = free), which the displacement search needs and clients don't.
-struct FarmEngine::Gen {
+struct Engine::Gen {
   Gen(uint64_t homes, size_t bucket_bytes, size_t extent_bytes, bool huge, bool prefault)
       : table_mem(farm::table_bytes(homes, bucket_bytes), huge, prefault),
         extent_mem(extent_bytes, huge, prefault),
@@ -74,20 +76,21 @@ struct FarmEngine::Gen {
     return std::string_view(key_of(b).data() + h.key_len, h.value_len);
   }
 
-  PartitionMemory table_mem;
-  PartitionMemory extent_mem;
-  Heap heap;
-  FarmGeneration info;
+  store::PartitionMemory table_mem;
+  store::PartitionMemory extent_mem;
+  store::Heap heap;
+  Generation info;
   std::vector<uint64_t> home_of;
   uint64_t used = 0, indirect = 0;
 };
 
-FarmEngine::FarmEngine(const EngineOptions& opts, const FarmOptions& fopts)
-    : pointers_only_(fopts.pointers_only),
+Engine::Engine(const store::EngineOptions& opts, const EngineConfig& fopts)
+    : gens_(fopts.retire_grace_ms, opts.clock != nullptr ? opts.clock : &store::realtime_seconds,
+            opts.clock_ctx),
+      pointers_only_(fopts.pointers_only),
       inline_(pointers_only_ ? farm::kPointerBytes
                              : std::max(round_up(fopts.inline_bytes, 8), farm::kPointerBytes)),
       bucket_bytes_(farm::bucket_bytes(inline_)),
-      grace_ms_(fopts.retire_grace_ms),
       probe_range_(std::max<uint32_t>(fopts.probe_range, kNeighbourhood)),
       huge_pages_(opts.huge_pages),
       prefault_(opts.prefault),
@@ -104,7 +107,8 @@ FarmEngine::FarmEngine(const EngineOptions& opts, const FarmOptions& fopts)
   // One record of the largest size must fit a fresh heap (block header, 16-byte granules, the
   // heap's end marker).
   min_extent_bytes_ = round_up(
-      round_up(farm::record_bytes(kMaxKeySize, max_value_) + 8, Heap::kBlockAlign) + 16, kPage);
+      round_up(farm::record_bytes(kMaxKeySize, max_value_) + 8, store::Heap::kBlockAlign) + 16,
+      kPage);
   uint64_t homes = std::max<uint64_t>(fopts.initial_homes, kMinHomes);
   size_t extents = std::max(round_up(fopts.initial_extent_bytes, kPage), min_extent_bytes_);
   if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
@@ -118,15 +122,15 @@ FarmEngine::FarmEngine(const EngineOptions& opts, const FarmOptions& fopts)
     while (homes > kMinHomes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
       homes /= 2;
   }
-  live_ = map_gen(homes, extents, 1);
+  gens_.start(map_gen(homes, extents, 1));
   publish_sizes();
   publish();
 }
 
-FarmEngine::~FarmEngine() = default;
+Engine::~Engine() = default;
 
-std::unique_ptr<FarmEngine::Gen> FarmEngine::map_gen(uint64_t homes, size_t extent_bytes,
-                                                     uint32_t generation) const {
+std::unique_ptr<Engine::Gen> Engine::map_gen(uint64_t homes, size_t extent_bytes,
+                                             uint32_t generation) const {
   auto g = std::make_unique<Gen>(homes, bucket_bytes_, extent_bytes, huge_pages_, prefault_);
   // Anonymous mappings are zero: every bucket is empty already.
   TableHeader h{};
@@ -144,35 +148,33 @@ std::unique_ptr<FarmEngine::Gen> FarmEngine::map_gen(uint64_t homes, size_t exte
   return g;
 }
 
-void FarmEngine::publish_sizes() {
-  live_bytes_.store(live_->info.table_bytes + live_->info.extent_bytes, std::memory_order_relaxed);
-  used_buckets_.store(live_->used, std::memory_order_relaxed);
-  indirect_items_.store(live_->indirect, std::memory_order_relaxed);
-  stats_.bytes.store(live_->used * bucket_bytes_ + live_->heap.used_bytes(),
+void Engine::publish_sizes() {
+  live_bytes_.store(live().info.table_bytes + live().info.extent_bytes, std::memory_order_relaxed);
+  used_buckets_.store(live().used, std::memory_order_relaxed);
+  indirect_items_.store(live().indirect, std::memory_order_relaxed);
+  stats_.bytes.store(live().used * bucket_bytes_ + live().heap.used_bytes(),
                      std::memory_order_relaxed);
 }
 
-const FarmGeneration& FarmEngine::current() const { return live_->info; }
+void Engine::set_hooks(Hooks h) { gens_.set_hooks(std::move(h)); }
+void Engine::reap_retired() { gens_.reap(); }
+void Engine::publish_clock() { gens_.publish_clock(); }
 
-EngineMemory FarmEngine::memory() const {
-  return EngineMemory{live_->info.table, live_->info.table_bytes, live_->info.huge_pages};
+const Generation& Engine::current() const { return live().info; }
+
+store::EngineMemory Engine::memory() const {
+  return store::EngineMemory{live().info.table, live().info.table_bytes, live().info.huge_pages};
 }
 
-FarmEngine::FarmStats FarmEngine::farm_stats() const {
+Engine::FarmStats Engine::farm_stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return FarmStats{r(growths_),       r(displacements_),  r(moved_keys_),
-                   r(used_buckets_),  r(indirect_items_), r(retired_live_)};
-}
-
-void FarmEngine::set_hooks(FarmHooks h) {
-  hooks_ = std::move(h);
-  if (hooks_.on_live) hooks_.on_live(live_->info);
+  return FarmStats{r(growths_),      r(displacements_),  r(moved_keys_),
+                   r(used_buckets_), r(indirect_items_), gens_.retired_live()};
 }
 
 // ---- table operations ----------------------------------------------------------------------
 
-FarmEngine::Found FarmEngine::find(const Gen& g, std::string_view key,
-                                   const farm::KeyHome& kh) const {
+Engine::Found Engine::find(const Gen& g, std::string_view key, const farm::KeyHome& kh) const {
   for (uint64_t b = kh.home; b < kh.home + kNeighbourhood; ++b) {
     if (g.home_of[b] != kh.home) continue;  // free, or another home's key
     const BucketHeader h = g.header_of(b);
@@ -182,7 +184,7 @@ FarmEngine::Found FarmEngine::find(const Gen& g, std::string_view key,
   return Found{};
 }
 
-std::vector<uint64_t> FarmEngine::find_chain(const Gen& g, uint64_t home) const {
+std::vector<uint64_t> Engine::find_chain(const Gen& g, uint64_t home) const {
   const uint64_t end = std::min<uint64_t>(farm::table_buckets(g.info.homes), home + probe_range_);
   uint64_t f = end;
   for (uint64_t b = home; b < end; ++b)
@@ -212,8 +214,8 @@ std::vector<uint64_t> FarmEngine::find_chain(const Gen& g, uint64_t home) const 
   return chain;
 }
 
-void FarmEngine::apply_chain(Gen& g, const std::vector<uint64_t>& chain, const std::byte* bucket,
-                             uint64_t home, bool live) {
+void Engine::apply_chain(Gen& g, const std::vector<uint64_t>& chain, const std::byte* bucket,
+                         uint64_t home, bool live) {
   if (chain.size() == 1) {
     std::memcpy(g.bucket(chain[0]), bucket, bucket_bytes_);
     g.home_of[chain[0]] = home;
@@ -244,7 +246,7 @@ void FarmEngine::apply_chain(Gen& g, const std::vector<uint64_t>& chain, const s
   }
 }
 
-bool FarmEngine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool live) {
+bool Engine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool live) {
   const std::vector<uint64_t> chain = find_chain(g, home);
   if (chain.empty()) return false;
   apply_chain(g, chain, bucket, home, live);
@@ -252,13 +254,14 @@ bool FarmEngine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool liv
   return true;
 }
 
-void FarmEngine::remove_at(Gen& g, uint64_t b) {
+void Engine::remove_at(Gen& g, uint64_t b) {
   const BucketHeader h = g.header_of(b);
-  const uint64_t off = h.flags == farm::kIndirect ? g.pointer_of(b).extent_offset : Heap::kNil;
+  const uint64_t off =
+      h.flags == farm::kIndirect ? g.pointer_of(b).extent_offset : store::Heap::kNil;
   std::memset(g.bucket(b), 0, bucket_bytes_);  // readers see it empty (or torn: retry)...
   g.home_of[b] = kNoHome;
   publish();
-  if (off != Heap::kNil) {
+  if (off != store::Heap::kNil) {
     g.heap.free(off);  // ...before the record's bytes change
     --g.indirect;
   }
@@ -270,8 +273,8 @@ void FarmEngine::remove_at(Gen& g, uint64_t b) {
 
 // ---- growth --------------------------------------------------------------------------------
 
-std::unique_ptr<FarmEngine::Gen> FarmEngine::build(uint64_t homes, size_t extent_bytes) {
-  const Gen& old = *live_;
+std::unique_ptr<Engine::Gen> Engine::build(uint64_t homes, size_t extent_bytes) {
+  const Gen& old = live();
   auto g = map_gen(homes, extent_bytes, old.info.generation + 1);
   std::vector<std::byte> b(bucket_bytes_);
   for (uint64_t s = 0; s < farm::table_buckets(old.info.homes); ++s) {
@@ -281,7 +284,7 @@ std::unique_ptr<FarmEngine::Gen> FarmEngine::build(uint64_t homes, size_t extent
     if (h.flags == farm::kIndirect) {
       const farm::Pointer p = old.pointer_of(s);
       const uint64_t off = g->heap.alloc(p.record_bytes);
-      if (off == Heap::kNil) return nullptr;
+      if (off == store::Heap::kNil) return nullptr;
       std::memcpy(g->info.extents + off, old.info.extents + p.extent_offset, p.record_bytes);
       farm::Pointer np = p;
       np.extent_offset = off;  // same record bytes: its check stays
@@ -295,8 +298,8 @@ std::unique_ptr<FarmEngine::Gen> FarmEngine::build(uint64_t homes, size_t extent
   return g;
 }
 
-Status FarmEngine::grow(bool more_homes, bool more_extents, size_t record) {
-  const Gen& old = *live_;
+store::Status Engine::grow(bool more_homes, bool more_extents, size_t record) {
+  const Gen& old = live();
   uint64_t homes = old.info.homes * (more_homes ? 2 : 1);
   size_t extents = old.info.extent_bytes * (more_extents ? 2 : 1);
   // Clamp to the cap: a growth may be smaller than 2x, but must still grow what ran out.
@@ -304,13 +307,14 @@ Status FarmEngine::grow(bool more_homes, bool more_extents, size_t record) {
     if (more_extents) {
       const size_t table = farm::table_bytes(homes, bucket_bytes_);
       extents = cap_ > table ? (cap_ - table) / kPage * kPage : 0;
-      if (extents <= old.info.extent_bytes) return Status::kNoSpace;
-      const size_t block = round_up(record + 8, Heap::kBlockAlign);
-      if (old.heap.used_bytes() + block + 2 * Heap::kBlockAlign > extents) return Status::kNoSpace;
+      if (extents <= old.info.extent_bytes) return store::Status::kNoSpace;
+      const size_t block = round_up(record + 8, store::Heap::kBlockAlign);
+      if (old.heap.used_bytes() + block + 2 * store::Heap::kBlockAlign > extents)
+        return store::Status::kNoSpace;
     } else {
       while (homes > old.info.homes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
         homes -= std::max<uint64_t>(1, (homes - old.info.homes) / 2);
-      if (homes <= old.info.homes) return Status::kNoSpace;
+      if (homes <= old.info.homes) return store::Status::kNoSpace;
     }
   }
   std::unique_ptr<Gen> g;
@@ -319,59 +323,34 @@ Status FarmEngine::grow(bool more_homes, bool more_extents, size_t record) {
     if (g != nullptr) break;
     // No room for a re-inserted key within its neighbourhood: more buckets.
     const uint64_t more = homes * 2;
-    if (farm::table_bytes(more, bucket_bytes_) + extents > cap_) return Status::kNoSpace;
+    if (farm::table_bytes(more, bucket_bytes_) + extents > cap_) return store::Status::kNoSpace;
     homes = more;
   }
 
   // Switch: the new generation is complete; announce it, then tell readers of the old one.
-  std::unique_ptr<Gen> prev = std::move(live_);
-  live_ = std::move(g);
+  const size_t bucket_bytes = bucket_bytes_;
+  gens_.replace(std::move(g), [bucket_bytes](Gen& prev) {
+    std::atomic_ref<uint32_t>(prev.header()->state)
+        .store(farm::kStateRetired, std::memory_order_release);
+    publish();
+    std::vector<std::byte> marker(bucket_bytes);
+    BucketHeader mh{};
+    mh.flags = farm::kRetired;
+    std::memcpy(marker.data(), &mh, sizeof mh);
+    farm::seal(marker.data(), bucket_bytes);
+    for (uint64_t s = 0; s < farm::table_buckets(prev.info.homes); ++s)
+      std::memcpy(prev.bucket(s), marker.data(), bucket_bytes);
+  });
   publish_sizes();
-  publish();
   add_st(growths_);
-  if (hooks_.on_live) hooks_.on_live(live_->info);
-
-  std::atomic_ref<uint32_t>(prev->header()->state)
-      .store(farm::kStateRetired, std::memory_order_release);
-  publish();
-  std::vector<std::byte> marker(bucket_bytes_);
-  BucketHeader mh{};
-  mh.flags = farm::kRetired;
-  std::memcpy(marker.data(), &mh, sizeof mh);
-  farm::seal(marker.data(), bucket_bytes_);
-  for (uint64_t s = 0; s < farm::table_buckets(prev->info.homes); ++s)
-    std::memcpy(prev->bucket(s), marker.data(), bucket_bytes_);
-  publish();
-  retired_.push_back(Retired{std::move(prev), std::chrono::steady_clock::now()});
-  add_st(retired_live_);
-  return Status::kOk;
-}
-
-void FarmEngine::publish_clock() {
-  std::atomic_ref<uint32_t>(live_->header()->clock)
-      .store(clock_(clock_ctx_), std::memory_order_relaxed);
-}
-
-void FarmEngine::reap_retired() {
-  publish_clock();
-  const auto now = std::chrono::steady_clock::now();
-  const auto grace = std::chrono::milliseconds(grace_ms_);
-  for (auto it = retired_.begin(); it != retired_.end();) {
-    if (now - it->since < grace) {
-      ++it;
-      continue;
-    }
-    if (hooks_.on_release) hooks_.on_release(it->gen->info);
-    it = retired_.erase(it);
-    sub_st(retired_live_);
-  }
+  return store::Status::kOk;
 }
 
 // ---- data path -----------------------------------------------------------------------------
 
-Status FarmEngine::get(KeyHash, std::string_view key, ItemView& out) {
-  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
-  Gen& g = *live_;
+store::Status Engine::get(store::KeyHash, std::string_view key, store::ItemView& out) {
+  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
+  Gen& g = live();
   const Found f = find(g, key, farm::key_home(key, g.info.homes));
   if (f.ok) {
     const BucketHeader h = g.header_of(f.bucket);
@@ -380,33 +359,34 @@ Status FarmEngine::get(KeyHash, std::string_view key, ItemView& out) {
       out.version = h.version;
       out.expire_at = h.expire_at;
       add_st(stats_.hits);
-      return Status::kOk;
+      return store::Status::kOk;
     }
     remove_at(g, f.bucket);
     add_st(stats_.expired);
   }
   add_st(stats_.misses);
-  return Status::kNotFound;
+  return store::Status::kNotFound;
 }
 
-Status FarmEngine::put(KeyHash, std::string_view key, std::string_view value,
-                       const PutOptions& opts, uint64_t* new_version) {
-  if (Status st = check_key(key, stats_, value.size(), max_value_); st != Status::kOk) return st;
-  Found f = find(*live_, key, farm::key_home(key, live_->info.homes));
+store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view value,
+                          const store::PutOptions& opts, uint64_t* new_version) {
+  if (store::Status st = check_key(key, stats_, value.size(), max_value_); st != store::Status::kOk)
+    return st;
+  Found f = find(live(), key, farm::key_home(key, live().info.homes));
   BucketHeader old{};
   if (f.ok) {
-    old = live_->header_of(f.bucket);
+    old = live().header_of(f.bucket);
     if (expired(old.expire_at)) {
-      remove_at(*live_, f.bucket);
+      remove_at(live(), f.bucket);
       add_st(stats_.expired);
       f = Found{};
     }
   }
   if (opts.expected_version != 0) {
-    if (!f.ok) return Status::kNotFound;
+    if (!f.ok) return store::Status::kNotFound;
     if (old.version != opts.expected_version) {
       add_st(stats_.version_mismatches);
-      return Status::kVersionMismatch;
+      return store::Status::kVersionMismatch;
     }
   }
 
@@ -416,7 +396,7 @@ Status FarmEngine::put(KeyHash, std::string_view key, std::string_view value,
   // record or the scratch bucket before any bucket of the table is written, and a growth keeps
   // the old generation mapped.
   for (;;) {
-    Gen& g = *live_;
+    Gen& g = live();
     const farm::KeyHome kh = farm::key_home(key, g.info.homes);
     std::vector<uint64_t> chain;
     bool need_homes = false;
@@ -424,16 +404,16 @@ Status FarmEngine::put(KeyHash, std::string_view key, std::string_view value,
       chain = find_chain(g, kh.home);
       need_homes = chain.empty();
     }
-    uint64_t off = Heap::kNil;
+    uint64_t off = store::Heap::kNil;
     if (indirect) off = g.heap.alloc(rec);
-    const bool need_extents = indirect && off == Heap::kNil;
+    const bool need_extents = indirect && off == store::Heap::kNil;
     if (need_homes || need_extents) {
-      if (off != Heap::kNil) g.heap.free(off);
-      if (grow(need_homes, need_extents, rec) != Status::kOk) {
+      if (off != store::Heap::kNil) g.heap.free(off);
+      if (grow(need_homes, need_extents, rec) != store::Status::kOk) {
         add_st(stats_.no_space);
-        return Status::kNoSpace;
+        return store::Status::kNoSpace;
       }
-      f = find(*live_, key, farm::key_home(key, live_->info.homes));
+      f = find(live(), key, farm::key_home(key, live().info.homes));
       continue;
     }
 
@@ -471,10 +451,10 @@ Status FarmEngine::put(KeyHash, std::string_view key, std::string_view value,
     // 2. The bucket; 3. (update of an indirect item) the old record goes back to the heap.
     if (f.ok) {
       const uint64_t old_off =
-          old.flags == farm::kIndirect ? g.pointer_of(f.bucket).extent_offset : Heap::kNil;
+          old.flags == farm::kIndirect ? g.pointer_of(f.bucket).extent_offset : store::Heap::kNil;
       std::memcpy(g.bucket(f.bucket), b, bucket_bytes_);
       publish();
-      if (old_off != Heap::kNil) {
+      if (old_off != store::Heap::kNil) {
         g.heap.free(old_off);
         --g.indirect;
       }
@@ -488,33 +468,33 @@ Status FarmEngine::put(KeyHash, std::string_view key, std::string_view value,
     publish_sizes();
     publish();
     if (new_version != nullptr) *new_version = version;
-    return Status::kOk;
+    return store::Status::kOk;
   }
 }
 
-Status FarmEngine::del(KeyHash, std::string_view key) {
-  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
-  Gen& g = *live_;
+store::Status Engine::del(store::KeyHash, std::string_view key) {
+  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
+  Gen& g = live();
   const Found f = find(g, key, farm::key_home(key, g.info.homes));
-  if (!f.ok) return Status::kNotFound;
+  if (!f.ok) return store::Status::kNotFound;
   const bool was_expired = expired(g.header_of(f.bucket).expire_at);
   remove_at(g, f.bucket);
   if (was_expired) {
     add_st(stats_.expired);
-    return Status::kNotFound;
+    return store::Status::kNotFound;
   }
   add_st(stats_.dels);
-  return Status::kOk;
+  return store::Status::kOk;
 }
 
-void FarmEngine::run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap) {
+void Engine::run_batch(std::span<const store::Request> reqs, store::CompletionFn done, size_t gap) {
   run_pipeline(*this, reqs, done, gap);
 }
 
 // ---- client rules, checks ------------------------------------------------------------------
 
-FarmLookup FarmEngine::lookup(const FarmGeneration& g, std::string_view key) {
-  FarmLookup r;
+Lookup Engine::lookup(const Generation& g, std::string_view key) {
+  Lookup r;
   const farm::KeyHome kh = farm::key_home(key, g.homes);
   const size_t bb = g.bucket_bytes;
   std::vector<char> copy(farm::neighbourhood_bytes(bb));
@@ -572,8 +552,8 @@ FarmLookup FarmEngine::lookup(const FarmGeneration& g, std::string_view key) {
   return r;
 }
 
-std::string FarmEngine::check() const {
-  const Gen& g = *live_;
+std::string Engine::check() const {
+  const Gen& g = live();
   std::string err = g.heap.check();
   if (!err.empty()) return "heap: " + err;
   TableHeader h;
@@ -622,9 +602,21 @@ std::string FarmEngine::check() const {
   }
   if (n != g.used) return "used count " + std::to_string(g.used) + " != " + std::to_string(n);
   if (indirect != g.indirect) return "indirect count wrong";
-  const StatsSnapshot st = stats();
+  const store::StatsSnapshot st = stats();
   if (st.items != n) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(n);
   return "";
 }
 
-}  // namespace fabkv::store
+std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
+  const Options& o = spec.options.farm;
+  EngineConfig c;
+  // HERD sec. 5.1.2: FaRM-em inlines the values, FaRM-em-VAR keeps pointers in the buckets.
+  c.inline_bytes = o.inline_bytes;
+  c.pointers_only = spec.protocol == proto::Id::farm_var;
+  c.initial_homes = o.homes;
+  c.initial_extent_bytes = o.extents;
+  c.retire_grace_ms = o.grace_ms;
+  return std::make_unique<Engine>(spec.store, c);
+}
+
+}  // namespace fabkv::farm

@@ -27,7 +27,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,13 +34,15 @@
 #include <vector>
 
 #include "proto/farm/layout.h"
+#include "proto/read_table/generations.h"
+#include "proto/registry.h"
 #include "store/engine.h"
 #include "store/heap.h"
 #include "store/region.h"
 
-namespace fabkv::store {
+namespace fabkv::farm {
 
-struct FarmOptions {
+struct EngineConfig {
   // Bytes of key + value a bucket holds inline (rounded up to 8, at least
   // farm::kPointerBytes); larger items go to an extent record.
   size_t inline_bytes = 48;
@@ -52,7 +53,7 @@ struct FarmOptions {
   size_t initial_homes = 65536;
   // Extent bytes of the first generation (rounded up to a page and one maximum-size record).
   size_t initial_extent_bytes = size_t{4} << 20;
-  // Cap on table + extent bytes of the live generation; 0 = EngineOptions::memory_bytes.
+  // Cap on table + extent bytes of the live generation; 0 = store::EngineOptions::memory_bytes.
   size_t memory_bytes = 0;
   // How long a replaced generation stays mapped (clients mid-READ).
   uint32_t retire_grace_ms = 5000;
@@ -61,7 +62,7 @@ struct FarmOptions {
   uint32_t probe_range = 256;
 };
 
-struct FarmGeneration {
+struct Generation {
   uint32_t generation = 0;
   std::byte* table = nullptr;
   size_t table_bytes = 0;
@@ -72,13 +73,11 @@ struct FarmGeneration {
   bool huge_pages = false;
 };
 
-struct FarmHooks {
-  std::function<void(const FarmGeneration&)> on_live;
-  std::function<void(const FarmGeneration&)> on_release;
-};
+// What the server is told of generations (read_table/generations.h).
+using Hooks = read_table::Hooks<Generation>;
 
 // The client's lookup rules (layout.h) run on local memory: for tests and tools.
-struct FarmLookup {
+struct Lookup {
   bool found = false;
   bool retired = false;
   uint32_t reads = 0;  // neighbourhood reads, retries included
@@ -87,31 +86,33 @@ struct FarmLookup {
   std::string value;
 };
 
-class FarmEngine final : public Engine {
+class Engine final : public store::Engine {
  public:
-  explicit FarmEngine(const EngineOptions& opts, const FarmOptions& fopts = {});
-  ~FarmEngine() override;
+  explicit Engine(const store::EngineOptions& opts, const EngineConfig& fopts = {});
+  ~Engine() override;
 
-  EngineKind kind() const override { return EngineKind::kFarm; }
-  using Engine::del;
-  using Engine::get;
-  using Engine::put;
-  Status get(KeyHash h, std::string_view key, ItemView& out) override;
-  Status put(KeyHash h, std::string_view key, std::string_view value, const PutOptions& opts = {},
-             uint64_t* new_version = nullptr) override;
-  Status del(KeyHash h, std::string_view key) override;
-  void prefetch_index(KeyHash) const override {}
-  void prefetch_item(KeyHash) const override {}
-  using Engine::run_batch;
-  void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
-  EngineMemory memory() const override;
+  std::string_view name() const override { return "farm"; }
+  using store::Engine::del;
+  using store::Engine::get;
+  using store::Engine::put;
+  store::Status get(store::KeyHash h, std::string_view key, store::ItemView& out) override;
+  store::Status put(store::KeyHash h, std::string_view key, std::string_view value,
+                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override;
+  store::Status del(store::KeyHash h, std::string_view key) override;
+  void prefetch_index(store::KeyHash) const override {}
+  void prefetch_item(store::KeyHash) const override {}
+  using store::Engine::run_batch;
+  void run_batch(std::span<const store::Request> reqs, store::CompletionFn done,
+                 size_t gap = 0) override;
+  store::EngineMemory memory() const override;
   size_t max_value_size() const override { return max_value_; }
   void housekeeping() override { reap_retired(); }
 
-  void set_hooks(FarmHooks h);
-  const FarmGeneration& current() const;
+  void set_hooks(Hooks h);
+  const Generation& current() const;
   size_t inline_bytes() const { return inline_; }
   bool pointers_only() const { return pointers_only_; }
+  // Releases retired generations past their grace and publishes the clock (read_table/).
   void reap_retired();
   void publish_clock();
 
@@ -127,7 +128,7 @@ class FarmEngine final : public Engine {
   size_t memory_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
 
   // The client's rules over a generation's memory (no fabric). Any thread that may read it.
-  static FarmLookup lookup(const FarmGeneration& g, std::string_view key);
+  static Lookup lookup(const Generation& g, std::string_view key);
   // Table, heap, neighbourhood and stats consistency, for tests: "" when fine.
   std::string check() const;
   // Tests: called on the owner thread after every bucket write of a displacement chain.
@@ -148,7 +149,7 @@ class FarmEngine final : public Engine {
                    uint64_t home, bool live);
   bool insert(Gen& g, const std::byte* bucket, uint64_t home, bool live);
   void remove_at(Gen& g, uint64_t b);
-  Status grow(bool more_homes, bool more_extents, size_t record);
+  store::Status grow(bool more_homes, bool more_extents, size_t record);
   std::unique_ptr<Gen> build(uint64_t homes, size_t extent_bytes);
   std::unique_ptr<Gen> map_gen(uint64_t homes, size_t extent_bytes, uint32_t generation) const;
   bool expired(uint32_t expire_at) const {
@@ -156,27 +157,27 @@ class FarmEngine final : public Engine {
   }
   void publish_sizes();
 
-  std::unique_ptr<Gen> live_;
-  struct Retired {
-    std::unique_ptr<Gen> gen;
-    std::chrono::steady_clock::time_point since;
-  };
-  std::vector<Retired> retired_;
-  FarmHooks hooks_;
+  Gen& live() const { return gens_.live(); }
+
+  read_table::Generations<Gen, Generation> gens_;
   std::function<void()> move_observer_;
   std::vector<std::byte> scratch_;  // one bucket, built before it is copied into place
   bool pointers_only_ = false;
   size_t inline_ = 48, bucket_bytes_ = 80;
   size_t cap_ = 0, min_extent_bytes_ = 0;
-  uint32_t grace_ms_ = 5000, probe_range_ = 256;
+  uint32_t probe_range_ = 256;
   bool huge_pages_ = false, prefault_ = true;
   uint64_t version_ = 1;
   size_t max_value_ = 0;
-  ClockFn clock_;
+  store::ClockFn clock_;
   void* clock_ctx_;
   std::atomic<uint64_t> growths_{0}, displacements_{0}, moved_keys_{0}, used_buckets_{0},
-      indirect_items_{0}, retired_live_{0};
+      indirect_items_{0};
   std::atomic<size_t> live_bytes_{0};
 };
 
-}  // namespace fabkv::store
+// The engine the registry builds for --engine farm (proto/engines.cc), from the [farm] knobs
+// (proto/farm/options.h); farm-var's buckets hold pointers only.
+std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec);
+
+}  // namespace fabkv::farm

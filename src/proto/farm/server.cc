@@ -10,14 +10,12 @@
 // buckets differ: values inline, or pointers), so they are never served together
 // (src/server/options.cc refuses it).
 
-#include <mutex>
-
 #include <fmt/format.h>
 
-#include "fabric/memory_region.h"
 #include "proto/farm/engine.h"
 #include "proto/farm/handshake.h"
 #include "proto/handshake.h"
+#include "proto/read_table/registrations.h"
 #include "proto/server_protocol.h"
 
 namespace fabkv::server_reply {
@@ -28,46 +26,19 @@ namespace fabkv::farm {
 
 namespace {
 
-// Where clients READ a worker's engine (its live generation).
-struct Regions {
-  uint32_t generation = 0;
-  uint64_t homes = 0;
-  size_t bucket_bytes = 0;
-  fabric::RemoteRegion table, extents;
-};
-
 class FarmServer final : public proto::ServerProtocol {
  public:
-  FarmServer(proto::ServerHost& w, proto::Id id)
-      : worker_(w), id_(id), rpc_(server_reply::make_server(w)) {}
+  explicit FarmServer(proto::ServerHost& w)
+      : worker_(w), rpc_(server_reply::make_server(w)), tables_(w.fabric()) {}
 
-  ~FarmServer() override {
-    mrs_.clear();  // deregister every generation before the engine unmaps its memory
+  void open() override {
+    // The worker runs the farm engine (proto/registry.h; farm/engine.cc's make_engine puts
+    // values inline for farm, pointers for farm-var) when farm or farm-var is served.
+    engine_ = dynamic_cast<Engine*>(worker_.engine_st());
+    // Every generation's table and extents are registered read-only for clients.
+    if (engine_ != nullptr) engine_->set_hooks(tables_.hooks());
+    rpc_->open();
   }
-
-  std::unique_ptr<store::Engine> make_engine(const store::EngineOptions& so) override {
-    const proto::ServerSettings& o = worker_.settings();
-    store::FarmOptions fo;
-    // HERD sec. 5.1.2: FaRM-em inlines the values, FaRM-em-VAR keeps pointers in the buckets.
-    fo.inline_bytes = o.farm.inline_bytes;
-    fo.pointers_only = id_ == proto::Id::farm_var;
-    fo.initial_homes = o.farm.homes;
-    fo.initial_extent_bytes = o.farm.extents;
-    fo.retire_grace_ms = o.farm.grace_ms;
-    auto engine = std::make_unique<store::FarmEngine>(so, fo);
-    engine_ = engine.get();
-    // Every generation's table and extents are registered read-only for clients; a growth
-    // registers the new one before the old one is marked retired.
-    store::FarmHooks hooks;
-    hooks.on_live = [this](const store::FarmGeneration& g) { live(g); };
-    hooks.on_release = [this](const store::FarmGeneration& g) {
-      std::erase_if(mrs_, [&](const Mrs& m) { return m.generation == g.generation; });
-    };
-    engine_->set_hooks(std::move(hooks));
-    return engine;
-  }
-
-  void open() override { rpc_->open(); }
   bool wants_messages() const override { return rpc_->wants_messages(); }
   size_t max_request_bytes(size_t max_value) const override {
     return rpc_->max_request_bytes(max_value);
@@ -82,14 +53,10 @@ class FarmServer final : public proto::ServerProtocol {
     // The RPC half: requests by WRITE into slots, answers by WRITE into the client's ring.
     std::string why = rpc_->admit(p, hello, client, epoch, out);
     if (!why.empty()) return fmt::format("{}: {}", p.name, why);
-    const Regions r = regions();
-    const uint32_t w = worker_.index();
-    out->regions.push_back({fmt::format("farm.table.{}", w), r.table.addr, r.table.length,
-                            r.table.key, static_cast<uint32_t>(r.table.access)});
-    out->regions.push_back({fmt::format("farm.extents.{}", w), r.extents.addr, r.extents.length,
-                            r.extents.key, static_cast<uint32_t>(r.extents.access)});
-    proto::add_to_layout<FarmLayout>(&out->layout, w, [&](FarmLayout& l) {
-      l.tables.push_back({r.generation, r.homes, r.bucket_bytes, kNeighbourhood, kLayoutVersion});
+    tables_.add_regions("farm", worker_.index(), &out->regions);
+    const Generation g = tables_.live().info;
+    proto::add_to_layout<FarmLayout>(&out->layout, worker_.index(), [&](FarmLayout& l) {
+      l.tables.push_back({g.generation, g.homes, g.bucket_bytes, kNeighbourhood, kLayoutVersion});
       l.grace_ms = worker_.settings().farm.grace_ms;
     });
     return "";
@@ -98,31 +65,32 @@ class FarmServer final : public proto::ServerProtocol {
   // A client whose READs met a retired table asks for the live generation and re-maps.
   std::optional<nlohmann::json> control(std::string_view op) const override {
     if (op != "farm-layout") return std::nullopt;
-    const Regions r = regions();
-    return nlohmann::json(LiveTable{r.generation, {r.homes, r.bucket_bytes}, r.table, r.extents});
+    const auto r = tables_.live();
+    return nlohmann::json(
+        LiveTable{r.info.generation, {r.info.homes, r.info.bucket_bytes}, r.table, r.extents});
   }
 
   nlohmann::json stats() const override {
     nlohmann::json j = rpc_->stats();
     if (engine_ == nullptr) return j;
     const auto fs = engine_->farm_stats();
-    const Regions r = regions();
-    const uint64_t buckets = table_buckets(r.homes);
-    j["farm"] = {{"generation", r.generation},
-                 {"homes", r.homes},
-                 {"bucket_bytes", r.bucket_bytes},
-                 {"inline_bytes", engine_->inline_bytes()},
-                 {"pointers_only", engine_->pointers_only()},
-                 {"extent_bytes", r.extents.length},
-                 {"used_buckets", fs.used_buckets},
-                 {"fill", buckets ? static_cast<double>(fs.used_buckets) /
-                                        static_cast<double>(buckets)
-                                  : 0.0},
-                 {"indirect_items", fs.indirect_items},
-                 {"growths", fs.growths},
-                 {"displacements", fs.displacements},
-                 {"moved_keys", fs.moved_keys},
-                 {"retired_live", fs.retired_live}};
+    const auto r = tables_.live();
+    const uint64_t buckets = table_buckets(r.info.homes);
+    j["farm"] = {
+        {"generation", r.info.generation},
+        {"homes", r.info.homes},
+        {"bucket_bytes", r.info.bucket_bytes},
+        {"inline_bytes", engine_->inline_bytes()},
+        {"pointers_only", engine_->pointers_only()},
+        {"extent_bytes", r.extents.length},
+        {"used_buckets", fs.used_buckets},
+        {"fill",
+         buckets ? static_cast<double>(fs.used_buckets) / static_cast<double>(buckets) : 0.0},
+        {"indirect_items", fs.indirect_items},
+        {"growths", fs.growths},
+        {"displacements", fs.displacements},
+        {"moved_keys", fs.moved_keys},
+        {"retired_live", fs.retired_live}};
     return j;
   }
 
@@ -143,53 +111,22 @@ class FarmServer final : public proto::ServerProtocol {
   bool busy_st() const override { return rpc_->busy_st(); }
 
  private:
-  struct Mrs {
-    uint32_t generation;
-    std::unique_ptr<fabric::MemoryRegion> table, extents;
-  };
-
-  void live(const store::FarmGeneration& g) {
-    Mrs m;
-    m.generation = g.generation;
-    m.table = std::make_unique<fabric::MemoryRegion>(worker_.fabric(), g.table, g.table_bytes,
-                                                     fabric::Access::kRemoteRead);
-    m.extents = std::make_unique<fabric::MemoryRegion>(worker_.fabric(), g.extents,
-                                                       g.extent_bytes, fabric::Access::kRemoteRead);
-    Regions r;
-    r.generation = g.generation;
-    r.homes = g.homes;
-    r.bucket_bytes = g.bucket_bytes;
-    r.table = m.table->remote();
-    r.extents = m.extents->remote();
-    mrs_.push_back(std::move(m));
-    std::lock_guard lock(mu_);
-    current_ = r;
-  }
-
-  Regions regions() const {
-    std::lock_guard lock(mu_);
-    return current_;
-  }
-
   proto::ServerHost& worker_;
-  const proto::Id id_;
   std::unique_ptr<proto::ServerProtocol> rpc_;  // server-reply's side: the message path
-  store::FarmEngine* engine_ = nullptr;         // the worker owns it
-  std::vector<Mrs> mrs_;                        // every generation still mapped (current last)
-  mutable std::mutex mu_;                       // current_ (the control thread reads it)
-  Regions current_;
+  Engine* engine_ = nullptr;                    // the worker owns it
+  read_table::Registrations<Generation> tables_;  // before the engine unmaps them
 };
 
 }  // namespace
 
 std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
-  return std::make_unique<FarmServer>(w, proto::Id::farm);
+  return std::make_unique<FarmServer>(w);
 }
 
 }  // namespace fabkv::farm
 
 namespace fabkv::farm_var {
 std::unique_ptr<proto::ServerProtocol> make_server(proto::ServerHost& w) {
-  return std::make_unique<farm::FarmServer>(w, proto::Id::farm_var);
+  return std::make_unique<farm::FarmServer>(w);
 }
 }  // namespace fabkv::farm_var

@@ -5,11 +5,19 @@
 #include <stdexcept>
 #include <string>
 
+#include "proto/options.h"
 #include "store/pipeline.h"
 
-namespace fabkv::store {
+namespace fabkv::hydradb {
 
-using hydradb::ItemHeader;
+using store::add_st;
+using store::hash_key;
+using store::kMaxKeySize;
+using store::kNoLocation;
+using store::realtime_seconds;
+using store::sub_st;
+
+namespace layout = store::layout;
 using layout::StoreBucket;
 
 namespace {
@@ -26,7 +34,7 @@ uint64_t steady_nanoseconds(void*) {
   return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
 }
 
-HydraEngine::HydraEngine(const EngineOptions& opts, const HydraOptions& hopts)
+Engine::Engine(const store::EngineOptions& opts, const EngineConfig& hopts)
     : index_mem_(checked_index_buckets(opts, sizeof(StoreBucket)) * sizeof(StoreBucket),
                  opts.huge_pages, opts.prefault),
       arena_(opts.memory_bytes > index_mem_.size() ? opts.memory_bytes - index_mem_.size() : 0,
@@ -48,12 +56,12 @@ HydraEngine::HydraEngine(const EngineOptions& opts, const HydraOptions& hopts)
     throw std::runtime_error("store: hydradb arena larger than 2^51 bytes; use more partitions");
   buckets_ = reinterpret_cast<StoreBucket*>(index_mem_.base());
   bucket_mask_ = nb - 1;
-  heap_ = Heap(arena_.base(), arena_.size());
+  heap_ = store::Heap(arena_.base(), arena_.size());
 }
 
-void HydraEngine::prefetch_index(KeyHash h) const { __builtin_prefetch(&main_bucket(h), 0, 3); }
+void Engine::prefetch_index(store::KeyHash h) const { __builtin_prefetch(&main_bucket(h), 0, 3); }
 
-void HydraEngine::prefetch_item(KeyHash h) const {
+void Engine::prefetch_item(store::KeyHash h) const {
   const StoreBucket& b = main_bucket(h);
   for (uint32_t m = layout::match_tags8(b.entries, tag_of(h)) & layout::kMatchStoreEntries; m != 0;
        m &= m - 1) {
@@ -63,7 +71,7 @@ void HydraEngine::prefetch_item(KeyHash h) const {
   }
 }
 
-bool HydraEngine::find(KeyHash h, std::string_view key, Slot* found, Slot* free_slot) const {
+bool Engine::find(store::KeyHash h, std::string_view key, Slot* found, Slot* free_slot) const {
   return layout::find_in_chain(
       &main_bucket(h), tag_of(h), [this](uint64_t link) { return extension(link); },
       [&](uint64_t e) {
@@ -73,7 +81,7 @@ bool HydraEngine::find(KeyHash h, std::string_view key, Slot* found, Slot* free_
       found, free_slot);
 }
 
-void HydraEngine::hold(uint64_t payload) {
+void Engine::hold(uint64_t payload) {
   add_st(retired_);
   if (hold_ns_ == 0) {
     heap_.free(payload);
@@ -85,7 +93,7 @@ void HydraEngine::hold(uint64_t payload) {
   add_st(held_bytes_, heap_.block_size(payload));
 }
 
-size_t HydraEngine::reclaim() {
+size_t Engine::reclaim() {
   if (held_.empty()) return 0;
   const uint64_t now = steady_(steady_ctx_);
   size_t n = 0;
@@ -104,7 +112,7 @@ size_t HydraEngine::reclaim() {
   return n;
 }
 
-void HydraEngine::retire(const Slot& s) {
+void Engine::retire(const Slot& s) {
   uint64_t& e = s.bucket->entries[s.index];
   const uint64_t payload = layout::entry_location(e) << 3;
   e = 0;
@@ -119,15 +127,16 @@ void HydraEngine::retire(const Slot& s) {
   }
 }
 
-uint64_t HydraEngine::alloc(size_t bytes) {
+uint64_t Engine::alloc(size_t bytes) {
   uint64_t p = heap_.alloc(bytes);
-  if (p == Heap::kNil && reclaim() > 0) p = heap_.alloc(bytes);
+  if (p == store::Heap::kNil && reclaim() > 0) p = heap_.alloc(bytes);
   return p;
 }
 
-Status HydraEngine::get(KeyHash h, std::string_view key, ItemView& out, uint64_t* location) {
+store::Status Engine::get(store::KeyHash h, std::string_view key, store::ItemView& out,
+                          uint64_t* location) {
   if (location != nullptr) *location = kNoLocation;
-  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
+  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
   Slot s;
   if (find(h, key, &s, nullptr)) {
     const uint64_t e = s.bucket->entries[s.index];
@@ -139,18 +148,19 @@ Status HydraEngine::get(KeyHash h, std::string_view key, ItemView& out, uint64_t
       out.expire_at = ih.expire_at;
       if (location != nullptr) *location = layout::entry_location(e) << 3;
       add_st(stats_.hits);
-      return Status::kOk;
+      return store::Status::kOk;
     }
     retire(s);
     add_st(stats_.expired);
   }
   add_st(stats_.misses);
-  return Status::kNotFound;
+  return store::Status::kNotFound;
 }
 
-Status HydraEngine::put(KeyHash h, std::string_view key, std::string_view value,
-                        const PutOptions& opts, uint64_t* new_version) {
-  if (Status st = check_key(key, stats_, value.size(), max_value_); st != Status::kOk) return st;
+store::Status Engine::put(store::KeyHash h, std::string_view key, std::string_view value,
+                          const store::PutOptions& opts, uint64_t* new_version) {
+  if (store::Status st = check_key(key, stats_, value.size(), max_value_); st != store::Status::kOk)
+    return st;
   reclaim();
   Slot found, free_slot;
   bool exists = find(h, key, &found, &free_slot);
@@ -164,17 +174,17 @@ Status HydraEngine::put(KeyHash h, std::string_view key, std::string_view value,
     }
   }
   if (opts.expected_version != 0) {
-    if (!exists) return Status::kNotFound;
+    if (!exists) return store::Status::kNotFound;
     if (old.version != opts.expected_version) {
       add_st(stats_.version_mismatches);
-      return Status::kVersionMismatch;
+      return store::Status::kVersionMismatch;
     }
   }
   // All memory first, so that a failure changes nothing.
   const uint64_t payload = alloc(hydradb::item_bytes(key.size(), value.size()));
-  if (payload == Heap::kNil) {
+  if (payload == store::Heap::kNil) {
     add_st(stats_.no_space);
-    return Status::kNoSpace;
+    return store::Status::kNoSpace;
   }
   if (!exists && free_slot.index < 0) {
     uint64_t ext;
@@ -209,38 +219,38 @@ Status HydraEngine::put(KeyHash h, std::string_view key, std::string_view value,
   add_st(stats_.puts);
   stats_.bytes.store(heap_.used_bytes(), std::memory_order_relaxed);
   if (new_version != nullptr) *new_version = version;
-  return Status::kOk;
+  return store::Status::kOk;
 }
 
-Status HydraEngine::del(KeyHash h, std::string_view key) {
-  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
+store::Status Engine::del(store::KeyHash h, std::string_view key) {
+  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
   reclaim();
   Slot s;
-  if (!find(h, key, &s, nullptr)) return Status::kNotFound;
+  if (!find(h, key, &s, nullptr)) return store::Status::kNotFound;
   const bool was_expired = expired(header(s.bucket->entries[s.index]));
   retire(s);
   stats_.bytes.store(heap_.used_bytes(), std::memory_order_relaxed);
   if (was_expired) {
     add_st(stats_.expired);
-    return Status::kNotFound;
+    return store::Status::kNotFound;
   }
   add_st(stats_.dels);
-  return Status::kOk;
+  return store::Status::kOk;
 }
 
 // HERD sec. 4.1.1's pipeline (store/pipeline.h), with the item's location for GET hits.
-void HydraEngine::run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap) {
-  if (gap == 0) gap = tuning::kDefaultStageGap;
+void Engine::run_batch(std::span<const store::Request> reqs, store::CompletionFn done, size_t gap) {
+  if (gap == 0) gap = store::tuning::kDefaultStageGap;
   const size_t n = reqs.size();
   for (size_t i = 0; i < n + 2 * gap; ++i) {
     if (i < n) prefetch_index(reqs[i].hash);
     if (i >= gap && i - gap < n) prefetch_item(reqs[i - gap].hash);
     if (i >= 2 * gap && i - 2 * gap < n) {
       const size_t j = i - 2 * gap;
-      const Request& r = reqs[j];
-      if (r.op == Op::kGet) {
-        Response resp;
-        ItemView v;
+      const store::Request& r = reqs[j];
+      if (r.op == store::Op::kGet) {
+        store::Response resp;
+        store::ItemView v;
         resp.status = get(r.hash, r.key, v, &resp.location);
         resp.version = v.version;
         resp.expire_at = v.expire_at;
@@ -253,12 +263,12 @@ void HydraEngine::run_batch(std::span<const Request> reqs, CompletionFn done, si
   }
 }
 
-HydraEngine::HydraStats HydraEngine::hydra_stats() const {
+Engine::HydraStats Engine::hydra_stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   return HydraStats{r(retired_), r(reclaimed_), r(held_items_), r(held_bytes_)};
 }
 
-std::string HydraEngine::check() const {
+std::string Engine::check() const {
   std::string err = heap_.check();
   if (!err.empty()) return "heap: " + err;
   uint64_t items = 0, ext = 0;
@@ -274,7 +284,7 @@ std::string HydraEngine::check() const {
         const size_t n = hydradb::item_bytes(ih.key_len, ih.value_len);
         if (ih.key_len == 0 || ih.key_len > kMaxKeySize) return "item with a bad key size";
         if (hydradb::item_check(p, n, ih.version) != ih.check) return "item checksum wrong";
-        const KeyHash kh = hash_key(std::string_view(p + sizeof(ItemHeader), ih.key_len));
+        const store::KeyHash kh = hash_key(std::string_view(p + sizeof(ItemHeader), ih.key_len));
         if (bucket_of(kh, bucket_mask_) != i || tag_of(kh) != layout::entry_tag(e))
           return "entry in the wrong bucket or with the wrong tag";
       }
@@ -282,7 +292,7 @@ std::string HydraEngine::check() const {
       ++ext;
     }
   }
-  const StatsSnapshot st = stats();
+  const store::StatsSnapshot st = stats();
   if (st.items != items) return "stats.items wrong";
   if (st.overflow_buckets != ext) return "stats.overflow_buckets wrong";
   uint64_t bytes = 0, prev = 0;
@@ -298,4 +308,11 @@ std::string HydraEngine::check() const {
   return "";
 }
 
-}  // namespace fabkv::store
+std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
+  const Options& o = spec.options.hydradb;
+  EngineConfig c;
+  c.hold_ns = (uint64_t{o.lease_ms} + o.margin_ms) * 1'000'000u;
+  return std::make_unique<Engine>(spec.store, c);
+}
+
+}  // namespace fabkv::hydradb

@@ -5,7 +5,8 @@
 //     proto/hydradb/server.cc), each laid out and checked as proto/hydradb/layout.h says; the
 //     index lives elsewhere and is never visible to clients (survey sec. 3.1: "This hash table
 //     is not visible to the clients");
-//   * a GET returns where its item is (Response::location, get()'s *location: the item's byte
+//   * a GET returns where its item is (store::Response::location, get()'s *location: the item's
+//   byte
 //     offset in the arena), so the server can hand it to the client with a lease;
 //   * updates are out of place (survey sec. 3.1): a PUT writes the new version into fresh
 //     memory, points the index at it, then clears the old item's valid flag; a DELETE (or an
@@ -13,7 +14,7 @@
 //     except that flag.
 //
 // Delayed reuse: the memory of an item whose flag was cleared is held, untouched, for
-// HydraOptions::hold_ns on the engine's steady clock before the heap may hand it out again
+// EngineConfig::hold_ns on the engine's steady clock before the heap may hand it out again
 // (the server sets hold = the lease it grants + a margin, docs/hydradb.md "Leases"). Holds
 // are released in retirement order by reclaim(), which every PUT and DELETE and housekeeping()
 // call; a PUT that finds no free memory reclaims once more before it answers kNoSpace (held
@@ -37,18 +38,19 @@
 #include <vector>
 
 #include "proto/hydradb/layout.h"
+#include "proto/registry.h"
 #include "store/chain.h"
 #include "store/engine.h"
 #include "store/heap.h"
 #include "store/layout.h"
 #include "store/region.h"
 
-namespace fabkv::store {
+namespace fabkv::hydradb {
 
 // CLOCK_MONOTONIC in nanoseconds: the default clock of holds.
 uint64_t steady_nanoseconds(void* unused);
 
-struct HydraOptions {
+struct EngineConfig {
   // How long a replaced or deleted item's memory stays untouched (the longest lease the
   // server grants plus its margin). 0 = reuse at once (tests of the heap only).
   uint64_t hold_ns = 150'000'000;
@@ -57,30 +59,32 @@ struct HydraOptions {
   void* steady_ctx = nullptr;
 };
 
-class HydraEngine final : public Engine {
+class Engine final : public store::Engine {
  public:
   // Throws std::runtime_error for options that leave no arena or when a mapping fails.
-  explicit HydraEngine(const EngineOptions& opts, const HydraOptions& hopts = {});
+  explicit Engine(const store::EngineOptions& opts, const EngineConfig& hopts = {});
 
-  EngineKind kind() const override { return EngineKind::kHydra; }
-  using Engine::del;
-  using Engine::get;
-  using Engine::put;
-  Status get(KeyHash h, std::string_view key, ItemView& out) override {
+  std::string_view name() const override { return "hydradb"; }
+  using store::Engine::del;
+  using store::Engine::get;
+  using store::Engine::put;
+  store::Status get(store::KeyHash h, std::string_view key, store::ItemView& out) override {
     return get(h, key, out, nullptr);
   }
   // Also says where the item is: its byte offset in the arena (kNoLocation unless kOk).
-  Status get(KeyHash h, std::string_view key, ItemView& out, uint64_t* location);
-  Status put(KeyHash h, std::string_view key, std::string_view value, const PutOptions& opts = {},
-             uint64_t* new_version = nullptr) override;
-  Status del(KeyHash h, std::string_view key) override;
-  void prefetch_index(KeyHash h) const override;
-  void prefetch_item(KeyHash h) const override;
-  using Engine::run_batch;
-  // Fills Response::location for GET hits.
-  void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
+  store::Status get(store::KeyHash h, std::string_view key, store::ItemView& out,
+                    uint64_t* location);
+  store::Status put(store::KeyHash h, std::string_view key, std::string_view value,
+                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override;
+  store::Status del(store::KeyHash h, std::string_view key) override;
+  void prefetch_index(store::KeyHash h) const override;
+  void prefetch_item(store::KeyHash h) const override;
+  using store::Engine::run_batch;
+  // Fills store::Response::location for GET hits.
+  void run_batch(std::span<const store::Request> reqs, store::CompletionFn done,
+                 size_t gap = 0) override;
   // The arena: what clients READ.
-  EngineMemory memory() const override { return arena_.region(); }
+  store::EngineMemory memory() const override { return arena_.region(); }
   size_t max_value_size() const override { return max_value_; }
   void housekeeping() override { reclaim(); }
 
@@ -102,17 +106,19 @@ class HydraEngine final : public Engine {
   std::string check() const;
 
  private:
-  using Slot = layout::ChainSlot;
+  using Slot = store::layout::ChainSlot;
   struct Held {
     uint64_t payload;
     uint64_t until_ns;  // on the steady clock
   };
 
-  layout::StoreBucket& main_bucket(KeyHash h) const {
+  store::layout::StoreBucket& main_bucket(store::KeyHash h) const {
     return buckets_[bucket_of(h, bucket_mask_)];
   }
-  layout::StoreBucket* extension(uint64_t next) const { return pool_[next - 1].get(); }
-  std::byte* item(uint64_t entry) const { return heap_.at(layout::entry_location(entry) << 3); }
+  store::layout::StoreBucket* extension(uint64_t next) const { return pool_[next - 1].get(); }
+  std::byte* item(uint64_t entry) const {
+    return heap_.at(store::layout::entry_location(entry) << 3);
+  }
   hydradb::ItemHeader header(uint64_t entry) const {
     hydradb::ItemHeader h;
     std::memcpy(&h, item(entry), sizeof h);
@@ -121,28 +127,32 @@ class HydraEngine final : public Engine {
   bool expired(const hydradb::ItemHeader& h) const {
     return h.expire_at != 0 && clock_(clock_ctx_) >= h.expire_at;
   }
-  bool find(KeyHash h, std::string_view key, Slot* found, Slot* free_slot) const;
+  bool find(store::KeyHash h, std::string_view key, Slot* found, Slot* free_slot) const;
   // Clears the item's flag, starts its hold, and takes it out of the index.
   void retire(const Slot& s);
   void hold(uint64_t payload);
   uint64_t alloc(size_t bytes);
 
-  PartitionMemory index_mem_;
-  PartitionMemory arena_;
-  layout::StoreBucket* buckets_ = nullptr;
+  store::PartitionMemory index_mem_;
+  store::PartitionMemory arena_;
+  store::layout::StoreBucket* buckets_ = nullptr;
   uint64_t bucket_mask_ = 0;
-  std::deque<std::unique_ptr<layout::StoreBucket>> pool_;  // extension buckets; next = i + 1
+  std::deque<std::unique_ptr<store::layout::StoreBucket>> pool_;  // extension buckets; next = i + 1
   std::vector<uint64_t> free_ext_;                         // unused extension numbers
-  Heap heap_;
+  store::Heap heap_;
   std::deque<Held> held_;  // in retirement order, so until_ns is ascending
   uint64_t hold_ns_;
   uint64_t (*steady_)(void*);
   void* steady_ctx_;
   uint64_t version_ = 1;
   size_t max_value_ = 0;
-  ClockFn clock_;
+  store::ClockFn clock_;
   void* clock_ctx_;
   std::atomic<uint64_t> retired_{0}, reclaimed_{0}, held_items_{0}, held_bytes_{0};
 };
 
-}  // namespace fabkv::store
+// The engine the registry builds for --engine hydradb (proto/engines.cc): a replaced item's
+// memory is held for the lease the server grants plus its margin ([hydradb] knobs).
+std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec);
+
+}  // namespace fabkv::hydradb

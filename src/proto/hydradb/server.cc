@@ -29,16 +29,16 @@ class HydraServer final : public rpc::RpcServer {
 
   ~HydraServer() override { items_mr_.reset(); }  // before the engine unmaps the arena
 
-  std::unique_ptr<store::Engine> make_engine(const store::EngineOptions& so) override {
-    const proto::ServerSettings& o = worker_.settings();
-    store::HydraOptions ho;
-    ho.hold_ns = (uint64_t{o.hydradb.lease_ms} + o.hydradb.margin_ms) * 1'000'000u;
-    auto engine = std::make_unique<store::HydraEngine>(so, ho);
-    engine_ = engine.get();
-    const store::EngineMemory m = engine_->memory();
-    items_mr_ = std::make_unique<fabric::MemoryRegion>(worker_.fabric(), m.base, m.size,
-                                                       fabric::Access::kRemoteRead);
-    return engine;
+  void open() override {
+    // The worker runs the hydradb engine (proto/registry.h, its make_engine holds a replaced
+    // item for the lease plus the margin) when hydradb is served.
+    engine_ = dynamic_cast<Engine*>(worker_.engine_st());
+    if (engine_ != nullptr) {
+      const store::EngineMemory m = engine_->memory();
+      items_mr_ = std::make_unique<fabric::MemoryRegion>(worker_.fabric(), m.base, m.size,
+                                                         fabric::Access::kRemoteRead);
+    }
+    RpcServer::open();
   }
 
   // As server-reply: a ring the client lets us WRITE, large enough for every worker's W
@@ -137,7 +137,7 @@ class HydraServer final : public rpc::RpcServer {
   }
 
   const uint32_t lease_us_;
-  store::HydraEngine* engine_ = nullptr;  // the worker owns it
+  hydradb::Engine* engine_ = nullptr;  // the worker owns it
   std::unique_ptr<fabric::MemoryRegion> items_mr_;
   std::vector<fabric::RemoteRegion> rings_;  // by client index
   std::atomic<uint64_t> unanswered_{0};      // requests of clients whose ring was too small

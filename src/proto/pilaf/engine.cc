@@ -7,13 +7,16 @@
 #include <string>
 #include <unordered_set>
 
+#include "proto/options.h"
 #include "store/pipeline.h"
 
-namespace fabkv::store {
+namespace fabkv::pilaf {
 
-using pilaf::Entry;
-using pilaf::ExtentHeader;
-using pilaf::TableHeader;
+using store::add_st;
+using store::kMaxKeySize;
+using store::kMaxValueSizeLimit;
+using store::realtime_seconds;
+using store::sub_st;
 
 namespace {
 
@@ -33,7 +36,7 @@ inline bool empty(const Entry& e) { return e.flags == 0; }
 }  // namespace
 
 // One generation: two mappings and the heap over the second.
-struct PilafEngine::Gen {
+struct Engine::Gen {
   Gen(uint64_t entries, size_t extent_bytes, bool huge, bool prefault)
       : table_mem(pilaf::table_bytes(entries), huge, prefault),
         extent_mem(extent_bytes, huge, prefault),
@@ -60,15 +63,16 @@ struct PilafEngine::Gen {
     return h;
   }
 
-  PartitionMemory table_mem;
-  PartitionMemory extent_mem;
-  Heap heap;
-  PilafGeneration info;
+  store::PartitionMemory table_mem;
+  store::PartitionMemory extent_mem;
+  store::Heap heap;
+  Generation info;
   uint64_t used = 0;  // used slots
 };
 
-PilafEngine::PilafEngine(const EngineOptions& opts, const PilafOptions& popts)
-    : grace_ms_(popts.retire_grace_ms),
+Engine::Engine(const store::EngineOptions& opts, const EngineConfig& popts)
+    : gens_(popts.retire_grace_ms, opts.clock != nullptr ? opts.clock : &store::realtime_seconds,
+            opts.clock_ctx),
       max_path_(popts.max_path == 0 ? 1 : popts.max_path),
       max_path_nodes_(popts.max_path_nodes == 0 ? 1 : popts.max_path_nodes),
       huge_pages_(opts.huge_pages),
@@ -85,7 +89,8 @@ PilafEngine::PilafEngine(const EngineOptions& opts, const PilafOptions& popts)
   // One record of the largest size must fit a fresh heap: its block (8-byte header, 16-byte
   // granules) plus the heap's 16-byte end marker.
   min_extent_bytes_ = round_up(
-      round_up(pilaf::record_bytes(kMaxKeySize, max_value_) + 8, Heap::kBlockAlign) + 16, kPage);
+      round_up(pilaf::record_bytes(kMaxKeySize, max_value_) + 8, store::Heap::kBlockAlign) + 16,
+      kPage);
   uint64_t entries = std::max<uint64_t>(popts.initial_entries, kMinEntries);
   size_t extents = std::max(round_up(popts.initial_extent_bytes, kPage), min_extent_bytes_);
   if (pilaf::table_bytes(entries) + extents > cap_) {
@@ -100,15 +105,15 @@ PilafEngine::PilafEngine(const EngineOptions& opts, const PilafOptions& popts)
     }
     entries = std::min<uint64_t>(entries, (cap_ - extents - sizeof(TableHeader)) / sizeof(Entry));
   }
-  live_ = map_gen(entries, extents, 1);
+  gens_.start(map_gen(entries, extents, 1));
   publish_sizes();
   publish();
 }
 
-PilafEngine::~PilafEngine() = default;
+Engine::~Engine() = default;
 
-std::unique_ptr<PilafEngine::Gen> PilafEngine::map_gen(uint64_t entries, size_t extent_bytes,
-                                                       uint32_t generation) const {
+std::unique_ptr<Engine::Gen> Engine::map_gen(uint64_t entries, size_t extent_bytes,
+                                             uint32_t generation) const {
   auto g = std::make_unique<Gen>(entries, extent_bytes, huge_pages_, prefault_);
   // Anonymous mappings are zero: every slot is empty already.
   TableHeader h{};
@@ -125,31 +130,30 @@ std::unique_ptr<PilafEngine::Gen> PilafEngine::map_gen(uint64_t entries, size_t 
   return g;
 }
 
-void PilafEngine::publish_sizes() {
-  live_bytes_.store(live_->info.table_bytes + live_->info.extent_bytes, std::memory_order_relaxed);
-  used_entries_.store(live_->used, std::memory_order_relaxed);
-  stats_.bytes.store(live_->heap.used_bytes(), std::memory_order_relaxed);
+void Engine::publish_sizes() {
+  live_bytes_.store(live().info.table_bytes + live().info.extent_bytes, std::memory_order_relaxed);
+  used_entries_.store(live().used, std::memory_order_relaxed);
+  stats_.bytes.store(live().heap.used_bytes(), std::memory_order_relaxed);
 }
 
-const PilafGeneration& PilafEngine::current() const { return live_->info; }
+void Engine::set_hooks(Hooks h) { gens_.set_hooks(std::move(h)); }
+void Engine::reap_retired() { gens_.reap(); }
+void Engine::publish_clock() { gens_.publish_clock(); }
 
-EngineMemory PilafEngine::memory() const {
-  return EngineMemory{live_->info.extents, live_->info.extent_bytes, live_->info.huge_pages};
+const Generation& Engine::current() const { return live().info; }
+
+store::EngineMemory Engine::memory() const {
+  return store::EngineMemory{live().info.extents, live().info.extent_bytes, live().info.huge_pages};
 }
 
-PilafEngine::PilafStats PilafEngine::pilaf_stats() const {
+Engine::PilafStats Engine::pilaf_stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return PilafStats{r(growths_), r(paths_), r(moved_keys_), r(used_entries_), r(retired_live_)};
-}
-
-void PilafEngine::set_hooks(PilafHooks h) {
-  hooks_ = std::move(h);
-  if (hooks_.on_live) hooks_.on_live(live_->info);
+  return PilafStats{r(growths_), r(paths_), r(moved_keys_), r(used_entries_), gens_.retired_live()};
 }
 
 // ---- table operations ----------------------------------------------------------------------
 
-PilafEngine::Found PilafEngine::find(const Gen& g, std::string_view key) const {
+Engine::Found Engine::find(const Gen& g, std::string_view key) const {
   const pilaf::KeySlots ks = pilaf::key_slots(key, g.info.entries);
   for (uint64_t s : ks.slot) {
     const Entry& e = g.entry(s);
@@ -159,7 +163,7 @@ PilafEngine::Found PilafEngine::find(const Gen& g, std::string_view key) const {
   return Found{};
 }
 
-std::vector<uint64_t> PilafEngine::find_path(const Gen& g, const pilaf::KeySlots& ks) const {
+std::vector<uint64_t> Engine::find_path(const Gen& g, const pilaf::KeySlots& ks) const {
   // Breadth first over slots: each node is an occupied slot whose key would be displaced.
   struct Node {
     uint64_t slot;
@@ -194,8 +198,7 @@ std::vector<uint64_t> PilafEngine::find_path(const Gen& g, const pilaf::KeySlots
   return {};
 }
 
-void PilafEngine::apply_path(Gen& g, const std::vector<uint64_t>& path, const Entry& e,
-                             bool live) {
+void Engine::apply_path(Gen& g, const std::vector<uint64_t>& path, const Entry& e, bool live) {
   std::atomic_ref<uint64_t> moves(g.header()->moves);
   const uint64_t m = moves.load(std::memory_order_relaxed);
   moves.store(m + 1, std::memory_order_release);  // odd: a path is being moved
@@ -219,7 +222,7 @@ void PilafEngine::apply_path(Gen& g, const std::vector<uint64_t>& path, const En
   }
 }
 
-bool PilafEngine::insert_entry(Gen& g, std::string_view key, const Entry& e, bool live) {
+bool Engine::insert_entry(Gen& g, std::string_view key, const Entry& e, bool live) {
   const pilaf::KeySlots ks = pilaf::key_slots(key, g.info.entries);
   for (uint64_t s : ks.slot) {
     if (empty(g.entry(s))) {
@@ -236,7 +239,7 @@ bool PilafEngine::insert_entry(Gen& g, std::string_view key, const Entry& e, boo
   return true;
 }
 
-void PilafEngine::remove_at(Gen& g, uint64_t slot) {
+void Engine::remove_at(Gen& g, uint64_t slot) {
   Entry& e = g.entry(slot);
   const uint64_t off = e.extent_offset;
   std::memset(&e, 0, sizeof(Entry));  // readers see the slot empty (or torn: retry)...
@@ -250,14 +253,14 @@ void PilafEngine::remove_at(Gen& g, uint64_t slot) {
 
 // ---- growth --------------------------------------------------------------------------------
 
-std::unique_ptr<PilafEngine::Gen> PilafEngine::build(uint64_t entries, size_t extent_bytes) {
-  const Gen& old = *live_;
+std::unique_ptr<Engine::Gen> Engine::build(uint64_t entries, size_t extent_bytes) {
+  const Gen& old = live();
   auto g = map_gen(entries, extent_bytes, old.info.generation + 1);
   for (uint64_t s = 0; s < old.info.entries; ++s) {
     const Entry& oe = old.entry(s);
     if (!used(oe)) continue;
     const uint64_t off = g->heap.alloc(oe.kv_size);
-    if (off == Heap::kNil) return nullptr;
+    if (off == store::Heap::kNil) return nullptr;
     std::memcpy(g->info.extents + off, old.record(oe), oe.kv_size);
     Entry ne = oe;
     ne.extent_offset = off;  // same bytes: kv_crc stays
@@ -270,8 +273,8 @@ std::unique_ptr<PilafEngine::Gen> PilafEngine::build(uint64_t entries, size_t ex
   return g;
 }
 
-Status PilafEngine::grow(bool more_entries, bool more_extents, size_t record) {
-  const Gen& old = *live_;
+store::Status Engine::grow(bool more_entries, bool more_extents, size_t record) {
+  const Gen& old = live();
   uint64_t entries = old.info.entries * (more_entries ? 2 : 1);
   size_t extents = old.info.extent_bytes * (more_extents ? 2 : 1);
   // Clamp to the cap: a growth may be smaller than 2x, but must still grow what ran out.
@@ -279,16 +282,17 @@ Status PilafEngine::grow(bool more_entries, bool more_extents, size_t record) {
     if (more_extents) {
       const size_t table = pilaf::table_bytes(entries);
       extents = cap_ > table ? (cap_ - table) / kPage * kPage : 0;
-      if (extents <= old.info.extent_bytes) return Status::kNoSpace;
+      if (extents <= old.info.extent_bytes) return store::Status::kNoSpace;
       // The copies pack into the front of the new heap (no more than the old heap's used
       // bytes); the new record's block must fit behind them and the end marker.
-      const size_t block = round_up(record + 8, Heap::kBlockAlign);
-      if (old.heap.used_bytes() + block + 2 * Heap::kBlockAlign > extents) return Status::kNoSpace;
+      const size_t block = round_up(record + 8, store::Heap::kBlockAlign);
+      if (old.heap.used_bytes() + block + 2 * store::Heap::kBlockAlign > extents)
+        return store::Status::kNoSpace;
     } else {
       entries = cap_ > extents + sizeof(TableHeader)
                     ? (cap_ - extents - sizeof(TableHeader)) / sizeof(Entry)
                     : 0;
-      if (entries <= old.info.entries) return Status::kNoSpace;
+      if (entries <= old.info.entries) return store::Status::kNoSpace;
     }
   }
   std::unique_ptr<Gen> g;
@@ -297,59 +301,32 @@ Status PilafEngine::grow(bool more_entries, bool more_extents, size_t record) {
     if (g != nullptr) break;
     // No cuckoo path while re-inserting (rare at <= 50% fill): more slots.
     const uint64_t more = entries * 2;
-    if (pilaf::table_bytes(more) + extents > cap_) return Status::kNoSpace;
+    if (pilaf::table_bytes(more) + extents > cap_) return store::Status::kNoSpace;
     entries = more;
   }
 
   // Switch: the new generation is complete; announce it, then tell readers of the old one.
-  std::unique_ptr<Gen> prev = std::move(live_);
-  live_ = std::move(g);
-  publish_sizes();
-  publish();
-  add_st(growths_);
-  if (hooks_.on_live) hooks_.on_live(live_->info);
-
-  std::atomic_ref<uint32_t>(prev->header()->state)
-      .store(pilaf::kStateRetired, std::memory_order_release);
-  publish();
-  Entry marker{};
-  marker.flags = pilaf::kRetired;
-  pilaf::seal(marker);
-  for (uint64_t s = 0; s < prev->info.entries; ++s) {
-    std::memcpy(&prev->entry(s), &marker, sizeof(Entry));
-  }
-  publish();
-  retired_.push_back(Retired{std::move(prev), std::chrono::steady_clock::now()});
-  add_st(retired_live_);
-  return Status::kOk;
-}
-
-void PilafEngine::publish_clock() {
-  // Clients READ it at any moment: one aligned 4-byte store, never torn.
-  std::atomic_ref<uint32_t>(live_->header()->clock)
-      .store(clock_(clock_ctx_), std::memory_order_relaxed);
-}
-
-void PilafEngine::reap_retired() {
-  publish_clock();
-  const auto now = std::chrono::steady_clock::now();
-  const auto grace = std::chrono::milliseconds(grace_ms_);
-  for (auto it = retired_.begin(); it != retired_.end();) {
-    if (now - it->since < grace) {
-      ++it;
-      continue;
+  gens_.replace(std::move(g), [](Gen& prev) {
+    std::atomic_ref<uint32_t>(prev.header()->state)
+        .store(pilaf::kStateRetired, std::memory_order_release);
+    publish();
+    Entry marker{};
+    marker.flags = pilaf::kRetired;
+    pilaf::seal(marker);
+    for (uint64_t s = 0; s < prev.info.entries; ++s) {
+      std::memcpy(&prev.entry(s), &marker, sizeof(Entry));
     }
-    if (hooks_.on_release) hooks_.on_release(it->gen->info);
-    it = retired_.erase(it);  // munmap
-    sub_st(retired_live_);
-  }
+  });
+  publish_sizes();
+  add_st(growths_);
+  return store::Status::kOk;
 }
 
 // ---- data path -----------------------------------------------------------------------------
 
-Status PilafEngine::get(KeyHash, std::string_view key, ItemView& out) {
-  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
-  Gen& g = *live_;
+store::Status Engine::get(store::KeyHash, std::string_view key, store::ItemView& out) {
+  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
+  Gen& g = live();
   const Found f = find(g, key);
   if (f.ok) {
     const Entry& e = g.entry(f.slot);
@@ -360,33 +337,34 @@ Status PilafEngine::get(KeyHash, std::string_view key, ItemView& out) {
       out.version = h.version;
       out.expire_at = h.expire_at;
       add_st(stats_.hits);
-      return Status::kOk;
+      return store::Status::kOk;
     }
     remove_at(g, f.slot);
     add_st(stats_.expired);
   }
   add_st(stats_.misses);
-  return Status::kNotFound;
+  return store::Status::kNotFound;
 }
 
-Status PilafEngine::put(KeyHash, std::string_view key, std::string_view value,
-                        const PutOptions& opts, uint64_t* new_version) {
-  if (Status st = check_key(key, stats_, value.size(), max_value_); st != Status::kOk) return st;
-  Found f = find(*live_, key);
+store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view value,
+                          const store::PutOptions& opts, uint64_t* new_version) {
+  if (store::Status st = check_key(key, stats_, value.size(), max_value_); st != store::Status::kOk)
+    return st;
+  Found f = find(live(), key);
   ExtentHeader old{};
   if (f.ok) {
-    old = live_->header_of(live_->entry(f.slot));
+    old = live().header_of(live().entry(f.slot));
     if (expired(old.expire_at)) {
-      remove_at(*live_, f.slot);
+      remove_at(live(), f.slot);
       add_st(stats_.expired);
       f = Found{};
     }
   }
   if (opts.expected_version != 0) {
-    if (!f.ok) return Status::kNotFound;
+    if (!f.ok) return store::Status::kNotFound;
     if (old.version != opts.expected_version) {
       add_st(stats_.version_mismatches);
-      return Status::kVersionMismatch;
+      return store::Status::kVersionMismatch;
     }
   }
 
@@ -395,7 +373,7 @@ Status PilafEngine::put(KeyHash, std::string_view key, std::string_view value,
   // growth keeps the old generation mapped until reap_retired(), and an update frees the old
   // record only after the new one is written.
   for (;;) {
-    Gen& g = *live_;
+    Gen& g = live();
     std::vector<uint64_t> path;
     uint64_t direct = UINT64_MAX;
     bool need_entries = false;
@@ -413,14 +391,14 @@ Status PilafEngine::put(KeyHash, std::string_view key, std::string_view value,
       }
     }
     const uint64_t off = g.heap.alloc(rec);
-    const bool need_extents = off == Heap::kNil;
+    const bool need_extents = off == store::Heap::kNil;
     if (need_entries || need_extents) {
       if (!need_extents) g.heap.free(off);
-      if (grow(need_entries, need_extents, rec) != Status::kOk) {
+      if (grow(need_entries, need_extents, rec) != store::Status::kOk) {
         add_st(stats_.no_space);
-        return Status::kNoSpace;
+        return store::Status::kNoSpace;
       }
-      f = find(*live_, key);
+      f = find(live(), key);
       continue;
     }
 
@@ -463,33 +441,33 @@ Status PilafEngine::put(KeyHash, std::string_view key, std::string_view value,
     publish_sizes();
     publish();
     if (new_version != nullptr) *new_version = h.version;
-    return Status::kOk;
+    return store::Status::kOk;
   }
 }
 
-Status PilafEngine::del(KeyHash, std::string_view key) {
-  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
-  Gen& g = *live_;
+store::Status Engine::del(store::KeyHash, std::string_view key) {
+  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
+  Gen& g = live();
   const Found f = find(g, key);
-  if (!f.ok) return Status::kNotFound;
+  if (!f.ok) return store::Status::kNotFound;
   const bool was_expired = expired(g.header_of(g.entry(f.slot)).expire_at);
   remove_at(g, f.slot);
   if (was_expired) {
     add_st(stats_.expired);
-    return Status::kNotFound;
+    return store::Status::kNotFound;
   }
   add_st(stats_.dels);
-  return Status::kOk;
+  return store::Status::kOk;
 }
 
-void PilafEngine::run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap) {
+void Engine::run_batch(std::span<const store::Request> reqs, store::CompletionFn done, size_t gap) {
   run_pipeline(*this, reqs, done, gap);
 }
 
 // ---- client rules, checks ------------------------------------------------------------------
 
-PilafLookup PilafEngine::lookup(const PilafGeneration& g, std::string_view key) {
-  PilafLookup r;
+Lookup Engine::lookup(const Generation& g, std::string_view key) {
+  Lookup r;
   const pilaf::KeySlots ks = pilaf::key_slots(key, g.entries);
   auto read_moves = [&](uint64_t& moves, uint32_t& state) {
     const pilaf::HeaderWord w = pilaf::load_header_word(g.table + pilaf::kMovesOffset);
@@ -539,8 +517,8 @@ PilafLookup PilafEngine::lookup(const PilafGeneration& g, std::string_view key) 
   return r;
 }
 
-std::string PilafEngine::check() const {
-  const Gen& g = *live_;
+std::string Engine::check() const {
+  const Gen& g = live();
   std::string err = g.heap.check();
   if (!err.empty()) return "heap: " + err;
   TableHeader h;
@@ -577,10 +555,19 @@ std::string PilafEngine::check() const {
     if (!keys.insert(rec.key).second) return "key in two slots";
   }
   if (n != g.used) return "used count " + std::to_string(g.used) + " != " + std::to_string(n);
-  const StatsSnapshot st = stats();
+  const store::StatsSnapshot st = stats();
   if (st.items != n) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(n);
   if (st.bytes != g.heap.used_bytes()) return "stats.bytes wrong";
   return "";
 }
 
-}  // namespace fabkv::store
+std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
+  const Options& o = spec.options.pilaf;
+  EngineConfig c;
+  c.initial_entries = o.entries;
+  c.initial_extent_bytes = o.extents;
+  c.retire_grace_ms = o.grace_ms;
+  return std::make_unique<Engine>(spec.store, c);
+}
+
+}  // namespace fabkv::pilaf

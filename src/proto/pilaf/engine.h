@@ -1,7 +1,7 @@
 // `pilaf` engine: Pilaf's self-verifying 3-way cuckoo table (Pilaf sec. 3.2-3.4, 4), laid out
 // byte for byte as proto/pilaf/layout.h says, so that clients can GET by RDMA READ while the
 // owner thread writes. Lossless like `store`: a PUT that cannot fit grows the table and/or the
-// extents into a new generation (up to PilafOptions::memory_bytes), else returns kNoSpace and
+// extents into a new generation (up to EngineConfig::memory_bytes), else returns kNoSpace and
 // changes nothing. Design and write order: docs/pilaf.md, "Storage".
 //
 // Memory: per generation two anonymous mappings, each page aligned (the server registers each
@@ -29,12 +29,11 @@
 // current(), reap_retired(), publish_clock() and the hooks run on it; stats(), pilaf_stats(),
 // memory_bytes() may be called from any thread.
 //
-// Prefetch: the slots of a key come from pilaf::key_slots(key), which the KeyHash of the
+// Prefetch: the slots of a key come from pilaf::key_slots(key), which the store::KeyHash of the
 // pipeline stages cannot give, so prefetch_index/prefetch_item are no-ops.
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,20 +41,23 @@
 #include <vector>
 
 #include "proto/pilaf/layout.h"
+#include "proto/read_table/generations.h"
+#include "proto/registry.h"
 #include "store/engine.h"
 #include "store/heap.h"
 #include "store/region.h"
 
-namespace fabkv::store {
+namespace fabkv::pilaf {
 
-struct PilafOptions {
+struct EngineConfig {
   // Table slots of the first generation (rounded up to at least 16).
   size_t initial_entries = 65536;
   // Extent bytes of the first generation (rounded up to a page and to one maximum-size
   // record).
   size_t initial_extent_bytes = size_t{8} << 20;
-  // Cap on table bytes + extent bytes of the live generation; 0 = EngineOptions::memory_bytes.
-  // The first generation is clamped to fit it; a growth that cannot fit it is kNoSpace.
+  // Cap on table bytes + extent bytes of the live generation; 0 =
+  // store::EngineOptions::memory_bytes. The first generation is clamped to fit it; a growth that
+  // cannot fit it is kNoSpace.
   size_t memory_bytes = 0;
   // How long a replaced generation stays mapped after the growth (clients mid-READ).
   uint32_t retire_grace_ms = 5000;
@@ -66,7 +68,7 @@ struct PilafOptions {
 };
 
 // One generation's memory, as the server registers it and the control channel describes it.
-struct PilafGeneration {
+struct Generation {
   uint32_t generation = 0;
   std::byte* table = nullptr;  // TableHeader + entries * Entry, page aligned
   size_t table_bytes = 0;      // pilaf::table_bytes(entries)
@@ -76,15 +78,11 @@ struct PilafGeneration {
   bool huge_pages = false;  // both mappings use MAP_HUGETLB
 };
 
-struct PilafHooks {
-  // A generation became live (its table is complete); called before the old one is retired.
-  std::function<void(const PilafGeneration&)> on_live;
-  // A retired generation is about to be unmapped (reap_retired, after its grace).
-  std::function<void(const PilafGeneration&)> on_release;
-};
+// What the server is told of generations (read_table/generations.h).
+using Hooks = read_table::Hooks<Generation>;
 
 // The client's lookup rules (layout.h, bottom) run on local memory: for tests and tools.
-struct PilafLookup {
+struct Lookup {
   bool found = false;     // key present (expired items count as found; check expire_at)
   bool retired = false;   // met a retired marker: the generation is stale
   uint32_t probes = 0;    // entry reads, retries included
@@ -94,40 +92,41 @@ struct PilafLookup {
   std::string_view value;  // into the generation's extents
 };
 
-class PilafEngine final : public Engine {
+class Engine final : public store::Engine {
  public:
   // Throws std::runtime_error when the cap cannot hold the smallest table plus one maximum-size
   // record, for max_value_size above the limit, or when a mapping fails.
-  explicit PilafEngine(const EngineOptions& opts, const PilafOptions& popts = {});
-  ~PilafEngine() override;  // unmaps everything; calls no hook
+  explicit Engine(const store::EngineOptions& opts, const EngineConfig& popts = {});
+  ~Engine() override;  // unmaps everything; calls no hook
 
-  EngineKind kind() const override { return EngineKind::kPilaf; }
-  using Engine::del;
-  using Engine::get;
-  using Engine::put;
-  Status get(KeyHash h, std::string_view key, ItemView& out) override;
-  Status put(KeyHash h, std::string_view key, std::string_view value, const PutOptions& opts = {},
-             uint64_t* new_version = nullptr) override;
-  Status del(KeyHash h, std::string_view key) override;
-  void prefetch_index(KeyHash) const override {}
-  void prefetch_item(KeyHash) const override {}
-  using Engine::run_batch;
-  void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
+  std::string_view name() const override { return "pilaf"; }
+  using store::Engine::del;
+  using store::Engine::get;
+  using store::Engine::put;
+  store::Status get(store::KeyHash h, std::string_view key, store::ItemView& out) override;
+  store::Status put(store::KeyHash h, std::string_view key, std::string_view value,
+                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override;
+  store::Status del(store::KeyHash h, std::string_view key) override;
+  void prefetch_index(store::KeyHash) const override {}
+  void prefetch_item(store::KeyHash) const override {}
+  using store::Engine::run_batch;
+  void run_batch(std::span<const store::Request> reqs, store::CompletionFn done,
+                 size_t gap = 0) override;
   // The live generation's extent region (the table is in current()); changes on growth.
-  EngineMemory memory() const override;
+  store::EngineMemory memory() const override;
   size_t max_value_size() const override { return max_value_; }
 
   // ---- Pilaf specifics (owner thread unless said otherwise) ----
   // Installs the hooks and calls h.on_live(current()) at once.
-  void set_hooks(PilafHooks h);
+  void set_hooks(Hooks h);
   // The live generation; the reference is valid until the next put() (a growth).
-  const PilafGeneration& current() const;
+  const Generation& current() const;
   // Housekeeping the owner calls every so often (a worker: every 1024 poll rounds): releases
   // retired generations whose grace is over (hooks.on_release(gen), then munmap), and
   // publishes the clock (publish_clock()).
   void reap_retired();
   void housekeeping() override { reap_retired(); }
-  // Writes the expiry clock (EngineOptions::clock) into the live TableHeader.clock, where
+  // Writes the expiry clock (store::EngineOptions::clock) into the live TableHeader.clock, where
   // clients READ it to judge expire_at by the server's clock. Also done at every new
   // generation and by reap_retired().
   void publish_clock();
@@ -146,7 +145,7 @@ class PilafEngine final : public Engine {
 
   // The client's lookup rules over `g`'s raw memory (no fabric): entry reads, CRC checks,
   // tag filter, record check, full key compare. Any thread for a generation it may read.
-  static PilafLookup lookup(const PilafGeneration& g, std::string_view key);
+  static Lookup lookup(const Generation& g, std::string_view key);
 
   // Table, heap and stats consistency, for tests: "" when fine. O(table + heap).
   std::string check() const;
@@ -174,7 +173,7 @@ class PilafEngine final : public Engine {
   // Builds, announces and switches to a larger generation (more slots and/or more extent
   // bytes, with room for a `record`-byte record when more_extents). kNoSpace, and no change,
   // when the cap forbids it.
-  Status grow(bool more_entries, bool more_extents, size_t record);
+  store::Status grow(bool more_entries, bool more_extents, size_t record);
   std::unique_ptr<Gen> build(uint64_t entries, size_t extent_bytes);
   std::unique_ptr<Gen> map_gen(uint64_t entries, size_t extent_bytes, uint32_t generation) const;
   bool expired(uint32_t expire_at) const {
@@ -182,28 +181,26 @@ class PilafEngine final : public Engine {
   }
   void publish_sizes();
 
-  std::unique_ptr<Gen> live_;
-  struct Retired {
-    std::unique_ptr<Gen> gen;
-    std::chrono::steady_clock::time_point since;
-  };
-  std::vector<Retired> retired_;
-  PilafHooks hooks_;
+  Gen& live() const { return gens_.live(); }
+
+  read_table::Generations<Gen, Generation> gens_;
   std::function<void()> move_observer_;
   size_t cap_ = 0;
   size_t min_extent_bytes_ = 0;
-  uint32_t grace_ms_ = 0;
   uint32_t max_path_ = 5;
   uint32_t max_path_nodes_ = 500;
   bool huge_pages_ = false;
   bool prefault_ = true;
   uint64_t version_ = 1;
   size_t max_value_ = 0;
-  ClockFn clock_;
+  store::ClockFn clock_;
   void* clock_ctx_;
-  std::atomic<uint64_t> growths_{0}, paths_{0}, moved_keys_{0}, used_entries_{0},
-      retired_live_{0};
+  std::atomic<uint64_t> growths_{0}, paths_{0}, moved_keys_{0}, used_entries_{0};
   std::atomic<size_t> live_bytes_{0};
 };
 
-}  // namespace fabkv::store
+// The engine the registry builds for --engine pilaf (proto/engines.cc), sized by the [pilaf]
+// knobs (proto/pilaf/options.h).
+std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec);
+
+}  // namespace fabkv::pilaf
