@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -41,9 +41,10 @@ SystemName parse_system(const std::string& s) {
     std::string p = s.substr(14);
     const proto::Info* info = proto::find(p);
     if (!info || info->engine == proto::EngineNeed::kNone)
-      throw std::invalid_argument("fabkv-cluster:" + p + " in --systems: a cluster places keys "
-                                  "with a key-value protocol (one of " + proto::names() +
-                                  " but the sequencers)");
+      throw std::invalid_argument("fabkv-cluster:" + p +
+                                  " in --systems: a cluster places keys "
+                                  "with a key-value protocol (one of " +
+                                  proto::names() + " but the sequencers)");
     return {"fabkv-cluster", p};
   }
   if (s.rfind("fabkv:", 0) == 0) {
@@ -52,12 +53,15 @@ SystemName parse_system(const std::string& s) {
     if (p == "memcached") return {"fabkv", p};
     // The protocols of proto/registry.h; a client that cannot speak one says so when it connects.
     if (!proto::find(p))
-      throw std::invalid_argument("unknown fabkv protocol '" + p + "' in --systems (fabkv:<protocol>, "
-                                  "protocol one of " + proto::names() + ")");
+      throw std::invalid_argument("unknown fabkv protocol '" + p +
+                                  "' in --systems (fabkv:<protocol>, "
+                                  "protocol one of " +
+                                  proto::names() + ")");
     return {"fabkv", p};
   }
   if (s == "fabkv") return {"fabkv", proto::info(proto::kDefault).name};
-  throw std::invalid_argument("unknown system '" + s + "' in --systems (fabkv:<protocol>, "
+  throw std::invalid_argument("unknown system '" + s +
+                              "' in --systems (fabkv:<protocol>, "
                               "fabkv-cluster:<protocol>, memcached, redis, null)");
 }
 
@@ -223,13 +227,15 @@ void validate(const BenchOptions& o) {
   for (const auto& s : o.systems) parse_system(s);
   if (o.clients.empty()) throw std::invalid_argument("--clients is empty");
   for (size_t c : o.clients)
-    if (c < 1 || c > 4096) throw std::invalid_argument(fmt::format("--clients {} is not in 1..4096", c));
+    if (c < 1 || c > 4096)
+      throw std::invalid_argument(fmt::format("--clients {} is not in 1..4096", c));
   if (o.threads < 1 || o.threads > 1024)
     throw std::invalid_argument(fmt::format("--threads {} is not in 1..1024", o.threads));
   if (o.window < 1 || o.window > 1024)
     throw std::invalid_argument(fmt::format("--window {} is not in 1..1024", o.window));
   if (!(o.duration_s > 0) || o.duration_s > 3600)
-    throw std::invalid_argument(fmt::format("--duration {} is not in (0, 3600] seconds", o.duration_s));
+    throw std::invalid_argument(fmt::format("--duration {} is not in (0, 3600] seconds",
+                                            o.duration_s));
   if (!(o.warmup_s >= 0) || o.warmup_s > 600)
     throw std::invalid_argument(fmt::format("--warmup {} is not in [0, 600] seconds", o.warmup_s));
   if (o.read_ratios.empty() || o.distributions.empty() || o.value_sizes.empty())
@@ -243,37 +249,46 @@ void validate(const BenchOptions& o) {
       const SystemName n = parse_system(s);
       if (n.system != "memcached" && n.system != "redis" &&
           !(n.system == "fabkv" && n.protocol == "memcached"))
-        throw std::invalid_argument("--multiget: " + s + " has no multi-get (memcached, "
+        throw std::invalid_argument("--multiget: " + s +
+                                    " has no multi-get (memcached, "
                                     "fabkv:memcached and redis have)");
     }
   const bool cluster = std::any_of(o.systems.begin(), o.systems.end(), [](const std::string& s) {
     return parse_system(s).system == "fabkv-cluster";
   });
   if (!cluster && (!o.cluster_file.empty() || o.cluster_servers || o.replicas))
-    throw std::invalid_argument("--cluster, --cluster-servers and --replicas are for the "
-                                "fabkv-cluster systems (--systems fabkv-cluster:<protocol>)");
+    throw std::invalid_argument(
+        "--cluster, --cluster-servers and --replicas are for the "
+        "fabkv-cluster systems (--systems fabkv-cluster:<protocol>)");
   if (!o.cluster_file.empty() && o.cluster_servers)
-    throw std::invalid_argument("--cluster-servers is for the servers fabkv-bench starts, not "
-                                "for a running cluster (--cluster)");
+    throw std::invalid_argument(
+        "--cluster-servers is for the servers fabkv-bench starts, not "
+        "for a running cluster (--cluster)");
   if (o.cluster_servers > 64)
-    throw std::invalid_argument(fmt::format("--cluster-servers {} is not in 1..64", o.cluster_servers));
+    throw std::invalid_argument(fmt::format("--cluster-servers {} is not in 1..64",
+                                            o.cluster_servers));
   if (cluster) {
     const ClusterOptions c = cluster_settings(o);
     const size_t servers = !o.cluster_file.empty() ? c.servers.size()
-                           : o.cluster_servers     ? o.cluster_servers : 3;
+                           : o.cluster_servers     ? o.cluster_servers
+                                                   : 3;
     if (c.replicas < 1 || c.replicas > servers)
-      throw std::invalid_argument(fmt::format("--replicas {} is not in 1..{} (the cluster's servers)",
-                                              c.replicas, servers));
+      throw std::invalid_argument(fmt::format(
+          "--replicas {} is not in 1..{} (the cluster's servers)", c.replicas, servers));
   }
   if (!o.server.empty() && !o.server_args.empty())
-    throw std::invalid_argument("--server-arg is for the fabkv-server fabkv-bench starts, not "
-                                "for a running one (--server)");
+    throw std::invalid_argument(
+        "--server-arg is for the fabkv-server fabkv-bench starts, not "
+        "for a running one (--server)");
   for (const auto& s : o.systems) {
     auto n = parse_system(s);
-    uint64_t limit = n.system == "memcached" ? 1024 * 1024 - 512 : n.system == "redis" ? 512ull << 20 : 0;
+    uint64_t limit = n.system == "memcached" ? 1024 * 1024 - 512
+                     : n.system == "redis"   ? 512ull << 20
+                                             : 0;
     for (uint32_t vs : o.value_sizes)
       if (limit && vs > limit)
-        throw std::invalid_argument(fmt::format("--value-size {} exceeds {}'s limit of {} bytes", vs, s, limit));
+        throw std::invalid_argument(fmt::format("--value-size {} exceeds {}'s limit of {} bytes",
+                                                vs, s, limit));
   }
 }
 
@@ -373,7 +388,7 @@ void start_cluster(const BenchOptions& o, Target& t, DriverOptions d) {
 void start(const BenchOptions& o, Target& t, DriverOptions d) {
   if (t.name.system == "fabkv" && t.name.protocol == "memcached") {
     t.ss.memcached = true;
-    t.ss.max_value = "1M";  // memcached's item size, so both take the same values
+    t.ss.max_value = "1M";   // memcached's item size, so both take the same values
     t.ss.poll = "adaptive";  // blocks in epoll when idle, as memcached does (docs/memcached.md)
     t.server = LocalServer::start_fabkv(t.ss);
     d.address = t.server->memcached_address();
@@ -421,8 +436,9 @@ Target start_target(const BenchOptions& o, const std::string& system, uint32_t v
   start(o, t, driver_options(o, t.name, max_clients));
   const uint32_t largest = std::max(value_size, o.base.value_size_max);
   if (largest > t.driver->max_value())
-    throw std::invalid_argument(fmt::format("values of {} bytes exceed the {} server's max_value {}",
-                                            largest, t.name.label(), t.driver->max_value()));
+    throw std::invalid_argument(
+        fmt::format("values of {} bytes exceed the {} server's max_value {}", largest,
+                    t.name.label(), t.driver->max_value()));
   if (t.name.system == "fabkv" || (t.name.system == "fabkv-cluster" && t.ss.poll == "spin"))
     t.idle_rounds_per_s = idle_rounds_per_s(*t.driver);
   t.sequencer = t.fabkv_protocol && t.fabkv_protocol->engine == proto::EngineNeed::kNone;
@@ -466,8 +482,7 @@ nlohmann::json run_record(const RunContext& ctx, const Target& t, const RunResul
     rec["sequence_check"] = *sc;
     rec["check"]["ok"] = (*sc)["unique"].get<bool>() &&
                          (*sc)["per_client_increasing"].get<bool>() &&
-                         (*sc)["gaps"].get<uint64_t>() == 0 &&
-                         (*sc)["failed"].get<uint64_t>() == 0;
+                         (*sc)["gaps"].get<uint64_t>() == 0 && (*sc)["failed"].get<uint64_t>() == 0;
   }
   if (t.name.system == "fabkv-cluster")
     rec["cluster"] = cluster_record(t.cluster, t.placement, r.server_requests,
@@ -493,16 +508,16 @@ void print_run(const BenchOptions& o, const Target& t, const WorkloadSpec& w, si
     return rec[field].is_null() ? std::string("-")
                                 : fmt::format(fmt::runtime(format), rec[field].get<double>());
   };
-  fmt::print("{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}{}: {:>9.0f} ops/s{}  p50 {:.1f} us  "
-             "p99 {:.1f} us  unif {}  cpu {}  load {} us/req\n",
-             t.name.label(), w.name, to_string(w.distribution), w.read_ratio, t.value_size,
-             clients, o.window, r.load_threads > 1 ? fmt::format(" t={}", r.load_threads) : "",
-             w.multiget > 1 ? fmt::format(" mget={}", w.multiget) : "",
-             rec["throughput_ops"].get<double>(),
-             w.multiget > 1 ? fmt::format(" ({:.0f} keys/s)", rec["throughput_keys"].get<double>())
-                            : "",
-             lat["p50"].get<double>(), lat["p99"].get<double>(), figure("uniformity_ratio", "{:.2f}"),
-             figure("server_cpu_s", "{:.2f}s"), figure("load_cpu_us_per_request", "{:.3f}"));
+  fmt::print(
+      "{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}{}: {:>9.0f} ops/s{}  p50 {:.1f} us  "
+      "p99 {:.1f} us  unif {}  cpu {}  load {} us/req\n",
+      t.name.label(), w.name, to_string(w.distribution), w.read_ratio, t.value_size, clients,
+      o.window, r.load_threads > 1 ? fmt::format(" t={}", r.load_threads) : "",
+      w.multiget > 1 ? fmt::format(" mget={}", w.multiget) : "",
+      rec["throughput_ops"].get<double>(),
+      w.multiget > 1 ? fmt::format(" ({:.0f} keys/s)", rec["throughput_keys"].get<double>()) : "",
+      lat["p50"].get<double>(), lat["p99"].get<double>(), figure("uniformity_ratio", "{:.2f}"),
+      figure("server_cpu_s", "{:.2f}s"), figure("load_cpu_us_per_request", "{:.3f}"));
   if (rec.contains("cluster")) print_cluster(rec["cluster"]);
   std::fflush(stdout);
 }
@@ -511,8 +526,10 @@ void print_run(const BenchOptions& o, const Target& t, const WorkloadSpec& w, si
 bool checks_passed(const Target& t, const RunResult& r, const nlohmann::json& rec) {
   bool ok = true;
   if (r.check.mismatches > 0) {
-    fmt::print(stderr, "fabkv-bench: {}: {} of {} GETs returned a value the generator "
-               "never wrote for the key\n", t.name.label(), r.check.mismatches, r.check.checked);
+    fmt::print(stderr,
+               "fabkv-bench: {}: {} of {} GETs returned a value the generator "
+               "never wrote for the key\n",
+               t.name.label(), r.check.mismatches, r.check.checked);
     ok = false;
   }
   if (t.sequencer && !rec["check"]["ok"].get<bool>()) {

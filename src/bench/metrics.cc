@@ -12,8 +12,8 @@
 
 namespace fabkv::bench {
 
-using nlohmann::json;
 using fabric::Verb;
+using nlohmann::json;
 
 double uniformity_ratio(const std::vector<uint64_t>& v) {
   if (v.empty()) return -1;
@@ -55,23 +55,22 @@ json workload_json(const WorkloadSpec& w) {
           {"read_ratio", w.read_ratio},
           {"read_modify_write", w.read_modify_write},
           {"distribution", to_string(w.distribution)},
-          {"zipf_theta", w.distribution == Distribution::kZipfian ? json(w.zipf_theta) : json(nullptr)},
+          {"zipf_theta",
+           w.distribution == Distribution::kZipfian ? json(w.zipf_theta) : json(nullptr)},
           {"keys", w.keys},
           {"fill", w.fill},
           {"key_size", w.key_size},
           {"value_size", w.value_size},
-          {"value_size_max", w.value_size_max > w.value_size ? json(w.value_size_max) : json(nullptr)},
+          {"value_size_max",
+           w.value_size_max > w.value_size ? json(w.value_size_max) : json(nullptr)},
           {"seed", w.seed},
           {"multiget", w.multiget}};
 }
 
 json latency_json(const RunResult& r) {
-  return {{"mean", r.latency.mean_ns() / 1000.0},
-          {"p50", us(r.latency.quantile_ns(0.50))},
-          {"p90", us(r.latency.quantile_ns(0.90))},
-          {"p99", us(r.latency.quantile_ns(0.99))},
-          {"p999", us(r.latency.quantile_ns(0.999))},
-          {"max", us(r.latency.max_ns())}};
+  return {{"mean", r.latency.mean_ns() / 1000.0},     {"p50", us(r.latency.quantile_ns(0.50))},
+          {"p90", us(r.latency.quantile_ns(0.90))},   {"p99", us(r.latency.quantile_ns(0.99))},
+          {"p999", us(r.latency.quantile_ns(0.999))}, {"max", us(r.latency.max_ns())}};
 }
 
 // Verbs per request: what the client and the server posted together (read, write, send,
@@ -93,9 +92,8 @@ void add_fabric_fields(const RunResult& r, json& j) {
                                  {"send", per(all[Verb::kSend].posted)},
                                  {"recv", per(all[Verb::kRecv].inbound)},
                                  {"atomic", per(all[Verb::kAtomic].posted)}};
-  j["fabric_bytes_per_request"] =
-      per(all[Verb::kRead].bytes + all[Verb::kWrite].bytes + all[Verb::kSend].bytes +
-          all[Verb::kAtomic].bytes);
+  j["fabric_bytes_per_request"] = per(all[Verb::kRead].bytes + all[Verb::kWrite].bytes +
+                                      all[Verb::kSend].bytes + all[Verb::kAtomic].bytes);
   j["fabric_verbs"] = {{"client", r.client_verbs ? r.client_verbs->to_json() : json(nullptr)},
                        {"server", r.server_verbs ? r.server_verbs->to_json() : json(nullptr)}};
 }
@@ -124,7 +122,8 @@ json protocol_counters(const RunResult& r) {
   json p = json::object();
   for (const auto& [k, v] : r.protocol) p[k] = v;
   const double g = r.protocol.count("gets") && r.protocol.at("gets")
-                       ? static_cast<double>(r.protocol.at("gets")) : 0.0;
+                       ? static_cast<double>(r.protocol.at("gets"))
+                       : 0.0;
   auto per_get = [&](std::initializer_list<const char*> keys) -> json {
     if (g == 0) return nullptr;
     uint64_t n = 0;
@@ -159,9 +158,7 @@ json make_record(const RunContext& ctx, const RunResult& r) {
   j["puts"] = r.puts;
   j["throughput_ops"] = r.elapsed_s > 0 ? static_cast<double>(r.ops) / r.elapsed_s : 0.0;
   // Keys read or written per second: a multi-get is one op of `multiget` keys.
-  j["throughput_keys"] = r.elapsed_s > 0
-                             ? static_cast<double>(r.gets + r.puts) / r.elapsed_s
-                             : 0.0;
+  j["throughput_keys"] = r.elapsed_s > 0 ? static_cast<double>(r.gets + r.puts) / r.elapsed_s : 0.0;
   j["latency_us"] = latency_json(r);
   j["per_client_ops"] = r.per_client_ops;
   double u = uniformity_ratio(r.per_client_ops);
@@ -176,8 +173,9 @@ json make_record(const RunContext& ctx, const RunResult& r) {
   // includes waiting; against the null target it is the generator's cost.
   j["load_threads"] = r.load_threads;
   j["load_cpu_s"] = r.load_cpu_s;
-  j["load_cpu_us_per_request"] =
-      r.requests ? json(r.load_cpu_s * 1e6 / static_cast<double>(r.requests)) : json(nullptr);
+  j["load_cpu_us_per_request"] = r.requests
+                                     ? json(r.load_cpu_s * 1e6 / static_cast<double>(r.requests))
+                                     : json(nullptr);
   j["check"] = {{"gets_checked", r.check.checked},
                 {"mismatches", r.check.mismatches},
                 {"misses", r.check.misses},
@@ -204,7 +202,9 @@ std::vector<std::string> validate_record(const json& j) {
   };
   auto str = [](const json& v) { return v.is_string(); };
   auto num = [](const json& v) { return v.is_number(); };
-  auto uint = [](const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); };
+  auto uint = [](const json& v) {
+    return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  };
   auto obj = [](const json& v) { return v.is_object(); };
   auto arr = [](const json& v) { return v.is_array(); };
   need(j, "", "system", str, "a string", false);

@@ -35,7 +35,8 @@ int from_status(fabkv::Status s, const std::string& op, const std::string& key) 
 std::string sequencers(const char* sep) {
   std::string s;
   for (const fabkv::proto::Info& p : fabkv::proto::protocols())
-    if (p.engine == fabkv::proto::EngineNeed::kNone) s += (s.empty() ? "" : sep) + std::string(p.name);
+    if (p.engine == fabkv::proto::EngineNeed::kNone)
+      s += (s.empty() ? "" : sep) + std::string(p.name);
   return s;
 }
 
@@ -153,27 +154,28 @@ void add_client_options(CLI::App& app, Flags& f) {
   for (const fabkv::proto::Info& p : fabkv::proto::protocols())
     protocols_help += fmt::format("\n  {}: {}", p.name, p.summary);
   f.protocol_opt = app.add_option("--protocol", f.o.protocol, protocols_help)
-      ->capture_default_str()
-      ->type_name(fabkv::proto::names("|"))
-      ->check(CLI::Validator(
-          [](std::string& name) -> std::string {
-            if (fabkv::proto::find(name)) return "";
-            return "unknown protocol '" + name + "' (one of " + fabkv::proto::names() + ")";
-          },
-          "", "PROTOCOL"));
+                       ->capture_default_str()
+                       ->type_name(fabkv::proto::names("|"))
+                       ->check(CLI::Validator(
+                           [](std::string& name) -> std::string {
+                             if (fabkv::proto::find(name)) return "";
+                             return "unknown protocol '" + name + "' (one of " +
+                                    fabkv::proto::names() + ")";
+                           },
+                           "", "PROTOCOL"));
   f.provider_opt = app.add_option("--provider", f.o.provider,
-                 "libfabric provider: auto|shm|tcp|verbs; must match the server's "
-                 "(auto: shm for a local server, tcp otherwise)")
-      ->capture_default_str();
+                                  "libfabric provider: auto|shm|tcp|verbs; must match the server's "
+                                  "(auto: shm for a local server, tcp otherwise)")
+                       ->capture_default_str();
   app.add_option("--transport", f.o.transport,
                  "request transport: write (HERD's WRITE into the request region) or send; "
                  "default: the server's")
       ->check(CLI::IsMember({"write", "send"}));
-  f.secret_opt =
-      app.add_option("--secret", f.o.secret, "control-channel shared secret (default: none)");
+  f.secret_opt = app.add_option("--secret", f.o.secret,
+                                "control-channel shared secret (default: none)");
   f.timeout_opt = app.add_option("--timeout-ms", f.o.timeout_ms, "bound on every wait, in ms")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+                      ->capture_default_str()
+                      ->check(CLI::PositiveNumber);
 }
 
 void add_commands(CLI::App& app, Commands& c) {
@@ -186,12 +188,13 @@ void add_commands(CLI::App& app, Commands& c) {
   c.del->add_option("KEY", c.key, "key (1..250 bytes)")->required();
   c.stats = app.add_subcommand("stats", "print the server's statistics as JSON");
   c.locate = app.add_subcommand(
-      "locate", "with --servers/--cluster: print, for each KEY, the server it is on now (index, "
-                "ring name, address; its replicas after it), tab-separated; '-' reads keys from "
-                "stdin, one a line. Connects to nothing");
+      "locate",
+      "with --servers/--cluster: print, for each KEY, the server it is on now (index, "
+      "ring name, address; its replicas after it), tab-separated; '-' reads keys from "
+      "stdin, one a line. Connects to nothing");
   c.locate->add_option("KEY", c.locate_keys, "keys")->required();
-  c.next = app.add_subcommand(
-      "next", "print a sequencer's next value (--protocol " + sequencers("|") + "; docs/sequencer.md)");
+  c.next = app.add_subcommand("next", "print a sequencer's next value (--protocol " +
+                                          sequencers("|") + "; docs/sequencer.md)");
 }
 
 // A sequencer keeps no key-value data and a key-value protocol hands out no values: says so
@@ -200,13 +203,15 @@ std::string misfit(const std::string& protocol, const Commands& c) {
   const bool sequencer = fabkv::proto::find(protocol)->engine == fabkv::proto::EngineNeed::kNone;
   for (const CLI::App* kv : {c.get, c.put, c.del})
     if (sequencer && kv->parsed())
-      return fmt::format("{}: protocol '{}' is a sequencer: it serves `next` only "
-                         "(docs/sequencer.md)",
-                         kv->get_name(), protocol);
+      return fmt::format(
+          "{}: protocol '{}' is a sequencer: it serves `next` only "
+          "(docs/sequencer.md)",
+          kv->get_name(), protocol);
   if (!sequencer && c.next->parsed())
-    return fmt::format("next: protocol '{}' keeps key-value data; `next` needs a "
-                       "sequencer: --protocol {}",
-                       protocol, sequencers("|"));
+    return fmt::format(
+        "next: protocol '{}' keeps key-value data; `next` needs a "
+        "sequencer: --protocol {}",
+        protocol, sequencers("|"));
   return "";
 }
 
