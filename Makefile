@@ -2,9 +2,10 @@
 #   make        build everything into build/ (executables in build/bin/)
 #   make demo   the main job: a local fabkv-server on shm, memcached and redis, a short
 #               fabkv-bench matrix against all three, the summary table and a report with plots
-#   make test   check the format (make format-check), build, run every test, then again under ASan+UBSan (clang) with a short fuzz
-#               run (the provider-parameterised tests on shm only: the tcp cases run the same
-#               fabkv code and double the time), and the threaded parts under TSan
+#   make test   check the format (make format-check), build, run every test, then again under
+#               ASan+UBSan (clang) with a short fuzz run (the provider-parameterised tests on shm
+#               only: the tcp cases run the same fabkv code and double the time), and the
+#               threaded parts under TSan
 #   make format apply .clang-format to the tracked C/C++ sources
 # Each target first installs missing Debian packages (scripts/install-deps.sh).
 
