@@ -2,9 +2,11 @@
 #   make        build everything into build/ (executables in build/bin/)
 #   make demo   the main job: a local fabkv-server on shm, memcached and redis, a short
 #               fabkv-bench matrix against all three, the summary table and a report with plots
-#   make test   build, run every test, then again under ASan+UBSan (clang) with a short fuzz
-#               run (the provider-parameterised tests on shm only: the tcp cases run the same
-#               fabkv code and double the time), and the threaded parts under TSan
+#   make test   check the format (make format-check), build, run every test, then again under
+#               ASan+UBSan (clang) with a short fuzz run (the provider-parameterised tests on shm
+#               only: the tcp cases run the same fabkv code and double the time), and the
+#               threaded parts under TSan
+#   make format apply .clang-format to the tracked C/C++ sources
 # Each target first installs missing Debian packages (scripts/install-deps.sh).
 
 BUILD      ?= build
@@ -15,7 +17,7 @@ CMAKE_GEN  := -G Ninja
 # libfabric 2.x built by scripts/install-libfabric.sh (absent when the system has >= 2).
 export PKG_CONFIG_PATH := $(CURDIR)/.deps/libfabric/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
 
-.PHONY: all deps build demo test test-release test-asan test-tsan clean
+.PHONY: all deps build demo format format-check test test-release test-asan test-tsan clean
 
 all: build
 
@@ -29,7 +31,24 @@ build: deps
 demo: build
 	@BUILD=$(CURDIR)/$(BUILD) scripts/demo-bench.sh
 
-test: test-release test-asan test-tsan
+# Every tracked C/C++ file, tests and fuzzers included: they are read as much as the library.
+SOURCES = $(shell git ls-files '*.cc' '*.h' '*.c')
+# The version matters: another clang-format may lay out the same code differently, and the code
+# follows the one Debian installs (scripts/install-deps.sh).
+CLANG_FORMAT ?= clang-format
+
+# Seconds, so it runs first: a layout slip fails before half an hour of tests. clang-format's
+# ColumnLimit reflows code and comments, but not a token longer than the limit (a URL, a raw
+# string), hence the second check.
+format-check: deps
+	@$(CLANG_FORMAT) --dry-run -Werror $(SOURCES)
+	@awk 'length($$0) > 100 { print FILENAME ":" FNR ": over 100 columns"; bad = 1 } \
+	  END { exit bad }' $(SOURCES)
+
+format: deps
+	@$(CLANG_FORMAT) -i $(SOURCES)
+
+test: format-check test-release test-asan test-tsan
 
 test-release: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300

@@ -286,6 +286,101 @@ void absl_op(Map& map, const Key& k, bool put, std::string_view new_value, char*
   }
 }
 
+// One batch of operations on one variant: the keys of the batch, what a PUT writes, where a GET
+// copies its value, and the counts of misses and failed PUTs.
+struct Batch {
+  World& w;
+  const char* keys;  // size * kKeySize bytes
+  size_t size;
+  bool put;
+  std::string_view new_value;
+  char* response;
+  uint64_t& misses;
+  uint64_t& errors;
+
+  const char* key(size_t i) const { return keys + i * kKeySize; }
+
+  // std::unordered_map: `Key` is what the map hashes and compares (std::string or a view).
+  template <class Key, class Map>
+  void on_std_map(Map& map) {
+    for (size_t i = 0; i < size; ++i) {
+      auto it = map.find(Key(key(i), kKeySize));
+      if (it == map.end()) {
+        ++misses;
+      } else if (put) {
+        it->second.assign(new_value);
+      } else {
+        std::memcpy(response, it->second.data(), it->second.size());
+      }
+    }
+  }
+
+  void on_absl(Impl impl, size_t gap) {
+    switch (impl) {
+      case Impl::kAbslString:
+        for (size_t i = 0; i < size; ++i)
+          absl_op(w.absl_string, absl::string_view(key(i), kKeySize), put, new_value, response,
+                  misses);
+        break;
+      case Impl::kAbslArray:
+        for (size_t i = 0; i < size; ++i)
+          absl_op(w.absl_array, to_key16(key(i)), put, new_value, response, misses);
+        break;
+      case Impl::kAbslThp:
+        for (size_t i = 0; i < size; ++i)
+          absl_op(w.absl_thp, to_key16(key(i)), put, new_value, response, misses);
+        break;
+      default: {  // kAbslPrefetch
+        const size_t agap = gap != 0 ? gap : kDefaultAbslPrefetchGap;
+        for (size_t i = 0; i < size + agap; ++i) {
+          if (i < size) w.absl_thp.prefetch(to_key16(key(i)));
+          if (i >= agap)
+            absl_op(w.absl_thp, to_key16(key(i - agap)), put, new_value, response, misses);
+        }
+      }
+    }
+  }
+
+  // An Engine one call per operation.
+  void on_engine(Engine* e) {
+    for (size_t i = 0; i < size; ++i) {
+      const std::string_view k(key(i), kKeySize);
+      const KeyHash h = hash_key(k);
+      if (put) {
+        errors += e->put(h, k, new_value) != Status::kOk;
+      } else {
+        ItemView v;
+        if (e->get(h, k, v) == Status::kOk) {
+          std::memcpy(response, v.value.data(), v.value.size());
+        } else {
+          ++misses;
+        }
+      }
+    }
+  }
+
+  // An Engine's run_batch over the whole batch, prefetching `gap` requests ahead.
+  void on_engine_pipelined(Engine* e, std::vector<Request>& reqs, size_t gap) {
+    for (size_t i = 0; i < size; ++i) {
+      Request& r = reqs[i];
+      r.key = std::string_view(key(i), kKeySize);
+      r.hash = hash_key(r.key);
+      r.op = put ? Op::kPut : Op::kGet;
+      r.value = new_value;
+    }
+    e->run_batch(
+        reqs,
+        [&](size_t, const Response& r) {
+          if (r.status != Status::kOk) {
+            ++(put ? errors : misses);
+          } else if (!put) {
+            std::memcpy(response, r.value.data(), r.value.size());
+          }
+        },
+        gap);
+  }
+};
+
 void run(benchmark::State& state, Impl impl, bool put, bool zipf, size_t gap) {
   World& w = *g_world;
   const std::vector<char>& stream = zipf ? w.zipf_stream : w.uniform_stream;
@@ -300,99 +395,20 @@ void run(benchmark::State& state, Impl impl, bool put, bool zipf, size_t gap) {
   uint64_t misses = 0, errors = 0, pos = 0;
   for (auto _ : state) {
     if (pos + batch > kStreamOps) pos = 0;
-    const char* keys = &stream[pos * kKeySize];
+    Batch b{w, &stream[pos * kKeySize], batch, put, new_value, response, misses, errors};
     pos += batch;
     switch (impl) {
-      case Impl::kMap:
-        for (size_t i = 0; i < batch; ++i) {
-          // std::string key: the map hashes and compares std::string, like any caller would.
-          const std::string k(keys + i * kKeySize, kKeySize);
-          auto it = w.map.find(k);
-          if (it == w.map.end()) {
-            ++misses;
-          } else if (put) {
-            it->second.assign(new_value);
-          } else {
-            std::memcpy(response, it->second.data(), it->second.size());
-          }
-        }
-        break;
-      case Impl::kSvMap:
-        for (size_t i = 0; i < batch; ++i) {
-          auto it = w.sv_map.find(std::string_view(keys + i * kKeySize, kKeySize));
-          if (it == w.sv_map.end()) {
-            ++misses;
-          } else if (put) {
-            it->second.assign(new_value);
-          } else {
-            std::memcpy(response, it->second.data(), it->second.size());
-          }
-        }
-        break;
+      // std::string key: the map hashes and compares std::string, like any caller would.
+      case Impl::kMap: b.on_std_map<std::string>(w.map); break;
+      case Impl::kSvMap: b.on_std_map<std::string_view>(w.sv_map); break;
       case Impl::kAbslString:
-        for (size_t i = 0; i < batch; ++i) {
-          absl_op(w.absl_string, absl::string_view(keys + i * kKeySize, kKeySize), put,
-                  new_value, response, misses);
-        }
-        break;
       case Impl::kAbslArray:
-        for (size_t i = 0; i < batch; ++i) {
-          absl_op(w.absl_array, to_key16(keys + i * kKeySize), put, new_value, response, misses);
-        }
-        break;
       case Impl::kAbslThp:
-        for (size_t i = 0; i < batch; ++i) {
-          absl_op(w.absl_thp, to_key16(keys + i * kKeySize), put, new_value, response, misses);
-        }
-        break;
-      case Impl::kAbslPrefetch: {
-        const size_t agap = gap != 0 ? gap : kDefaultAbslPrefetchGap;
-        for (size_t i = 0; i < batch + agap; ++i) {
-          if (i < batch) w.absl_thp.prefetch(to_key16(keys + i * kKeySize));
-          if (i >= agap) {
-            absl_op(w.absl_thp, to_key16(keys + (i - agap) * kKeySize), put, new_value, response,
-                    misses);
-          }
-        }
-        break;
-      }
+      case Impl::kAbslPrefetch: b.on_absl(impl, gap); break;
       case Impl::kCacheOneCall:
-      case Impl::kStoreOneCall:
-        for (size_t i = 0; i < batch; ++i) {
-          const std::string_view k(keys + i * kKeySize, kKeySize);
-          const KeyHash h = hash_key(k);
-          if (put) {
-            errors += e->put(h, k, new_value) != Status::kOk;
-          } else {
-            ItemView v;
-            if (e->get(h, k, v) == Status::kOk) {
-              std::memcpy(response, v.value.data(), v.value.size());
-            } else {
-              ++misses;
-            }
-          }
-        }
-        break;
+      case Impl::kStoreOneCall: b.on_engine(e); break;
       case Impl::kCachePipelined:
-      case Impl::kStorePipelined:
-        for (size_t i = 0; i < batch; ++i) {
-          Request& r = reqs[i];
-          r.key = std::string_view(keys + i * kKeySize, kKeySize);
-          r.hash = hash_key(r.key);
-          r.op = put ? Op::kPut : Op::kGet;
-          r.value = new_value;
-        }
-        e->run_batch(
-            reqs,
-            [&](size_t, const Response& r) {
-              if (r.status != Status::kOk) {
-                ++(put ? errors : misses);
-              } else if (!put) {
-                std::memcpy(response, r.value.data(), r.value.size());
-              }
-            },
-            gap);
-        break;
+      case Impl::kStorePipelined: b.on_engine_pipelined(e, reqs, gap); break;
     }
     benchmark::DoNotOptimize(response);
     benchmark::ClobberMemory();

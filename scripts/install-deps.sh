@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev libabsl-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libxxhash-dev libisal-dev libssl-dev
+  clang-format
   memcached redis-server libmemcached-tools libmemcached-dev python3-pylibmc nutcracker
   iproute2 python3 python3-matplotlib
   python3-dev pybind11-dev python3-pytest

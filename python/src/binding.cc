@@ -530,30 +530,13 @@ class PyCluster {
   uint32_t replicas_ = 1;
 };
 
-}  // namespace
-}  // namespace fabkv::python
-
-PYBIND11_MODULE(_fabkv, m) {
-  using fabkv::python::PyClient;
-  using fabkv::python::StatusError;
-  m.doc() = "fabkv's client library (the extension under the fabkv package; docs/python.md)";
-  m.attr("__version__") = fabkv::fabric::fabkv_version();
-
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const StatusError& e) {
-      py::object err =
-          py::module_::import("fabkv.errors").attr("error_for")(e.code(), e.what());
-      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
-    }
-  });
-
+// The registry as Python sees it: fabkv.protocols(), fabkv.protocol_info().
+void bind_protocols(py::module_& m) {
   m.def(
       "protocols",
       [] {
         py::list out;
-        for (const auto& p : fabkv::proto::protocols()) out.append(p.name);
+        for (const auto& p : proto::protocols()) out.append(p.name);
         return out;
       },
       "The names of every protocol this library speaks (src/proto/registry.h), in order.");
@@ -561,19 +544,21 @@ PYBIND11_MODULE(_fabkv, m) {
       "protocol_info",
       [] {
         py::list out;
-        for (const auto& p : fabkv::proto::protocols()) {
+        for (const auto& p : proto::protocols()) {
           py::dict d;
           d["name"] = p.name;
-          d["server_side"] = fabkv::proto::info(p.server).name;
+          d["server_side"] = proto::info(p.server).name;
           d["engine"] = std::string(p.engine);
-          d["sequencer"] = p.engine == fabkv::proto::EngineNeed::kNone;
+          d["sequencer"] = p.engine == proto::EngineNeed::kNone;
           d["summary"] = p.summary;
           out.append(std::move(d));
         }
         return out;
       },
       "One dict per protocol: name, server_side, engine, sequencer, summary.");
+}
 
+void bind_client(py::module_& m) {
   py::class_<PyClient>(m, "Client", R"(A connection to a fabkv-server over one protocol.
 
 Client(server="127.0.0.1:7000", *, protocol="herd", provider="auto", transport="",
@@ -585,7 +570,7 @@ GIL released. One Client may be shared between threads; its calls then take turn
       .def(py::init<std::string, std::string, std::string, std::string, std::string, int,
                     py::object, std::string>(),
            py::arg("server") = "127.0.0.1:7000", py::kw_only(),
-           py::arg("protocol") = fabkv::proto::info(fabkv::proto::kDefault).name,
+           py::arg("protocol") = proto::info(proto::kDefault).name,
            py::arg("provider") = "auto", py::arg("transport") = "", py::arg("secret") = "",
            py::arg("timeout_ms") = 2000, py::arg("connect_timeout_ms") = py::none(),
            py::arg("poll") = "spin")
@@ -617,8 +602,9 @@ GIL released. One Client may be shared between threads; its calls then take turn
              return false;
            })
       .def("__repr__", &PyClient::repr);
+}
 
-  using fabkv::python::PyCluster;
+void bind_cluster(py::module_& m) {
   py::class_<PyCluster>(m, "Cluster", R"(Many fabkv-servers as one store: each key on the server the
 ketama ring of memcached's clients gives it (pylibmc's ketama_weighted, twemproxy's ketama), so
 fabkv, pylibmc and nutcracker given the same servers agree on every key (docs/cluster.md).
@@ -634,7 +620,7 @@ as Client's do, with the GIL released.)")
       .def(py::init<py::object, std::string, std::string, py::object, int, uint32_t, bool,
                     uint32_t, int>(),
            py::arg("servers"), py::kw_only(),
-           py::arg("protocol") = fabkv::proto::info(fabkv::proto::kDefault).name,
+           py::arg("protocol") = proto::info(proto::kDefault).name,
            py::arg("provider") = "auto", py::arg("secret") = py::none(),
            py::arg("timeout_ms") = 2000, py::arg("replicas") = 1,
            py::arg("auto_eject_hosts") = true, py::arg("server_failure_limit") = 2,
@@ -675,4 +661,27 @@ as Client's do, with the GIL released.)")
              return false;
            })
       .def("__repr__", &PyCluster::repr);
+}
+
+}  // namespace
+}  // namespace fabkv::python
+
+PYBIND11_MODULE(_fabkv, m) {
+  using fabkv::python::StatusError;
+  m.doc() = "fabkv's client library (the extension under the fabkv package; docs/python.md)";
+  m.attr("__version__") = fabkv::fabric::fabkv_version();
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      py::object err =
+          py::module_::import("fabkv.errors").attr("error_for")(e.code(), e.what());
+      PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
+    }
+  });
+
+  fabkv::python::bind_protocols(m);
+  fabkv::python::bind_client(m);
+  fabkv::python::bind_cluster(m);
 }

@@ -45,10 +45,10 @@ struct BenchOptions {
   // --rfrpc-mode fetch); passed as they are, after fabkv-bench's own.
   std::vector<std::string> server_args;
   int timeout_ms = 5000;
-  std::string json_path;  // append JSON Lines here ("" = none)
+  std::string json_path;                                   // append JSON Lines here ("" = none)
   std::string fabkv_server_bin, memcached_bin, redis_bin;  // "" = defaults
-  std::string command;    // for the records
-  bool quiet = false;     // no progress lines
+  std::string command;                                     // for the records
+  bool quiet = false;                                      // no progress lines
   bool pilaf_parallel_probes = false;  // fabkv:pilaf clients READ h1, h2, h3 at once
   // Set by a signal handler: the current run is abandoned (no line written), servers stopped.
   const std::atomic<bool>* stop = nullptr;

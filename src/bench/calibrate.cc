@@ -24,12 +24,14 @@ std::optional<uint32_t> choose_retries(std::vector<DelayPoint> points, std::stri
     if (!(p.reply_ops > 0)) continue;
     const double ratio = p.fetch_ops / p.reply_ops;
     if (log)
-      *log += fmt::format("  P = {:>6.1f} us: fetch/reply throughput {:.2f}, READs per call {:.2f}\n",
-                          double(p.delay_ns) / 1000, ratio, p.reads_per_call);
+      *log +=
+          fmt::format("  P = {:>6.1f} us: fetch/reply throughput {:.2f}, READs per call {:.2f}\n",
+                      double(p.delay_ns) / 1000, ratio, p.reads_per_call);
     // RF-RPC sec. 3.2: "not significantly larger than server-reply when P >= 7 us (within 10%)".
     if (!n && ratio <= 1.10) {
       n = static_cast<uint32_t>(std::max(1.0, std::round(p.reads_per_call - 1)));
-      if (log) *log += fmt::format("    -> P* = {:.1f} us, N = R = {}\n", double(p.delay_ns) / 1000, *n);
+      if (log)
+        *log += fmt::format("    -> P* = {:.1f} us, N = R = {}\n", double(p.delay_ns) / 1000, *n);
     }
   }
   return n;
@@ -105,14 +107,17 @@ int run_calibrate(const CalibrateOptions& o) {
   base.distributions = {base.distributions.at(0)};
   const uint32_t value_size = base.value_sizes.at(0);
   if (!base.server.empty())
-    throw std::invalid_argument("calibrate starts its own servers (each run its rfrpc knobs): "
-                                "drop --server");
+    throw std::invalid_argument(
+        "calibrate starts its own servers (each run its rfrpc knobs): "
+        "drop --server");
   if (o.delays_ns.empty() || o.fetch_sizes.empty())
     throw std::invalid_argument("calibrate: --delays-us and --fetch-sizes need a value each");
   for (uint32_t f : o.fetch_sizes)
     if (f < 64 || f % 8 != 0 || f > (1u << 20))
-      throw std::invalid_argument(fmt::format("calibrate: fetch size {} is not a multiple of 8 "
-                                              "in 64..1 MiB", f));
+      throw std::invalid_argument(
+          fmt::format("calibrate: fetch size {} is not a multiple of 8 "
+                      "in 64..1 MiB",
+                      f));
   std::printf("fabkv-bench calibrate: RF-RPC eq. 1-2 on %s, %zu clients, %g s per run\n",
               base.provider.c_str(), base.clients[0], base.duration_s);
 
@@ -140,9 +145,9 @@ int run_calibrate(const CalibrateOptions& o) {
   std::map<uint32_t, double> throughput;
   for (uint32_t f : o.fetch_sizes) {
     if (base.stop && base.stop->load()) return 130;
-    const nlohmann::json j = one_run(base, 8, {"--rfrpc-mode", "fetch", "--rfrpc-fetch-size",
-                                               std::to_string(f)},
-                                     "fetch, F = " + std::to_string(f));
+    const nlohmann::json j =
+        one_run(base, 8, {"--rfrpc-mode", "fetch", "--rfrpc-fetch-size", std::to_string(f)},
+                "fetch, F = " + std::to_string(f));
     throughput[f] = j.at("throughput_ops").get<double>();
   }
 
@@ -152,8 +157,8 @@ int run_calibrate(const CalibrateOptions& o) {
   if (!r) std::printf("  fetching stays >10%% ahead at every delay measured: N is beyond them\n");
   const auto sizes = workload_result_sizes(value_size, base.read_ratios[0]);
   const std::optional<uint32_t> f = choose_fetch_size(throughput, sizes);
-  std::printf("eq. 2, F for %u-byte values at %.0f%% GETs (results of %u and %u bytes):", value_size,
-              base.read_ratios[0] * 100, sizes[0].second, sizes[1].second);
+  std::printf("eq. 2, F for %u-byte values at %.0f%% GETs (results of %u and %u bytes):",
+              value_size, base.read_ratios[0] * 100, sizes[0].second, sizes[1].second);
   for (const auto& [fs, t] : throughput) std::printf(" I(%u) = %.0f", fs, t);
   std::printf("\n  -> F = %u\n", *f);
   std::printf("fabkv-server flags: %s--rfrpc-fetch-size %u\n",

@@ -62,7 +62,7 @@ struct ServerSample {
   std::optional<fabric::VerbSnapshot> verbs;  // fabkv only: summed over its workers
   std::optional<double> cpu_s;                // when we know the server's pid
   uint64_t evictions = 0;  // cache engine: items lost to eviction (log wrap or a full index bucket)
-  std::optional<uint64_t> rounds;             // fabkv: worker poll rounds (summed over workers)
+  std::optional<uint64_t> rounds;  // fabkv: worker poll rounds (summed over workers)
 };
 
 // What a protocol counted on the client side (pilaf: GETs, entry/extent READs, retries), summed
@@ -73,7 +73,8 @@ class Driver {
  public:
   virtual ~Driver() = default;
 
-  virtual std::string system() const = 0;    // "fabkv" | "fabkv-cluster" | "memcached" | "redis" | "null"
+  // "fabkv" | "fabkv-cluster" | "memcached" | "redis" | "null"
+  virtual std::string system() const = 0;
   // fabkv: its access protocol (proto/registry.h); memcached: "text"; redis: "resp"; null: "none"
   virtual std::string protocol() const = 0;
   virtual size_t clients() const = 0;
@@ -115,15 +116,15 @@ class Driver {
 
 // Connection parameters the runner hands to every driver factory.
 struct DriverOptions {
-  std::string address;    // HOST:PORT of the server (control channel for fabkv)
-  std::string protocol;   // fabkv access protocol, a name of proto/registry.h
-  std::string provider;   // fabkv provider
-  std::string secret;     // fabkv control secret
-  size_t clients = 1;     // logical clients (connections)
-  uint32_t window = 1;    // outstanding requests per client (sizes buffers)
-  int timeout_ms = 5000;  // per-request bound
+  std::string address;                 // HOST:PORT of the server (control channel for fabkv)
+  std::string protocol;                // fabkv access protocol, a name of proto/registry.h
+  std::string provider;                // fabkv provider
+  std::string secret;                  // fabkv control secret
+  size_t clients = 1;                  // logical clients (connections)
+  uint32_t window = 1;                 // outstanding requests per client (sizes buffers)
+  int timeout_ms = 5000;               // per-request bound
   bool pilaf_parallel_probes = false;  // fabkv:pilaf: READ the three entries at once
-  pid_t server_pid = 0;   // when we started the server: for its CPU accounting (0: unknown)
+  pid_t server_pid = 0;  // when we started the server: for its CPU accounting (0: unknown)
   // fabkv-cluster: the servers and the cluster's settings (its `client` options are filled
   // from the fields above), and the pids of those we started (their CPU is summed).
   std::optional<ClusterOptions> cluster;

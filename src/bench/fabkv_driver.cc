@@ -139,8 +139,10 @@ class FabkvDriver final : public Driver {
       max_value_ = std::min(max_value_, layout.value("max_value", uint64_t{0}));
       uint64_t w = layout.value("window", uint64_t{0});
       if (w && o.window > w)
-        throw std::runtime_error(fmt::format("--window {} exceeds the server's window {} (start "
-                                             "fabkv-server with --window {})", o.window, w, o.window));
+        throw std::runtime_error(
+            fmt::format("--window {} exceeds the server's window {} (start "
+                        "fabkv-server with --window {})",
+                        o.window, w, o.window));
     }
   }
 
@@ -281,8 +283,7 @@ class FabkvDriver final : public Driver {
     }
   }
   bool next_on(Client& client, size_t c, Completion done, bool as_get) {
-    Status s = client.next_async([this, c, done, as_get](Status st, std::string_view,
-                                                               uint64_t v) {
+    Status s = client.next_async([this, c, done, as_get](Status st, std::string_view, uint64_t v) {
       if (st != Status::kOk) {
         seq_failed_.fetch_add(1, std::memory_order_relaxed);
         failed(done, st);

@@ -13,11 +13,12 @@
 namespace fabkv::bench {
 
 struct RunContext {
-  std::string system;    // "fabkv" | "memcached" | "redis"
-  std::string protocol;  // fabkv: its protocol (proto/registry.h); "text" (memcached) | "resp" (redis)
+  std::string system;  // "fabkv" | "memcached" | "redis"
+  // fabkv: its protocol (proto/registry.h); "text" (memcached) | "resp" (redis)
+  std::string protocol;
   std::string provider;  // fabkv's provider; "tcp" for the baselines (loopback sockets)
   RunSpec spec;
-  std::string command;    // the fabkv-bench command line
+  std::string command;  // the fabkv-bench command line
   int client_core = 1, server_core = 0;
   // fabkv: the workers' poll rounds per second with no load (measured before loading); with
   // the rounds in the interval it gives the share of the worker's time the run took.
@@ -29,7 +30,8 @@ struct RunContext {
 // server verb counters together; null for the baselines), server CPU seconds.
 nlohmann::json make_record(const RunContext& ctx, const RunResult& r);
 
-// The docs/architecture.md fields and their types; returns what is missing or mistyped (empty: valid).
+// The docs/architecture.md fields and their types; returns what is missing or mistyped
+// (empty: valid).
 std::vector<std::string> validate_record(const nlohmann::json& j);
 
 // {"hostname","cpus","model","kernel","loadavg_1m"} of this machine.

@@ -34,8 +34,10 @@ std::string report_script() {
 int render_report(const std::string& input, const std::string& out_dir) {
   if (!fs::exists(input)) throw std::runtime_error("no results file " + input);
   // Debian's interpreter first: python3-matplotlib is installed for it, not for a pyenv one.
-  std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : find_executable("python3");
-  if (python.empty()) throw std::runtime_error("python3 not found (apt-get install python3-matplotlib)");
+  std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3"
+                                                      : find_executable("python3");
+  if (python.empty())
+    throw std::runtime_error("python3 not found (apt-get install python3-matplotlib)");
   std::string script = report_script();
   std::vector<std::string> argv = {python, script, "--input", input, "--out", out_dir};
   std::vector<char*> args;

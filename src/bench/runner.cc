@@ -165,7 +165,8 @@ class Runner::LoadThread final : public CompletionSink {
         warmup_ns_(static_cast<int64_t>(spec.warmup_s * 1e9)),
         duration_ns_(static_cast<int64_t>(spec.duration_s * 1e9)) {
     streams_.reserve(n);
-    for (size_t c = 0; c < n; ++c) streams_.emplace_back(w_, zipf, static_cast<uint32_t>(first + c));
+    for (size_t c = 0; c < n; ++c)
+      streams_.emplace_back(w_, zipf, static_cast<uint32_t>(first + c));
     in_flight_.assign(n, 0);
     slots_.resize(n * window_);
     if (w_.multiget > 1) {
@@ -177,7 +178,8 @@ class Runner::LoadThread final : public CompletionSink {
     free_.resize(n * window_);
     n_free_.assign(n, window_);
     for (size_t c = 0; c < n; ++c)
-      for (uint32_t i = 0; i < window_; ++i) free_[c * window_ + i] = static_cast<uint32_t>(c * window_ + i);
+      for (uint32_t i = 0; i < window_; ++i)
+        free_[c * window_ + i] = static_cast<uint32_t>(c * window_ + i);
     r_.per_client_ops.assign(n, 0);
   }
 
@@ -240,9 +242,7 @@ class Runner::LoadThread final : public CompletionSink {
           check_get(sl.id, sl.was_stored, st, v, in);
         }
         break;
-      case OpKind::kPut:
-        put_done(sl, st, v, in);
-        break;
+      case OpKind::kPut: put_done(sl, st, v, in); break;
       case OpKind::kReadModifyWrite:
         // YCSB F: read the record, then write it back modified; one op, one window slot, its
         // latency from the GET's post to the PUT's completion.
@@ -356,7 +356,8 @@ class Runner::LoadThread final : public CompletionSink {
     if (auto v = driver_.client_verbs()) r_.client_verbs = *v - client_before_;
     have_poll_now_ = false;
     ServerSample after = driver_.sample_server();
-    if (after.rounds && server_before_.rounds) r_.server_rounds = *after.rounds - *server_before_.rounds;
+    if (after.rounds && server_before_.rounds)
+      r_.server_rounds = *after.rounds - *server_before_.rounds;
     if (after.verbs && server_before_.verbs) r_.server_verbs = *after.verbs - *server_before_.verbs;
     if (after.cpu_s && server_before_.cpu_s) r_.server_cpu_s = *after.cpu_s - *server_before_.cpu_s;
     r_.evictions = after.evictions;
@@ -524,7 +525,8 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
   std::vector<std::unique_ptr<LoadThread>> lts;
   for (size_t i = 0; i < threads; ++i) {
     const size_t first = i * spec.clients / threads, end = (i + 1) * spec.clients / threads;
-    lts.push_back(std::make_unique<LoadThread>(*this, spec, zipf, first, end - first, shared, i == 0));
+    lts.push_back(std::make_unique<LoadThread>(*this, spec, zipf, first, end - first, shared,
+                                               i == 0));
   }
   std::vector<std::thread> others;
   std::string start_error;
@@ -565,8 +567,10 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
     r.check.unexpected_misses += p.check.unexpected_misses;
     for (const auto& [k, v] : p.protocol) r.protocol[k] += v;
     r.server_requests.resize(std::max(r.server_requests.size(), p.server_requests.size()));
-    for (size_t i = 0; i < p.server_requests.size(); ++i) r.server_requests[i] += p.server_requests[i];
-    std::copy(p.per_client_ops.begin(), p.per_client_ops.end(), r.per_client_ops.begin() + lt->first());
+    for (size_t i = 0; i < p.server_requests.size(); ++i)
+      r.server_requests[i] += p.server_requests[i];
+    std::copy(p.per_client_ops.begin(), p.per_client_ops.end(),
+              r.per_client_ops.begin() + lt->first());
     failed |= lt->failed();
     drained &= lt->drained();
     if (why.empty() && lt->failed()) why = lt->error();

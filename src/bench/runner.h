@@ -34,9 +34,9 @@ namespace fabkv::bench {
 
 struct RunSpec {
   WorkloadSpec workload;
-  size_t clients = 1;    // the first `clients` logical clients of the driver
-  uint32_t window = 1;   // outstanding requests per client
-  size_t threads = 1;    // load threads (at most `clients` are used)
+  size_t clients = 1;   // the first `clients` logical clients of the driver
+  uint32_t window = 1;  // outstanding requests per client
+  size_t threads = 1;   // load threads (at most `clients` are used)
   double warmup_s = 0.5;
   double duration_s = 5;
 };
@@ -52,7 +52,7 @@ struct RunResult {
   uint64_t ops = 0;       // completed in the interval (a read-modify-write is one op)
   uint64_t requests = 0;  // GETs + PUTs completed in the interval (RMW counts two, a multi-get one)
   uint64_t gets = 0, puts = 0;
-  double elapsed_s = 0;   // the measured interval, as it really was
+  double elapsed_s = 0;  // the measured interval, as it really was
   std::vector<uint64_t> per_client_ops;
   LatencyHistogram latency;
   std::optional<fabric::VerbSnapshot> client_verbs, server_verbs;  // interval diffs

@@ -126,7 +126,8 @@ void await_listening(const std::string& what, perf::ChildProcess& child, uint16_
 size_t memory_mib(const std::string& m) {
   size_t pos = 0;
   double v = std::stod(m, &pos);
-  char unit = pos < m.size() ? static_cast<char>(std::toupper(static_cast<unsigned char>(m[pos]))) : 'B';
+  char unit = pos < m.size() ? static_cast<char>(std::toupper(static_cast<unsigned char>(m[pos])))
+                             : 'B';
   double mib = unit == 'G' ? v * 1024 : unit == 'M' ? v : unit == 'K' ? v / 1024 : v / (1 << 20);
   return mib < 16 ? 16 : static_cast<size_t>(mib);
 }
@@ -217,8 +218,10 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
     data_dir = tmpl;
     argv.insert(argv.end(), {"--data-dir", data_dir});
   }
-  if (s.pilaf_entries) argv.insert(argv.end(), {"--pilaf-entries", std::to_string(s.pilaf_entries)});
-  if (s.pilaf_extents) argv.insert(argv.end(), {"--pilaf-extents", std::to_string(s.pilaf_extents)});
+  if (s.pilaf_entries)
+    argv.insert(argv.end(), {"--pilaf-entries", std::to_string(s.pilaf_entries)});
+  if (s.pilaf_extents)
+    argv.insert(argv.end(), {"--pilaf-extents", std::to_string(s.pilaf_extents)});
   if (s.memcached) argv.insert(argv.end(), {"--memcached", "127.0.0.1:0"});
   if (!s.max_value.empty()) argv.insert(argv.end(), {"--max-value", s.max_value});
   if (!s.name.empty()) argv.insert(argv.end(), {"--name", s.name});
@@ -234,8 +237,10 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
   srv->address_ = line.substr(6);
   srv->data_dir_ = data_dir;
   if (s.memcached) {
-    if (!srv->child_->read_line(&line, Deadline::after_ms(20000)) || line.rfind("MEMCACHED ", 0) != 0)
-      throw std::runtime_error("fabkv-server did not start its memcached front end: " + last_line(log));
+    if (!srv->child_->read_line(&line, Deadline::after_ms(20000)) ||
+        line.rfind("MEMCACHED ", 0) != 0)
+      throw std::runtime_error("fabkv-server did not start its memcached front end: " +
+                               last_line(log));
     srv->memcached_address_ = line.substr(10);
   }
   return srv;
@@ -243,13 +248,15 @@ std::unique_ptr<LocalServer> LocalServer::start_fabkv(const ServerSpec& s) {
 
 std::unique_ptr<LocalServer> LocalServer::start_memcached(const ServerSpec& s) {
   std::string bin = find_executable(s.memcached_bin.empty() ? "memcached" : s.memcached_bin);
-  if (bin.empty()) throw std::runtime_error("memcached failed to start: not installed (apt-get install memcached)");
+  if (bin.empty())
+    throw std::runtime_error(
+        "memcached failed to start: not installed (apt-get install memcached)");
   uint16_t port = free_loopback_port();
   std::string log = temp_log("memcached");
   // -t 1: one worker thread, core for core with one fabkv worker (PROVIDERS.md: -t 2 is slower
   // here anyway). -U 0: no UDP. -c: enough connections for the largest client count.
-  std::vector<std::string> argv = {bin, "-t", "1", "-l", "127.0.0.1", "-p", std::to_string(port),
-                                   "-U", "0", "-m", std::to_string(memory_mib(s.memory)), "-c", "4096"};
+  std::vector<std::string> argv = {bin, "-t", "1", "-l", "127.0.0.1", "-p", std::to_string(port)};
+  argv.insert(argv.end(), {"-U", "0", "-m", std::to_string(memory_mib(s.memory)), "-c", "4096"});
   // memcached refuses to run as root unless told which user to be; stay root (the harness
   // reads its /proc accounting either way).
   if (::geteuid() == 0) argv.insert(argv.end(), {"-u", "root"});
@@ -262,14 +269,16 @@ std::unique_ptr<LocalServer> LocalServer::start_memcached(const ServerSpec& s) {
 
 std::unique_ptr<LocalServer> LocalServer::start_redis(const ServerSpec& s) {
   std::string bin = find_executable(s.redis_bin.empty() ? "redis-server" : s.redis_bin);
-  if (bin.empty()) throw std::runtime_error("redis failed to start: not installed (apt-get install redis-server)");
+  if (bin.empty())
+    throw std::runtime_error("redis failed to start: not installed (apt-get install redis-server)");
   uint16_t port = free_loopback_port();
   std::string log = temp_log("redis");
   // Persistence off, as the survey ran it: no RDB snapshots (save ""), no AOF.
   auto child = spawn("redis",
                      {bin, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
                       "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no",
-                      "--loglevel", "warning", "--dir", std::filesystem::temp_directory_path().string()},
+                      "--loglevel", "warning", "--dir",
+                      std::filesystem::temp_directory_path().string()},
                      s.core, ">" + shell_quote(log) + " 2>&1");
   await_listening("redis", *child, port, log);
   std::unique_ptr<LocalServer> srv(new LocalServer("redis", std::move(child), log));

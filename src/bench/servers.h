@@ -27,12 +27,12 @@ struct ServerSpec {
   // --protocols (proto/registry.h): the server runs the engine they need (the cache engine
   // when any will do; the pilaf engine for a pilaf one).
   std::string protocols = proto::info(proto::kDefault).name;
-  size_t pilaf_entries = 0;        // --pilaf-entries (0: the server's default)
-  size_t pilaf_extents = 0;        // --pilaf-extents (0: the server's default)
+  size_t pilaf_entries = 0;  // --pilaf-entries (0: the server's default)
+  size_t pilaf_extents = 0;  // --pilaf-extents (0: the server's default)
   // --memcached 127.0.0.1:0: also serve memcached's protocols (fabkv:memcached)
   bool memcached = false;
-  std::string max_value;           // --max-value ("" = the server's default)
-  std::string name;                // --name: its name on a cluster's ring ("" = none given)
+  std::string max_value;                // --max-value ("" = the server's default)
+  std::string name;                     // --name: its name on a cluster's ring ("" = none given)
   std::vector<std::string> extra_args;  // appended to fabkv-server's command line as they are
   // --poll: spin as the papers' servers (fabkv-server's own default is adaptive); the memcached
   // front end runs adaptive, blocking in epoll like memcached when idle.

@@ -17,10 +17,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -90,7 +90,7 @@ int connect_tcp(const std::string& address, int timeout_ms) {
 // the bytes its keys take in the connection's key list.
 struct Pending {
   Completion done;
-  uint32_t keys = 0;        // 0: a single GET or PUT
+  uint32_t keys = 0;  // 0: a single GET or PUT
   uint32_t key_bytes = 0;
 };
 
@@ -201,7 +201,8 @@ class SocketDriver : public Driver {
           k.answers.clear();
           bool malformed = false;
           const size_t used = parse_multi(std::string_view(k.in).substr(at),
-                                          std::string_view(k.multi).substr(k.multi_off, front.key_bytes),
+                                          std::string_view(k.multi).substr(k.multi_off,
+                                                                           front.key_bytes),
                                           n, &k.answers, &malformed);
           if (malformed)
             return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
@@ -224,7 +225,8 @@ class SocketDriver : public Driver {
           continue;
         }
         Parsed p = parse(std::string_view(k.in).substr(at));
-        if (p.malformed) return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
+        if (p.malformed)
+          return fail(k, "unexpected reply: " + printable(std::string_view(k.in).substr(at)));
         if (p.consumed == 0) break;
         const Completion done = k.pending.pop().done;
         // The callback may post more requests on this connection (appending to k.out): the
@@ -455,8 +457,8 @@ class RedisDriver final : public SocketDriver {
     }
   }
   // "*<n>\r\n" and one bulk string (or "$-1", a miss) per key.
-  size_t parse_multi(std::string_view in, std::string_view, uint32_t n,
-                     std::vector<KeyAnswer>* out, bool* malformed) override {
+  size_t parse_multi(std::string_view in, std::string_view, uint32_t n, std::vector<KeyAnswer>* out,
+                     bool* malformed) override {
     const size_t eol = in.find("\r\n");
     if (eol == std::string_view::npos) {
       *malformed = in.size() > 1024;

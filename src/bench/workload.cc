@@ -66,9 +66,10 @@ void validate(const WorkloadSpec& s) {
   if (s.multiget > 1 && s.read_modify_write)
     throw std::invalid_argument("--multiget: workload F reads one record before each update");
   if (s.value_size < kMinValueSize)
-    throw std::invalid_argument(fmt::format("--value-size {} is below {} (values carry their "
-                                            "version so GETs can be checked)", s.value_size,
-                                            kMinValueSize));
+    throw std::invalid_argument(
+        fmt::format("--value-size {} is below {} (values carry their "
+                    "version so GETs can be checked)",
+                    s.value_size, kMinValueSize));
 }
 
 uint64_t fnv_hash64(uint64_t v) {

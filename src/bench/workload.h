@@ -20,8 +20,8 @@ const char* to_string(Distribution d);
 Distribution distribution_from_string(const std::string& s);
 
 struct WorkloadSpec {
-  std::string name = "custom";  // YCSB core workload letter ("A","B","C","F") or "custom"
-  double read_ratio = 0.95;     // fraction of operations that are GETs (the rest PUTs)
+  std::string name = "custom";     // YCSB core workload letter ("A","B","C","F") or "custom"
+  double read_ratio = 0.95;        // fraction of operations that are GETs (the rest PUTs)
   bool read_modify_write = false;  // YCSB F: the non-read ops are a GET then a PUT of the key
   Distribution distribution = Distribution::kUniform;
   double zipf_theta = 0.99;  // YCSB's default Zipfian constant
@@ -32,7 +32,7 @@ struct WorkloadSpec {
   // When above value_size: value sizes are a distribution, uniform over
   // [value_size, value_size_max], drawn per (key, version) so that a reader can recompute them.
   uint32_t value_size_max = 0;
-  uint64_t seed = 0x5eed;    // client c draws from stream seed + c
+  uint64_t seed = 0x5eed;  // client c draws from stream seed + c
   // Keys per GET: above 1 every GET is a multi-get of that many keys, each drawn from the
   // distribution (memcached's `get k1 k2 ...`, redis's MGET; drivers that have one).
   uint32_t multiget = 1;
@@ -59,7 +59,9 @@ class Rng {
     return z ^ (z >> 31);
   }
   double next_double() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  uint64_t below(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64); }
+  uint64_t below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
+  }
 
  private:
   uint64_t s_;

@@ -107,15 +107,39 @@ class Coordinator {
     return reply.at("counters");
   }
 
-  RunOutcome run_one(const RunSpec& spec, const std::string& address, const std::string& provider) {
-    RunOutcome out;
+  // What a run's clients reported, summed.
+  struct ClientTotals {
+    uint64_t ops = 0, all_ops = 0;  // in the measured phase; since GO
+    double rate = 0;                // ops/s, each client's over its own measured time
+    LatencyHistogram hist;
+    fabric::VerbSnapshot counters;
+    nlohmann::json per_client = nlohmann::json::array();
+  };
+
+  // Adds one client's report line to `t`; returns what went wrong, if anything did.
+  static std::optional<std::string> add_report(const std::string& line, ClientTotals& t) {
+    nlohmann::json r;
     try {
-      validate(spec);
-    } catch (const std::exception& e) {
-      out.error = e.what();
-      return out;
+      r = nlohmann::json::parse(line);
+    } catch (const std::exception&) {
+      return "unreadable client report: " + line;
     }
-    std::vector<std::unique_ptr<ChildProcess>> clients;
+    if (r.contains("error")) return r["error"].get<std::string>();
+    uint64_t n = r.at("ops").get<uint64_t>();
+    double secs = r.at("seconds").get<double>();
+    t.ops += n;
+    t.all_ops += r.at("all_ops").get<uint64_t>();
+    t.rate += secs > 0 ? static_cast<double>(n) / secs : 0;
+    t.per_client.push_back(n);
+    t.hist.merge(LatencyHistogram::from_json(r.at("histogram")));
+    t.counters += snapshot_from_json(r.at("counters"));
+    return std::nullopt;
+  }
+
+  // Starts the run's client processes and waits until each is READY; returns what went wrong,
+  // if anything did.
+  std::optional<std::string> start_clients(const RunSpec& spec, const std::string& address,
+                            std::vector<std::unique_ptr<ChildProcess>>& clients) {
     for (uint32_t i = 0; i < spec.clients; ++i) {
       std::vector<std::string> argv = {exe_, "client", "--provider", o_.provider, "--server",
                                        address, "--core", std::to_string(o_.client_core),
@@ -126,87 +150,82 @@ class Coordinator {
     }
     std::string line;
     for (auto& c : clients) {
-      if (!c->read_line(&line, Deadline::after_ms(15000))) {
-        out.error = "a client did not start";
-        return out;
-      }
-      if (line != "READY") {
-        out.error = client_error(line);
-        return out;
-      }
+      if (!c->read_line(&line, Deadline::after_ms(15000))) return "a client did not start";
+      if (line != "READY") return client_error(line);
+    }
+    return std::nullopt;
+  }
+
+  // The run's line of the table and its record.
+  static nlohmann::json report(const RunSpec& spec, const std::string& provider,
+                               const ClientTotals& t, const fabric::VerbSnapshot& server_diff) {
+    // Client counters cover the measured phase; the server's cover everything since GO.
+    auto per_op = [&](const fabric::VerbSnapshot& s, fabric::Verb v) {
+      uint64_t n = &s == &server_diff ? t.all_ops : t.ops;
+      return n ? static_cast<double>(s[v].posted) / static_cast<double>(n) : 0.0;
+    };
+    auto verbs = [&](const fabric::VerbSnapshot& s) {
+      using fabric::Verb;
+      return fmt::format("{:.2f} {:.2f} {:.2f} {:.2f}", per_op(s, Verb::kRead),
+                         per_op(s, Verb::kWrite), per_op(s, Verb::kSend), per_op(s, Verb::kAtomic));
+    };
+    const LatencyHistogram& hist = t.hist;
+    double us = 1e-3;
+    fmt::print("{:<38} {:>9.3f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f}  {:<28} {}\n", spec.label(),
+               t.rate / 1e6, hist.mean_ns() * us, hist.quantile_ns(0.5) * us,
+               hist.quantile_ns(0.99) * us, hist.quantile_ns(0.999) * us, verbs(t.counters),
+               verbs(server_diff));
+    std::cout.flush();
+    return {{"tool", "fabkv-perf"},
+            {"provider", provider},
+            {"spec", to_json(spec)},
+            {"label", spec.label()},
+            {"ops", t.ops},
+            {"throughput_ops", t.rate},
+            {"latency_us",
+             {{"mean", hist.mean_ns() * us},
+              {"p50", hist.quantile_ns(0.5) * us},
+              {"p90", hist.quantile_ns(0.9) * us},
+              {"p99", hist.quantile_ns(0.99) * us},
+              {"p999", hist.quantile_ns(0.999) * us}}},
+            {"per_client_ops", t.per_client},
+            {"client_counters", t.counters.to_json()},
+            {"server_counters", server_diff.to_json()}};
+  }
+
+  RunOutcome run_one(const RunSpec& spec, const std::string& address, const std::string& provider) {
+    RunOutcome out;
+    try {
+      validate(spec);
+    } catch (const std::exception& e) {
+      out.error = e.what();
+      return out;
+    }
+    std::vector<std::unique_ptr<ChildProcess>> clients;
+    if (auto error = start_clients(spec, address, clients)) {
+      out.error = *error;
+      return out;
     }
     auto server_before = snapshot_from_json(server_counters());
     for (auto& c : clients) c->write_line("GO");
     int64_t budget_ms = static_cast<int64_t>((spec.duration_s + spec.warmup_s) * 1000) +
                         o_.timeout_ms + 5000;
-    uint64_t ops = 0, all_ops = 0;
-    double rate = 0;
-    LatencyHistogram hist;
-    fabric::VerbSnapshot client_counters;
-    nlohmann::json per_client = nlohmann::json::array();
+    ClientTotals totals;
+    std::string line;
     for (auto& c : clients) {
       if (!c->read_line(&line, Deadline::after_ms(budget_ms))) {
         out.error = "a client did not report in time";
         return out;
       }
-      nlohmann::json r;
-      try {
-        r = nlohmann::json::parse(line);
-      } catch (const std::exception&) {
-        out.error = "unreadable client report: " + line;
+      if (auto error = add_report(line, totals)) {
+        out.error = *error;
         return out;
       }
-      if (r.contains("error")) {
-        out.error = r["error"].get<std::string>();
-        return out;
-      }
-      uint64_t n = r.at("ops").get<uint64_t>();
-      double secs = r.at("seconds").get<double>();
-      ops += n;
-      all_ops += r.at("all_ops").get<uint64_t>();
-      rate += secs > 0 ? static_cast<double>(n) / secs : 0;
-      per_client.push_back(n);
-      hist.merge(LatencyHistogram::from_json(r.at("histogram")));
-      client_counters += snapshot_from_json(r.at("counters"));
     }
     for (auto& c : clients) c->wait(Deadline::after_ms(5000));
     auto server_diff = snapshot_from_json(server_counters()) - server_before;
-
-    // Client counters cover the measured phase; the server's cover everything since GO.
-    auto per_op = [&](const fabric::VerbSnapshot& s, fabric::Verb v) {
-      uint64_t n = &s == &server_diff ? all_ops : ops;
-      return n ? static_cast<double>(s[v].posted) / static_cast<double>(n) : 0.0;
-    };
-    using fabric::Verb;
-    double us = 1e-3;
-    std::string client_verbs = fmt::format("{:.2f} {:.2f} {:.2f} {:.2f}", per_op(client_counters, Verb::kRead),
-                                           per_op(client_counters, Verb::kWrite),
-                                           per_op(client_counters, Verb::kSend),
-                                           per_op(client_counters, Verb::kAtomic));
-    std::string server_verbs = fmt::format("{:.2f} {:.2f} {:.2f} {:.2f}", per_op(server_diff, Verb::kRead),
-                                           per_op(server_diff, Verb::kWrite),
-                                           per_op(server_diff, Verb::kSend),
-                                           per_op(server_diff, Verb::kAtomic));
-    fmt::print("{:<38} {:>9.3f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f}  {:<28} {}\n", spec.label(),
-               rate / 1e6, hist.mean_ns() * us, hist.quantile_ns(0.5) * us,
-               hist.quantile_ns(0.99) * us, hist.quantile_ns(0.999) * us, client_verbs, server_verbs);
-    std::cout.flush();
+    out.record = report(spec, provider, totals, server_diff);
     out.ok = true;
-    out.record = {{"tool", "fabkv-perf"},
-                  {"provider", provider},
-                  {"spec", to_json(spec)},
-                  {"label", spec.label()},
-                  {"ops", ops},
-                  {"throughput_ops", rate},
-                  {"latency_us",
-                   {{"mean", hist.mean_ns() * us},
-                    {"p50", hist.quantile_ns(0.5) * us},
-                    {"p90", hist.quantile_ns(0.9) * us},
-                    {"p99", hist.quantile_ns(0.99) * us},
-                    {"p999", hist.quantile_ns(0.999) * us}}},
-                  {"per_client_ops", per_client},
-                  {"client_counters", client_counters.to_json()},
-                  {"server_counters", server_diff.to_json()}};
     return out;
   }
 

@@ -35,15 +35,23 @@ int from_status(fabkv::Status s, const std::string& op, const std::string& key) 
 std::string sequencers(const char* sep) {
   std::string s;
   for (const fabkv::proto::Info& p : fabkv::proto::protocols())
-    if (p.engine == fabkv::proto::EngineNeed::kNone) s += (s.empty() ? "" : sep) + std::string(p.name);
+    if (p.engine == fabkv::proto::EngineNeed::kNone)
+      s += (s.empty() ? "" : sep) + std::string(p.name);
   return s;
 }
 
+// The subcommands and their arguments.
+struct Commands {
+  CLI::App *get = nullptr, *put = nullptr, *del = nullptr, *stats = nullptr, *locate = nullptr,
+           *next = nullptr;
+  CLI::Option* value_opt = nullptr;
+  std::string key, value;
+  std::vector<std::string> locate_keys;
+};
+
 // The subcommands against many servers (client/cluster.h).
-int run_cluster(fabkv::ClusterOptions co, const CLI::App* locate, const CLI::App* get,
-                const CLI::App* put, const CLI::App* del, const CLI::App* stats,
-                const std::string& key, const std::string& value,
-                std::vector<std::string> locate_keys) {
+int run_cluster(fabkv::ClusterOptions co, const Commands& cmd) {
+  const std::string& key = cmd.key;
   std::unique_ptr<fabkv::Cluster> cluster;
   try {
     cluster = std::make_unique<fabkv::Cluster>(std::move(co));
@@ -64,7 +72,8 @@ int run_cluster(fabkv::ClusterOptions co, const CLI::App* locate, const CLI::App
     }
     return rc;
   };
-  if (locate->parsed()) {
+  if (cmd.locate->parsed()) {
+    std::vector<std::string> locate_keys = cmd.locate_keys;
     if (locate_keys == std::vector<std::string>{"-"}) {
       locate_keys.clear();
       for (std::string line; std::getline(std::cin, line);) locate_keys.push_back(line);
@@ -77,7 +86,7 @@ int run_cluster(fabkv::ClusterOptions co, const CLI::App* locate, const CLI::App
     }
     return std::fflush(stdout) == 0 ? kExitOk : fail("cannot write to stdout");
   }
-  if (get->parsed()) {
+  if (cmd.get->parsed()) {
     std::string v;
     fabkv::Status s = cluster->get(key, &v);
     if (s != fabkv::Status::kOk) return explain(s, "get");
@@ -85,9 +94,9 @@ int run_cluster(fabkv::ClusterOptions co, const CLI::App* locate, const CLI::App
     if (::isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
     return std::fflush(stdout) == 0 ? kExitOk : fail("cannot write to stdout");
   }
-  if (put->parsed()) return explain(cluster->put(key, value), "put");
-  if (del->parsed()) return explain(cluster->del(key), "del");
-  if (stats->parsed()) {
+  if (cmd.put->parsed()) return explain(cluster->put(key, cmd.value), "put");
+  if (cmd.del->parsed()) return explain(cluster->del(key), "del");
+  if (cmd.stats->parsed()) {
     // The cluster's view of each server, with the server's own statistics beside it.
     std::vector<nlohmann::json> each;
     for (size_t i = 0; i < cluster->size(); ++i) {
@@ -107,128 +116,126 @@ int run_cluster(fabkv::ClusterOptions co, const CLI::App* locate, const CLI::App
   return fail("no command");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"fabkv-cli: talk to a fabkv-server"};
+// The options that say which server(s) to reach and how.
+struct Flags {
   fabkv::ClientOptions o;
-  auto* server_opt = app.add_option("--server", o.server, "control channel HOST:PORT of the server")
-                         ->capture_default_str();
   std::string servers, cluster_file;
   uint32_t replicas = 1;
-  auto* servers_opt =
-      app.add_option("--servers", servers,
+  CLI::Option *server_opt = nullptr, *servers_opt = nullptr, *cluster_opt = nullptr,
+              *replicas_opt = nullptr, *protocol_opt = nullptr, *provider_opt = nullptr,
+              *secret_opt = nullptr, *timeout_opt = nullptr;
+};
+
+void add_server_options(CLI::App& app, Flags& f) {
+  f.server_opt = app.add_option("--server", f.o.server, "control channel HOST:PORT of the server")
+                     ->capture_default_str();
+  f.servers_opt =
+      app.add_option("--servers", f.servers,
                      "many servers as one store, keys placed by memcached's ketama ring: "
                      "comma-separated HOST:PORT[:WEIGHT][ NAME] control addresses "
                      "(docs/cluster.md)")
-          ->excludes(server_opt);
-  auto* cluster_opt = app.add_option("--cluster", cluster_file,
-                                     "a TOML cluster file: servers, protocol, replicas, ... "
-                                     "(docs/cluster.md); flags given as well override it")
-                          ->excludes(server_opt)
-                          ->excludes(servers_opt)
-                          ->check(CLI::ExistingFile);
-  auto* replicas_opt =
-      app.add_option("--replicas", replicas,
+          ->excludes(f.server_opt);
+  f.cluster_opt = app.add_option("--cluster", f.cluster_file,
+                                 "a TOML cluster file: servers, protocol, replicas, ... "
+                                 "(docs/cluster.md); flags given as well override it")
+                      ->excludes(f.server_opt)
+                      ->excludes(f.servers_opt)
+                      ->check(CLI::ExistingFile);
+  f.replicas_opt =
+      app.add_option("--replicas", f.replicas,
                      "with --servers/--cluster: write each key to this many servers, read the "
                      "first that answers")
           ->check(CLI::PositiveNumber);
+}
+
+void add_client_options(CLI::App& app, Flags& f) {
   // The protocols of proto/registry.h, each with its summary.
   std::string protocols_help = "access protocol:";
   for (const fabkv::proto::Info& p : fabkv::proto::protocols())
     protocols_help += fmt::format("\n  {}: {}", p.name, p.summary);
-  auto* protocol_opt = app.add_option("--protocol", o.protocol, protocols_help)
-      ->capture_default_str()
-      ->type_name(fabkv::proto::names("|"))
-      ->check(CLI::Validator(
-          [](std::string& name) -> std::string {
-            if (fabkv::proto::find(name)) return "";
-            return "unknown protocol '" + name + "' (one of " + fabkv::proto::names() + ")";
-          },
-          "", "PROTOCOL"));
-  auto* provider_opt = app.add_option("--provider", o.provider,
-                 "libfabric provider: auto|shm|tcp|verbs; must match the server's "
-                 "(auto: shm for a local server, tcp otherwise)")
-      ->capture_default_str();
-  app.add_option("--transport", o.transport,
+  f.protocol_opt = app.add_option("--protocol", f.o.protocol, protocols_help)
+                       ->capture_default_str()
+                       ->type_name(fabkv::proto::names("|"))
+                       ->check(CLI::Validator(
+                           [](std::string& name) -> std::string {
+                             if (fabkv::proto::find(name)) return "";
+                             return "unknown protocol '" + name + "' (one of " +
+                                    fabkv::proto::names() + ")";
+                           },
+                           "", "PROTOCOL"));
+  f.provider_opt = app.add_option("--provider", f.o.provider,
+                                  "libfabric provider: auto|shm|tcp|verbs; must match the server's "
+                                  "(auto: shm for a local server, tcp otherwise)")
+                       ->capture_default_str();
+  app.add_option("--transport", f.o.transport,
                  "request transport: write (HERD's WRITE into the request region) or send; "
                  "default: the server's")
       ->check(CLI::IsMember({"write", "send"}));
-  auto* secret_opt =
-      app.add_option("--secret", o.secret, "control-channel shared secret (default: none)");
-  auto* timeout_opt = app.add_option("--timeout-ms", o.timeout_ms, "bound on every wait, in ms")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.require_subcommand(1);
+  f.secret_opt = app.add_option("--secret", f.o.secret,
+                                "control-channel shared secret (default: none)");
+  f.timeout_opt = app.add_option("--timeout-ms", f.o.timeout_ms, "bound on every wait, in ms")
+                      ->capture_default_str()
+                      ->check(CLI::PositiveNumber);
+}
 
-  std::string key, value;
-  bool have_value = false;
-  auto* get = app.add_subcommand("get", "print KEY's value to stdout (raw bytes)");
-  get->add_option("KEY", key, "key (1..250 bytes)")->required();
-  auto* put = app.add_subcommand("put", "store VALUE (or stdin when omitted) under KEY");
-  put->add_option("KEY", key, "key (1..250 bytes)")->required();
-  auto* value_opt = put->add_option("VALUE", value, "value; read from stdin when omitted");
-  auto* del = app.add_subcommand("del", "delete KEY");
-  del->add_option("KEY", key, "key (1..250 bytes)")->required();
-  auto* stats = app.add_subcommand("stats", "print the server's statistics as JSON");
-  std::vector<std::string> locate_keys;
-  auto* locate = app.add_subcommand(
-      "locate", "with --servers/--cluster: print, for each KEY, the server it is on now (index, "
-                "ring name, address; its replicas after it), tab-separated; '-' reads keys from "
-                "stdin, one a line. Connects to nothing");
-  locate->add_option("KEY", locate_keys, "keys")->required();
-  auto* next = app.add_subcommand(
-      "next", "print a sequencer's next value (--protocol " + sequencers("|") + "; docs/sequencer.md)");
+void add_commands(CLI::App& app, Commands& c) {
+  c.get = app.add_subcommand("get", "print KEY's value to stdout (raw bytes)");
+  c.get->add_option("KEY", c.key, "key (1..250 bytes)")->required();
+  c.put = app.add_subcommand("put", "store VALUE (or stdin when omitted) under KEY");
+  c.put->add_option("KEY", c.key, "key (1..250 bytes)")->required();
+  c.value_opt = c.put->add_option("VALUE", c.value, "value; read from stdin when omitted");
+  c.del = app.add_subcommand("del", "delete KEY");
+  c.del->add_option("KEY", c.key, "key (1..250 bytes)")->required();
+  c.stats = app.add_subcommand("stats", "print the server's statistics as JSON");
+  c.locate = app.add_subcommand(
+      "locate",
+      "with --servers/--cluster: print, for each KEY, the server it is on now (index, "
+      "ring name, address; its replicas after it), tab-separated; '-' reads keys from "
+      "stdin, one a line. Connects to nothing");
+  c.locate->add_option("KEY", c.locate_keys, "keys")->required();
+  c.next = app.add_subcommand("next", "print a sequencer's next value (--protocol " +
+                                          sequencers("|") + "; docs/sequencer.md)");
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitError;
-  }
-  have_value = value_opt->count() > 0;
-  if (put->parsed() && !have_value) {
-    value.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    if (std::cin.bad()) return fail("cannot read the value from stdin");
-  }
-
-  // A sequencer keeps no key-value data and a key-value protocol hands out no values: say so
-  // here rather than as the client's bare kError.
-  const bool sequencer = fabkv::proto::find(o.protocol)->engine == fabkv::proto::EngineNeed::kNone;
-  for (const CLI::App* kv : {get, put, del})
+// A sequencer keeps no key-value data and a key-value protocol hands out no values: says so
+// rather than as the client's bare kError. Empty when the command fits the protocol.
+std::string misfit(const std::string& protocol, const Commands& c) {
+  const bool sequencer = fabkv::proto::find(protocol)->engine == fabkv::proto::EngineNeed::kNone;
+  for (const CLI::App* kv : {c.get, c.put, c.del})
     if (sequencer && kv->parsed())
-      return fail(fmt::format("{}: protocol '{}' is a sequencer: it serves `next` only "
-                              "(docs/sequencer.md)",
-                              kv->get_name(), o.protocol));
-  if (!sequencer && next->parsed())
-    return fail(fmt::format("next: protocol '{}' keeps key-value data; `next` needs a "
-                            "sequencer: --protocol {}",
-                            o.protocol, sequencers("|")));
+      return fmt::format(
+          "{}: protocol '{}' is a sequencer: it serves `next` only "
+          "(docs/sequencer.md)",
+          kv->get_name(), protocol);
+  if (!sequencer && c.next->parsed())
+    return fmt::format(
+        "next: protocol '{}' keeps key-value data; `next` needs a "
+        "sequencer: --protocol {}",
+        protocol, sequencers("|"));
+  return "";
+}
 
-  if (servers_opt->count() || cluster_opt->count()) {
-    fabkv::ClusterOptions co;
-    try {
-      if (cluster_opt->count()) co = fabkv::load_cluster_file(cluster_file);
-      else co.servers = fabkv::parse_cluster_servers(servers);
-    } catch (const std::exception& e) {
-      return fail(e.what());
-    }
-    // Flags given on the command line win over the file's settings.
-    auto take = [](const CLI::Option* opt, auto& to, const auto& from) {
-      if (opt->count()) to = from;
-    };
-    if (servers_opt->count()) co.client = o;  // nothing from a file: all flags
-    take(protocol_opt, co.client.protocol, o.protocol);
-    take(provider_opt, co.client.provider, o.provider);
-    take(secret_opt, co.client.secret, o.secret);
-    take(timeout_opt, co.client.timeout_ms, o.timeout_ms);
-    co.client.transport = o.transport;
-    if (replicas_opt->count() || servers_opt->count()) co.replicas = replicas;
-    if (next->parsed()) return fail("next: a sequencer is one server: use --server");
-    return run_cluster(std::move(co), locate, get, put, del, stats, key, value, locate_keys);
-  }
-  if (locate->parsed()) return fail("locate: needs --servers or --cluster");
+// --servers or --cluster: the cluster file's settings with the flags given on the command line
+// over them. Throws when the file or the list cannot be read.
+fabkv::ClusterOptions cluster_options(const Flags& f) {
+  fabkv::ClusterOptions co;
+  if (f.cluster_opt->count()) co = fabkv::load_cluster_file(f.cluster_file);
+  else co.servers = fabkv::parse_cluster_servers(f.servers);
+  auto take = [](const CLI::Option* opt, auto& to, const auto& from) {
+    if (opt->count()) to = from;
+  };
+  if (f.servers_opt->count()) co.client = f.o;  // nothing from a file: all flags
+  take(f.protocol_opt, co.client.protocol, f.o.protocol);
+  take(f.provider_opt, co.client.provider, f.o.provider);
+  take(f.secret_opt, co.client.secret, f.o.secret);
+  take(f.timeout_opt, co.client.timeout_ms, f.o.timeout_ms);
+  co.client.transport = f.o.transport;
+  if (f.replicas_opt->count() || f.servers_opt->count()) co.replicas = f.replicas;
+  return co;
+}
 
+// The subcommands against one server.
+int run_server(fabkv::ClientOptions o, const Commands& cmd) {
   std::unique_ptr<fabkv::Client> client;
   try {
     o.connect_timeout_ms = std::max(o.timeout_ms, 1000);
@@ -237,18 +244,18 @@ int main(int argc, char** argv) {
     return fail(e.what());
   }
 
-  if (get->parsed()) {
+  if (cmd.get->parsed()) {
     std::string v;
-    fabkv::Status s = client->get(key, &v);
-    if (s != fabkv::Status::kOk) return from_status(s, "get", key);
+    fabkv::Status s = client->get(cmd.key, &v);
+    if (s != fabkv::Status::kOk) return from_status(s, "get", cmd.key);
     std::fwrite(v.data(), 1, v.size(), stdout);
     if (::isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
     if (std::fflush(stdout) != 0) return fail("cannot write to stdout");
     return kExitOk;
   }
-  if (put->parsed()) return from_status(client->put(key, value), "put", key);
-  if (del->parsed()) return from_status(client->del(key), "del", key);
-  if (next->parsed()) {
+  if (cmd.put->parsed()) return from_status(client->put(cmd.key, cmd.value), "put", cmd.key);
+  if (cmd.del->parsed()) return from_status(client->del(cmd.key), "del", cmd.key);
+  if (cmd.next->parsed()) {
     uint64_t v = 0;
     fabkv::Status s = client->next(&v);
     if (s != fabkv::Status::kOk) return from_status(s, "next", "");
@@ -256,7 +263,7 @@ int main(int argc, char** argv) {
     if (std::fflush(stdout) != 0) return fail("cannot write to stdout");
     return kExitOk;
   }
-  if (stats->parsed()) {
+  if (cmd.stats->parsed()) {
     try {
       std::printf("%s\n", client->stats().dump(2).c_str());
     } catch (const std::exception& e) {
@@ -265,4 +272,40 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   return fail("no command");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fabkv-cli: talk to a fabkv-server"};
+  Flags f;
+  Commands cmd;
+  add_server_options(app, f);
+  add_client_options(app, f);
+  app.require_subcommand(1);
+  add_commands(app, cmd);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitError;
+  }
+  if (cmd.put->parsed() && cmd.value_opt->count() == 0) {
+    cmd.value.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    if (std::cin.bad()) return fail("cannot read the value from stdin");
+  }
+  if (std::string why = misfit(f.o.protocol, cmd); !why.empty()) return fail(why);
+
+  if (f.servers_opt->count() || f.cluster_opt->count()) {
+    fabkv::ClusterOptions co;
+    try {
+      co = cluster_options(f);
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    if (cmd.next->parsed()) return fail("next: a sequencer is one server: use --server");
+    return run_cluster(std::move(co), cmd);
+  }
+  if (cmd.locate->parsed()) return fail("locate: needs --servers or --cluster");
+  return run_server(f.o, cmd);
 }
