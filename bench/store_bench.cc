@@ -70,7 +70,8 @@ class Zipf {
     const double uz = u * zetan_;
     if (uz < 1.0) return 0;
     if (uz < 1.0 + std::pow(0.5, theta_)) return 1;
-    const auto r = static_cast<uint64_t>(static_cast<double>(n_) * std::pow(eta_ * u - eta_ + 1, alpha_));
+    const auto r = static_cast<uint64_t>(static_cast<double>(n_) *
+                                         std::pow(eta_ * u - eta_ + 1, alpha_));
     return std::min(r, n_ - 1);
   }
 
@@ -161,9 +162,8 @@ struct ThpAllocator {
 
 using AbslStringMap = absl::flat_hash_map<std::string, Value32>;
 using AbslArrayMap = absl::flat_hash_map<Key16, Value32>;
-using AbslThpMap =
-    absl::flat_hash_map<Key16, Value32, absl::Hash<Key16>, std::equal_to<Key16>,
-                        ThpAllocator<std::pair<const Key16, Value32>>>;
+using AbslThpMap = absl::flat_hash_map<Key16, Value32, absl::Hash<Key16>, std::equal_to<Key16>,
+                                       ThpAllocator<std::pair<const Key16, Value32>>>;
 
 Key16 to_key16(const char* p) {
   Key16 k;
@@ -252,9 +252,9 @@ enum class Impl {
   kStoreOneCall,
   kStorePipelined
 };
-constexpr Impl kImpls[] = {Impl::kMap,          Impl::kSvMap,          Impl::kAbslString,
-                           Impl::kAbslArray,    Impl::kAbslThp,        Impl::kAbslPrefetch,
-                           Impl::kCacheOneCall, Impl::kCachePipelined, Impl::kStoreOneCall,
+constexpr Impl kImpls[] = {Impl::kMap,           Impl::kSvMap,          Impl::kAbslString,
+                           Impl::kAbslArray,     Impl::kAbslThp,        Impl::kAbslPrefetch,
+                           Impl::kCacheOneCall,  Impl::kCachePipelined, Impl::kStoreOneCall,
                            Impl::kStorePipelined};
 const char* impl_name(Impl i) {
   switch (i) {
@@ -414,8 +414,8 @@ void run(benchmark::State& state, Impl impl, bool put, bool zipf, size_t gap) {
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * batch));
-  state.counters["miss_ratio"] =
-      static_cast<double>(misses) / static_cast<double>(state.iterations() * batch);
+  state.counters["miss_ratio"] = static_cast<double>(misses) /
+                                 static_cast<double>(state.iterations() * batch);
   if (errors != 0) state.SkipWithError("put failed");
 }
 
@@ -546,10 +546,10 @@ int main(int argc, char** argv) {
       for (Impl impl : kImpls) {
         const std::string name = std::string(put ? "PUT/" : "GET/") +
                                  (zipf ? "zipf0.99/" : "uniform/") + impl_name(impl);
-        benchmark::RegisterBenchmark(
-            name.c_str(), [impl, put, zipf, gap = world.cfg.gap](benchmark::State& s) {
-              run(s, impl, put, zipf, gap);
-            });
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [impl, put, zipf, gap = world.cfg.gap](benchmark::State& s) {
+                                       run(s, impl, put, zipf, gap);
+                                     });
       }
     }
     if (!put && world.cfg.sweep_gaps) {

@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   w.session_id = 42;
   w.provider = "shm";
   w.fabric_addresses = {{'f', 'i', '_', 's', 'h', 'm', 0}, {1, 2, 3, 4}};
-  w.regions.push_back({"perf.target", 0x7f0000000000ull, 1 << 20, 0x1234, kRemoteRead | kRemoteWrite});
+  w.regions.push_back({"perf.target", 0x7f0000000000ull, 1 << 20, 0x1234,
+                       kRemoteRead | kRemoteWrite});
   w.regions.push_back({"atomics", 0, 64, 9, kRemoteAtomic});
   w.payload = {9, 9};
   write(dir, "welcome-full", encode(w));

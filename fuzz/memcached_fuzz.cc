@@ -64,10 +64,8 @@ bool text_request(const TextCommand& cmd, Request* req) {
     case Verb::kMetaSet:
     case Verb::kMetaDelete:
     case Verb::kMetaArith:
-    case Verb::kMetaDebug:
-      return parse_meta(cmd, 1000, req).empty();
-    default:
-      break;
+    case Verb::kMetaDebug: return parse_meta(cmd, 1000, req).empty();
+    default: break;
   }
   if (cmd.keys.empty() || !valid_key(cmd.keys[0])) return false;
   switch (cmd.verb) {

@@ -107,8 +107,8 @@ py::object json_to_python(const nlohmann::json& j) {
 // The exception of a failed call: the operation, the status, and what helps: the limits for a
 // key or value refused, else `where` (the server, or why the cluster's servers failed).
 // max_value 0: unknown.
-[[noreturn]] void raise_status(Status s, const char* op, size_t klen, size_t vlen,
-                               size_t max_value, const std::string& where) {
+[[noreturn]] void raise_status(Status s, const char* op, size_t klen, size_t vlen, size_t max_value,
+                               const std::string& where) {
   std::string what = fmt::format("fabkv: {}: {}", op, to_string(s));
   if (s == Status::kTooLarge) {
     what += fmt::format(" (key {} bytes, at most 250; value {} bytes", klen, vlen);
@@ -274,8 +274,8 @@ class PyCluster {
  public:
   // servers: "HOST:PORT[:WEIGHT][ NAME]" strings, or one string of them comma-separated.
   PyCluster(py::object servers, std::string protocol, std::string provider, py::object secret,
-            int timeout_ms, uint32_t replicas, bool auto_eject_hosts,
-            uint32_t server_failure_limit, int retry_timeout_ms)
+            int timeout_ms, uint32_t replicas, bool auto_eject_hosts, uint32_t server_failure_limit,
+            int retry_timeout_ms)
       : cluster_("cluster") {
     ClusterOptions o;
     if (py::isinstance<py::str>(servers)) {
@@ -329,8 +329,8 @@ class PyCluster {
     ByteArg k(key, "key");
     std::string value;
     uint64_t version = 0;
-    Status s =
-        run("gets", k.view(), 0, [&](Cluster& c) { return c.get(k.view(), &value, &version); });
+    Status s = run("gets", k.view(), 0,
+                   [&](Cluster& c) { return c.get(k.view(), &value, &version); });
     if (s == Status::kNotFound) return py::make_tuple(py::none(), py::none());
     return py::make_tuple(py::bytes(value), version);
   }
@@ -339,8 +339,9 @@ class PyCluster {
     ByteArg k(key, "key");
     ByteArg v(value, "value");
     if (version != 0 && replicas_ > 1)
-      throw StatusError(Status::kError, "fabkv: put: a version needs replicas=1 (each replica "
-                                        "numbers its versions itself)");
+      throw StatusError(Status::kError,
+                        "fabkv: put: a version needs replicas=1 (each replica "
+                        "numbers its versions itself)");
     Status s = run("put", k.view(), v.view().size(),
                    [&](Cluster& c) { return c.put(k.view(), v.view(), version, expire_at); });
     if (s == Status::kNotFound) raise_status(s, "put", 0, 0, 0, "no such key to replace");
@@ -570,10 +571,9 @@ GIL released. One Client may be shared between threads; its calls then take turn
       .def(py::init<std::string, std::string, std::string, std::string, std::string, int,
                     py::object, std::string>(),
            py::arg("server") = "127.0.0.1:7000", py::kw_only(),
-           py::arg("protocol") = proto::info(proto::kDefault).name,
-           py::arg("provider") = "auto", py::arg("transport") = "", py::arg("secret") = "",
-           py::arg("timeout_ms") = 2000, py::arg("connect_timeout_ms") = py::none(),
-           py::arg("poll") = "spin")
+           py::arg("protocol") = proto::info(proto::kDefault).name, py::arg("provider") = "auto",
+           py::arg("transport") = "", py::arg("secret") = "", py::arg("timeout_ms") = 2000,
+           py::arg("connect_timeout_ms") = py::none(), py::arg("poll") = "spin")
       .def("get", &PyClient::get, py::arg("key"),
            "The value of key as bytes, or None when there is no such key.")
       .def("put", &PyClient::put, py::arg("key"), py::arg("value"), py::kw_only(),
@@ -617,12 +617,11 @@ servers: "HOST:PORT[:WEIGHT][ NAME]" strings (control addresses; NAME is the ser
 name, by default "host:port"), or one string of them comma-separated. A bad list raises
 ValueError; nothing is connected until a key needs its server. Calls raise fabkv.Error classes
 as Client's do, with the GIL released.)")
-      .def(py::init<py::object, std::string, std::string, py::object, int, uint32_t, bool,
-                    uint32_t, int>(),
+      .def(py::init<py::object, std::string, std::string, py::object, int, uint32_t, bool, uint32_t,
+                    int>(),
            py::arg("servers"), py::kw_only(),
-           py::arg("protocol") = proto::info(proto::kDefault).name,
-           py::arg("provider") = "auto", py::arg("secret") = py::none(),
-           py::arg("timeout_ms") = 2000, py::arg("replicas") = 1,
+           py::arg("protocol") = proto::info(proto::kDefault).name, py::arg("provider") = "auto",
+           py::arg("secret") = py::none(), py::arg("timeout_ms") = 2000, py::arg("replicas") = 1,
            py::arg("auto_eject_hosts") = true, py::arg("server_failure_limit") = 2,
            py::arg("retry_timeout_ms") = 2000)
       .def_static("from_file", &PyCluster::from_file, py::arg("path"),
@@ -675,8 +674,7 @@ PYBIND11_MODULE(_fabkv, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const StatusError& e) {
-      py::object err =
-          py::module_::import("fabkv.errors").attr("error_for")(e.code(), e.what());
+      py::object err = py::module_::import("fabkv.errors").attr("error_for")(e.code(), e.what());
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(err.ptr())), err.ptr());
     }
   });

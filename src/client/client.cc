@@ -9,9 +9,8 @@ namespace fabkv {
 
 namespace {
 
-proto::ClientRequest request(proto::ClientOp op, std::string_view key,
-                             std::string_view value = {}, uint64_t expected_version = 0,
-                             uint32_t expire_at = 0) {
+proto::ClientRequest request(proto::ClientOp op, std::string_view key, std::string_view value = {},
+                             uint64_t expected_version = 0, uint32_t expire_at = 0) {
   proto::ClientRequest r;
   r.op = op;
   r.key = key;
@@ -41,9 +40,8 @@ Status Client::get(std::string_view key, std::string* value, uint64_t* version) 
 }
 Status Client::put(std::string_view key, std::string_view value, uint64_t expected_version,
                    uint32_t expire_at, uint64_t* new_version) {
-  return session_->blocking(
-      request(proto::ClientOp::kPut, key, value, expected_version, expire_at), nullptr,
-      new_version);
+  return session_->blocking(request(proto::ClientOp::kPut, key, value, expected_version, expire_at),
+                            nullptr, new_version);
 }
 Status Client::del(std::string_view key) {
   return session_->blocking(request(proto::ClientOp::kDel, key), nullptr, nullptr);

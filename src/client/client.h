@@ -51,12 +51,12 @@ struct ClientOptions {
   // Access protocol, a name from proto/registry.h (its one-line summaries; docs/ has a page
   // per protocol). An unknown name fails at connect with the list.
   std::string protocol = proto::info(proto::kDefault).name;
-  std::string provider = "auto";          // auto|shm|tcp|verbs: must match the server's
-  std::string transport;                  // request transport "write"|"send"; "" = the protocol's
-                                          // (herd: the server's --transport)
-  std::string secret;                     // control-channel shared secret ("" = none)
-  int timeout_ms = 2000;                  // bound on every data-path wait (per request)
-  int connect_timeout_ms = 5000;          // bound on the handshake
+  std::string provider = "auto";  // auto|shm|tcp|verbs: must match the server's
+  std::string transport;          // request transport "write"|"send"; "" = the protocol's
+                                  // (or the server's --transport, where it may choose)
+  std::string secret;             // control-channel shared secret ("" = none)
+  int timeout_ms = 2000;          // bound on every data-path wait (per request)
+  int connect_timeout_ms = 5000;  // bound on the handshake
   // Bytes of client memory the server may READ large (indirect) requests from. 0 = 1 MiB, and
   // always at least one largest request (the client reconnects once if the server's max_value
   // needs more).

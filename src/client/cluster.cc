@@ -19,7 +19,7 @@ namespace fabkv {
 struct Cluster::Member {
   ClusterServer spec;
   std::unique_ptr<Client> client;
-  bool drop = false;             // its Client saw the server go: destroy it at the next call
+  bool drop = false;  // its Client saw the server go: destroy it at the next call
   uint32_t failures_in_row = 0;
   Clock::time_point retry_at{};  // while ejected
   uint64_t failed_call = 0;      // the last call in which it failed: not tried again in that call
@@ -48,7 +48,8 @@ ClusterServer parse_cluster_server(std::string_view spec) {
     addr = spec.substr(0, sp);
     std::string_view name = spec.substr(sp + 1);
     while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
-    if (name.empty() || name.find(' ') != std::string_view::npos) throw bad("one name after a space");
+    if (name.empty() || name.find(' ') != std::string_view::npos)
+      throw bad("one name after a space");
     s.name = name;
   }
   // A third field after the port is the weight: "host:port:weight" (a bracketed v6 host keeps
@@ -90,7 +91,8 @@ ClusterOptions load_cluster_file(const std::string& path) {
   try {
     t = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    throw std::runtime_error(fmt::format("{}:{}: {}", path, e.source().begin.line, e.description()));
+    throw std::runtime_error(fmt::format("{}:{}: {}", path, e.source().begin.line,
+                                         e.description()));
   }
   auto fail = [&](const toml::node& n, const std::string& why) {
     return std::runtime_error(fmt::format("{}:{}: {}", path, n.source().begin.line, why));
@@ -148,16 +150,17 @@ ClusterOptions load_cluster_file(const std::string& path) {
 Cluster::Cluster(ClusterOptions options) : o_(std::move(options)) {
   if (o_.servers.empty()) throw std::invalid_argument("a cluster needs at least one server");
   if (o_.replicas < 1 || o_.replicas > o_.servers.size())
-    throw std::invalid_argument(fmt::format("replicas must be 1 to the number of servers ({}), not {}",
-                                            o_.servers.size(), o_.replicas));
+    throw std::invalid_argument(
+        fmt::format("replicas must be 1 to the number of servers ({}), not {}", o_.servers.size(),
+                    o_.replicas));
   if (o_.server_failure_limit < 1) throw std::invalid_argument("server_failure_limit must be >= 1");
   // Checked here, not left to each connect: there it would count as every server failing (and
   // eject them all) while the reason sat in last_error.
   const proto::Info* p = proto::find(o_.client.protocol);
   if (p == nullptr || p->engine == proto::EngineNeed::kNone)
-    throw std::invalid_argument(fmt::format(
-        "'{}' is not a key-value protocol of this client (it speaks: {})", o_.client.protocol,
-        proto::names()));
+    throw std::invalid_argument(
+        fmt::format("'{}' is not a key-value protocol of this client (it speaks: {})",
+                    o_.client.protocol, proto::names()));
   for (ClusterServer& s : o_.servers) {
     if (s.name.empty()) s.name = cluster::ketama_name(s.address);
     if (s.name.empty()) throw std::invalid_argument("bad server address '" + s.address + "'");
@@ -291,15 +294,17 @@ Status Cluster::post_get(std::shared_ptr<Fan> fan, std::vector<size_t> order, si
       last = st;
       continue;
     }
-    st = c->get_async(fan->key, [this, fan, order, k, i](Status s, std::string_view v, uint64_t ver) {
-      if (is_failure(s)) {
-        failed(i, s);
-        if (k + 1 < order.size() && post_get(fan, order, k + 1) == Status::kOk) return;
-      } else {
-        succeeded(i);
-      }
-      fan->cb(s, v, ver);
-    });
+    st = c->get_async(fan->key,
+                      [this, fan, order, k, i](Status s, std::string_view v, uint64_t ver) {
+                        if (is_failure(s)) {
+                          failed(i, s);
+                          if (k + 1 < order.size() && post_get(fan, order, k + 1) == Status::kOk)
+                            return;
+                        } else {
+                          succeeded(i);
+                        }
+                        fan->cb(s, v, ver);
+                      });
     if (st == Status::kOk) {
       ++members_[i]->c.requests;
       return st;
@@ -326,8 +331,8 @@ Status Cluster::start_get(std::string_view key, Callback cb) {
 }
 
 // A PUT (put = true) or DELETE to every replica of the key.
-Status Cluster::fan_out(bool put, std::string_view key, std::string_view value,
-                        uint32_t expire_at, Callback cb) {
+Status Cluster::fan_out(bool put, std::string_view key, std::string_view value, uint32_t expire_at,
+                        Callback cb) {
   auto order = ring_.nodes_for_key(key, o_.replicas);
   if (order.empty()) return Status::kServerGone;
   auto fan = std::make_shared<Fan>();
@@ -376,7 +381,7 @@ Status Cluster::fan_out(bool put, std::string_view key, std::string_view value,
     if (first_error == Status::kOk) first_error = st;
   }
   if (posted == 0) return first_error;  // nothing sent: no callback
-  finish(*fan);  // drops the posting hold; the last answer runs the callback
+  finish(*fan);                         // drops the posting hold; the last answer runs the callback
   return Status::kOk;
 }
 
@@ -467,10 +472,13 @@ Status Cluster::put(std::string_view key, std::string_view value, uint64_t expec
     return st;
   }
   auto out = std::make_shared<Outcome>();
-  Status st = put_async(key, value, [out](Status s, std::string_view, uint64_t) {
-    out->done = true;
-    out->status = s;
-  }, expire_at);
+  Status st = put_async(
+      key, value,
+      [out](Status s, std::string_view, uint64_t) {
+        out->done = true;
+        out->status = s;
+      },
+      expire_at);
   if (st != Status::kOk) return st;
   while (!out->done && in_flight() > 0) poll();
   return out->done ? out->status : Status::kError;
@@ -528,20 +536,25 @@ nlohmann::json Cluster::stats() const {
   for (size_t i = 0; i < members_.size(); ++i) {
     const Member& m = *members_[i];
     ServerCounters c = counters(i);
-    servers.push_back({{"address", m.spec.address},   {"name", m.spec.name},
-                       {"weight", m.spec.weight},     {"ring_points", points[i]},
-                       {"requests", c.requests},      {"failures", c.failures},
-                       {"ejections", c.ejections},    {"retries", c.retries},
-                       {"connects", c.connects},      {"connected", c.connected},
-                       {"ejected", c.ejected},        {"last_error", c.last_error}});
+    servers.push_back({{"address", m.spec.address},
+                       {"name", m.spec.name},
+                       {"weight", m.spec.weight},
+                       {"ring_points", points[i]},
+                       {"requests", c.requests},
+                       {"failures", c.failures},
+                       {"ejections", c.ejections},
+                       {"retries", c.retries},
+                       {"connects", c.connects},
+                       {"connected", c.connected},
+                       {"ejected", c.ejected},
+                       {"last_error", c.last_error}});
   }
-  return {{"servers", servers}, {"replicas", o_.replicas},
+  return {{"servers", servers},
+          {"replicas", o_.replicas},
           {"auto_eject_hosts", o_.auto_eject_hosts}};
 }
 
-const Client* Cluster::connected_client(size_t i) const {
-  return members_.at(i)->client.get();
-}
+const Client* Cluster::connected_client(size_t i) const { return members_.at(i)->client.get(); }
 
 Client* Cluster::client(size_t i, std::string* why) {
   housekeeping();

@@ -66,7 +66,7 @@ struct ClusterOptions {
 
 // A TOML cluster file (docs/cluster.md):
 //   servers = ["10.0.0.1:7000", "10.0.0.2:7000:2", "10.0.0.3:7000:1 cache-c"]
-//   protocol = "herd"            # and provider, secret, timeout_ms
+//   protocol = "<name>"          # and provider, secret, timeout_ms
 //   replicas = 2                 # and auto_eject_hosts, server_failure_limit, retry_timeout_ms
 // Throws std::runtime_error naming the file and what is wrong.
 ClusterOptions load_cluster_file(const std::string& path);
@@ -111,8 +111,8 @@ class Cluster {
   Status put_async(std::string_view key, std::string_view value, Callback cb,
                    uint32_t expire_at = 0);
   Status del_async(std::string_view key, Callback cb);
-  size_t poll();          // polls every connected server once; callbacks run
-  Status flush();         // waits for everything in flight on every server (each bounded)
+  size_t poll();   // polls every connected server once; callbacks run
+  Status flush();  // waits for everything in flight on every server (each bounded)
   size_t in_flight() const;
 
   // ---- placement
@@ -125,14 +125,14 @@ class Cluster {
 
   // ---- counters and the connection of one server (for tools and tests).
   struct ServerCounters {
-    uint64_t requests = 0;          // posted to it
-    uint64_t failures = 0;          // calls it failed (timeout, gone, could not connect)
-    uint64_t ejections = 0;         // times it was taken off the ring (or marked dead)
-    uint64_t retries = 0;           // times it was put back after retry_timeout_ms
-    uint64_t connects = 0;          // connections opened
+    uint64_t requests = 0;   // posted to it
+    uint64_t failures = 0;   // calls it failed (timeout, gone, could not connect)
+    uint64_t ejections = 0;  // times it was taken off the ring (or marked dead)
+    uint64_t retries = 0;    // times it was put back after retry_timeout_ms
+    uint64_t connects = 0;   // connections opened
     bool connected = false;
     bool ejected = false;
-    std::string last_error;         // why its last connection attempt or call failed
+    std::string last_error;  // why its last connection attempt or call failed
   };
   ServerCounters counters(size_t i) const;
   // {"servers": [{"address", "name", "weight", "requests", ...}], "replicas", "ring_points"}.
@@ -150,7 +150,7 @@ class Cluster {
   struct Fan;
   using Clock = std::chrono::steady_clock;
 
-  void housekeeping();                       // drops dead clients, brings ejected ones back
+  void housekeeping();  // drops dead clients, brings ejected ones back
   void rebuild_ring();
   Client* connect(size_t i, Status* st);
   void succeeded(size_t i);
@@ -166,7 +166,8 @@ class Cluster {
   std::vector<std::unique_ptr<Member>> members_;
   cluster::Ring ring_;
   Clock::time_point next_retry_ = Clock::time_point::max();
-  uint64_t call_ = 0;  // public calls so far (a server that failed to connect in one is not retried in it)
+  uint64_t call_ =
+      0;  // public calls so far (a server that failed to connect in one is not retried in it)
 };
 
 }  // namespace fabkv

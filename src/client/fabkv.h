@@ -40,17 +40,17 @@ typedef struct fabkv_client fabkv_client;
  * work. */
 typedef struct fabkv_options {
   const char* server;     /* control channel "HOST:PORT" of fabkv-server; NULL: "127.0.0.1:7000" */
-  const char* protocol;   /* access protocol, one of fabkv_protocols(); NULL: "herd" */
+  const char* protocol;   /* access protocol, one of fabkv_protocols(); NULL: the first of them */
   const char* provider;   /* "auto", "shm", "tcp", "verbs"; NULL: "auto" (must match the server) */
-  const char* transport;  /* requests by "write" or "send"; NULL: the protocol's (herd: the
-                             server's --transport) */
+  const char* transport;  /* requests by "write" or "send"; NULL: the protocol's (or, where it
+                             lets the server choose, the server's --transport) */
   const char* secret;     /* control-channel shared secret; NULL: none */
   int timeout_ms;         /* bound on every request; <= 0: 2000 */
   int connect_timeout_ms; /* bound on connecting; <= 0: timeout_ms if set, else 5000 */
   /* Added after 0.1 (new fields only ever go at the end, zero = default): */
-  const char* poll;       /* how blocking calls wait: "spin" or "adaptive"; NULL: "spin" */
-  int poll_spin_us;       /* adaptive: polling time before blocking; <= 0: 100 */
-  int poll_sleep_us;      /* adaptive without a wait object (shm): longest sleep; <= 0: 1000 */
+  const char* poll;  /* how blocking calls wait: "spin" or "adaptive"; NULL: "spin" */
+  int poll_spin_us;  /* adaptive: polling time before blocking; <= 0: 100 */
+  int poll_sleep_us; /* adaptive without a wait object (shm): longest sleep; <= 0: 1000 */
 } fabkv_options;
 
 /* Sets every field to its default (all zero/NULL). */
@@ -68,8 +68,7 @@ const char* fabkv_protocol_name(size_t i);
 
 /* Copies the value of key into buf (cap bytes) and its length into *vlen. A value longer
  * than cap gives FABKV_BUFFER_TOO_SMALL with *vlen = its length and nothing copied. */
-int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t cap,
-              size_t* vlen);
+int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t cap, size_t* vlen);
 int fabkv_put(fabkv_client* c, const void* key, size_t klen, const void* val, size_t vlen);
 int fabkv_del(fabkv_client* c, const void* key, size_t klen);
 /* A sequencer's next value into *value (a protocol without key-value data,
@@ -94,7 +93,7 @@ typedef struct fabkv_cluster_options {
   /* "HOST:PORT[:WEIGHT][ NAME],...": each server's control address, its weight (default 1)
    * and its ring name (default: "host:port", or "host" for port 11211). Required. */
   const char* servers;
-  const char* protocol;     /* NULL: "herd" (every server must serve it) */
+  const char* protocol;     /* NULL: fabkv_options' default (all must serve it) */
   const char* provider;     /* NULL: "auto" */
   const char* secret;       /* control-channel shared secret; NULL: none */
   int timeout_ms;           /* bound on every call to one server, connecting included; <= 0: 2000 */
@@ -124,8 +123,7 @@ fabkv_cluster* fabkv_cluster_open_file(const char* path, char* err, size_t errle
  * name than the list's (fabkv_cluster_server_error says both). */
 int fabkv_cluster_get(fabkv_cluster* c, const void* key, size_t klen, void* buf, size_t cap,
                       size_t* vlen);
-int fabkv_cluster_put(fabkv_cluster* c, const void* key, size_t klen, const void* val,
-                      size_t vlen);
+int fabkv_cluster_put(fabkv_cluster* c, const void* key, size_t klen, const void* val, size_t vlen);
 int fabkv_cluster_del(fabkv_cluster* c, const void* key, size_t klen);
 
 /* The number of servers in the list (0 for a NULL cluster). */

@@ -156,9 +156,9 @@ const char* fabkv_protocol_name(size_t i) {
   return i < all.size() ? all[i].name : nullptr;
 }
 
-int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t cap,
-              size_t* vlen) {
-  return c == nullptr ? FABKV_INVALID_ARGUMENT : get_into(*c->client, c->scratch, key, klen, buf, cap, vlen);
+int fabkv_get(fabkv_client* c, const void* key, size_t klen, void* buf, size_t cap, size_t* vlen) {
+  return c == nullptr ? FABKV_INVALID_ARGUMENT
+                      : get_into(*c->client, c->scratch, key, klen, buf, cap, vlen);
 }
 
 int fabkv_put(fabkv_client* c, const void* key, size_t klen, const void* val, size_t vlen) {

@@ -8,10 +8,10 @@
 #include "client/session.h"
 #include "proto/registry.h"
 
-#define FABKV_DECLARE_CLIENT(id, name, server, engine, summary)                           \
-  namespace fabkv::id {                                                                  \
-  std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost&,                  \
-                                                     const proto::ClientSettings&);      \
+#define FABKV_DECLARE_CLIENT(id, name, server, engine, summary)                     \
+  namespace fabkv::id {                                                             \
+  std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost&,            \
+                                                     const proto::ClientSettings&); \
   }
 FABKV_PROTOCOLS(FABKV_DECLARE_CLIENT)
 #undef FABKV_DECLARE_CLIENT

@@ -31,12 +31,11 @@ std::unique_ptr<Session> Session::connect(const ClientOptions& options,
     throw ClientError(Status::kError,
                       "fabkv: poll must be spin or adaptive, not '" + options.poll + "'");
   if (options.poll_spin_us < 0 || options.poll_sleep_us < 1)
-    throw ClientError(Status::kError,
-                      "fabkv: poll_spin_us must be >= 0 and poll_sleep_us >= 1");
+    throw ClientError(Status::kError, "fabkv: poll_spin_us must be >= 0 and poll_sleep_us >= 1");
   s->poll_.mode = *mode;
   s->poll_.spin_us = static_cast<uint32_t>(options.poll_spin_us);
-  s->poll_.sleep_us = static_cast<uint32_t>(
-      std::max<int>(options.poll_sleep_us, PollOptions::kFirstSleepUs));
+  s->poll_.sleep_us = static_cast<uint32_t>(std::max<int>(options.poll_sleep_us,
+                                                          PollOptions::kFirstSleepUs));
   if (s->poll_.mode == PollMode::kAdaptive) s->waiter_ = std::make_unique<fabric::Waiter>();
   std::string host;
   uint16_t port = 0;
@@ -98,8 +97,7 @@ void Session::handshake() {
   hello.provider = fabric_->provider_name();
   hello.fabric_address = ep_->name();
   hello.payload = json_bytes(payload);
-  ctl_.emplace(
-      control::ControlClient::connect(o_.server, hello, o_.connect_timeout_ms, o_.secret));
+  ctl_.emplace(control::ControlClient::connect(o_.server, hello, o_.connect_timeout_ms, o_.secret));
   const control::Welcome& w = ctl_->welcome();
   try {
     layout_ = nlohmann::json::parse(w.payload.begin(), w.payload.end());
@@ -207,8 +205,8 @@ void Session::idle(size_t ran, Deadline d) {
   } else {
     // shm has no wait object: the server's SEND waits in our queue and its WRITE lands in our
     // memory while we sleep; we look again after a bounded sleep.
-    woke = waiter_->wait({}, extra,
-                         std::min<std::chrono::microseconds>(left, std::chrono::microseconds(sleep_us_)));
+    woke = waiter_->wait(
+        {}, extra, std::min<std::chrono::microseconds>(left, std::chrono::microseconds(sleep_us_)));
     sleep_us_ = std::min(sleep_us_ * 2, poll_.sleep_us);
   }
   if (woke != fabric::Waiter::Woke::kTimeout) idle_rounds_ = 0;
@@ -266,7 +264,7 @@ nlohmann::json Session::stats() {
     throw;
   } catch (const control::ControlError& e) {
     throw ClientError(e.status() == control::Status::kTimeout ? Status::kTimeout
-                                                               : Status::kServerGone,
+                                                              : Status::kServerGone,
                       std::string("fabkv: stats: ") + e.what());
   } catch (const nlohmann::json::exception& e) {
     throw ClientError(Status::kMalformed, std::string("fabkv: stats reply: ") + e.what());

@@ -88,8 +88,9 @@ std::vector<std::string> items_of(const Knob& k, const toml::node& v) {
     case K::kTexts:
     case K::kInts: {
       const toml::array* a = v.as_array();
-      if (!a) throw std::invalid_argument(k.kind() == K::kInts ? "expected an array of integers"
-                                                               : "expected an array of strings");
+      if (!a)
+        throw std::invalid_argument(k.kind() == K::kInts ? "expected an array of integers"
+                                                         : "expected an array of strings");
       std::vector<std::string> items;
       for (const toml::node& e : *a) {
         if (k.kind() == K::kInts) {
@@ -195,11 +196,13 @@ void Knob::check() const {
   const std::string& name = flag_.empty() ? toml_name() : flag_;
   if (kind_ == Kind::kNumber || kind_ == Kind::kBytes) {
     const uint64_t v = number_();
-    auto show = [&](uint64_t n) { return kind_ == Kind::kBytes ? format_bytes(n) : std::to_string(n); };
+    auto show = [&](uint64_t n) {
+      return kind_ == Kind::kBytes ? format_bytes(n) : std::to_string(n);
+    };
     if (v < min_ || v > max_ || v % multiple_ != 0) {
       if (multiple_ > 1)
-        throw std::invalid_argument(
-            fmt::format("{} must be a multiple of {} in {}..{}", name, multiple_, show(min_), show(max_)));
+        throw std::invalid_argument(fmt::format("{} must be a multiple of {} in {}..{}", name,
+                                                multiple_, show(min_), show(max_)));
       if (max_ == UINT64_MAX)
         throw std::invalid_argument(fmt::format("{} must be at least {}", name, show(min_)));
       throw std::invalid_argument(fmt::format("{} must be {}..{}", name, show(min_), show(max_)));
@@ -208,7 +211,8 @@ void Knob::check() const {
   if (kind_ == Kind::kText && !allowed_.empty()) {
     const std::string v = text_();
     if (std::find(allowed_.begin(), allowed_.end(), v) == allowed_.end())
-      throw std::invalid_argument(fmt::format("{} must be {}, not '{}'", name, either(allowed_), v));
+      throw std::invalid_argument(fmt::format("{} must be {}, not '{}'", name, either(allowed_),
+                                              v));
   }
 }
 
@@ -305,16 +309,12 @@ void Knobs::add_to(CLI::App& app) {
     if (k.flag_.empty()) continue;
     CLI::Option* opt = nullptr;
     switch (k.kind_) {
-      case Knob::Kind::kFlag:
-        opt = app.add_flag(k.flag_, k.flag_on_, k.help_);
-        break;
+      case Knob::Kind::kFlag: opt = app.add_flag(k.flag_, k.flag_on_, k.help_); break;
       case Knob::Kind::kTexts:
       case Knob::Kind::kInts:
         opt = app.add_option(k.flag_, k.flag_items_, k.help_)->delimiter(',');
         break;
-      default:
-        opt = app.add_option(k.flag_, k.flag_text_, k.help_);
-        break;
+      default: opt = app.add_option(k.flag_, k.flag_text_, k.help_); break;
     }
     const std::string hint = k.value_hint();
     if (!hint.empty()) opt->type_name(hint);
@@ -360,7 +360,8 @@ void Knobs::load_toml(const std::string& path) {
   try {
     t = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    throw std::runtime_error(fmt::format("{}:{}: {}", path, e.source().begin.line, e.description()));
+    throw std::runtime_error(fmt::format("{}:{}: {}", path, e.source().begin.line,
+                                         e.description()));
   }
   auto at = [&](const toml::key& key, const toml::node& v) {
     const auto line = key.source().begin.line ? key.source().begin.line : v.source().begin.line;
@@ -401,8 +402,10 @@ void Knobs::load_toml(const std::string& path) {
     if (std::find(tables.begin(), tables.end(), name) != tables.end()) {
       const toml::table* sub = v.as_table();
       if (!sub)
-        throw std::runtime_error(fmt::format("{}: {} is a table: write [{}] and its settings ({}) "
-                                             "below it", at(key, v), name, name, join(keys_of(name), ", ")));
+        throw std::runtime_error(
+            fmt::format("{}: {} is a table: write [{}] and its settings ({}) "
+                        "below it",
+                        at(key, v), name, name, join(keys_of(name), ", ")));
       for (auto&& [key2, v2] : *sub) {
         Knob* k = find(name, key2.str());
         if (!k)
@@ -420,16 +423,17 @@ void Knobs::load_toml(const std::string& path) {
     // A key that used to be at the top level and now lives in a table.
     for (const auto& k : knobs_)
       if (!k->table_.empty() && (k->key_ == name || k->old_key_ == name))
-        throw std::runtime_error(fmt::format(
-            "{}: {} moved to [{}]{}: write it under a [{}] table", at(key, v), name, k->table_,
-            k->key_ == name ? "" : " as " + k->key_, k->table_));
+        throw std::runtime_error(fmt::format("{}: {} moved to [{}]{}: write it under a [{}] table",
+                                             at(key, v), name, k->table_,
+                                             k->key_ == name ? "" : " as " + k->key_, k->table_));
     std::string known = join(top, ", ");
     if (!tables.empty()) {
       std::vector<std::string> bracketed;
       for (const auto& tb : tables) bracketed.push_back("[" + tb + "]");
       known += "; tables " + join(bracketed, ", ");
     }
-    throw std::runtime_error(fmt::format("{}: unknown setting '{}' (known: {})", at(key, v), name, known));
+    throw std::runtime_error(fmt::format("{}: unknown setting '{}' (known: {})", at(key, v), name,
+                                         known));
   }
 }
 

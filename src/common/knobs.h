@@ -40,14 +40,14 @@ std::string format_bytes(uint64_t n);
 class Knob {
  public:
   enum class Kind : uint8_t {
-    kNumber,   // uint32_t: TOML integer, flag N
-    kBytes,    // size_t: TOML integer or "64M", flag 64M
-    kOnOff,    // bool: TOML boolean, flag on|off
-    kFlag,     // bool: TOML boolean, flag without a value (given = on)
-    kText,     // std::string (optionally one of a list)
-    kChoice,   // an enum, by the names of its values: TOML string, flag name
-    kTexts,    // std::vector<std::string>: TOML array of strings, flag a,b,c
-    kInts,     // std::vector<int>: TOML array of integers, flag 1,2,3
+    kNumber,  // uint32_t: TOML integer, flag N
+    kBytes,   // size_t: TOML integer or "64M", flag 64M
+    kOnOff,   // bool: TOML boolean, flag on|off
+    kFlag,    // bool: TOML boolean, flag without a value (given = on)
+    kText,    // std::string (optionally one of a list)
+    kChoice,  // an enum, by the names of its values: TOML string, flag name
+    kTexts,   // std::vector<std::string>: TOML array of strings, flag a,b,c
+    kInts,    // std::vector<int>: TOML array of integers, flag 1,2,3
   };
 
   // Range of a kNumber or kBytes knob; max = none when only a minimum applies.

@@ -26,20 +26,18 @@ std::vector<uint8_t> compute_proof(std::string_view secret, std::span<const uint
   EVP_MAC* hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
   EVP_MAC_CTX* ctx = hmac != nullptr ? EVP_MAC_CTX_new(hmac) : nullptr;
   char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-      OSSL_PARAM_construct_end()};
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
   std::vector<uint8_t> mac(kProofSize);
   size_t len = 0;
-  const bool ok =
-      ctx != nullptr &&
-      EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
-                   params) == 1 &&
-      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(kProofLabel.data()),
-                     kProofLabel.size()) == 1 &&
-      EVP_MAC_update(ctx, nonce.data(), nonce.size()) == 1 &&
-      EVP_MAC_update(ctx, hello_frame.data(), hello_frame.size()) == 1 &&
-      EVP_MAC_final(ctx, mac.data(), &len, mac.size()) == 1 && len == kProofSize;
+  const bool ok = ctx != nullptr &&
+                  EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(secret.data()),
+                               secret.size(), params) == 1 &&
+                  EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(kProofLabel.data()),
+                                 kProofLabel.size()) == 1 &&
+                  EVP_MAC_update(ctx, nonce.data(), nonce.size()) == 1 &&
+                  EVP_MAC_update(ctx, hello_frame.data(), hello_frame.size()) == 1 &&
+                  EVP_MAC_final(ctx, mac.data(), &len, mac.size()) == 1 && len == kProofSize;
   EVP_MAC_CTX_free(ctx);
   EVP_MAC_free(hmac);
   if (!ok) throw std::runtime_error("control: HMAC-SHA256 failed");

@@ -136,8 +136,7 @@ ControlClient ControlClient::handshake(const std::string& host_port,
       f = read_frame(fd.get(), deadline, "waiting for welcome", host_port);
     } catch (const ControlError& e) {
       if (send_error.empty()) throw;
-      throw ControlError(e.status(),
-                         std::string(e.what()) + " (send failed: " + send_error + ")");
+      throw ControlError(e.status(), std::string(e.what()) + " (send failed: " + send_error + ")");
     }
   }
   WelcomeParse wp = parse_welcome(f.bytes);
@@ -191,8 +190,6 @@ bool ControlClient::alive() const {
   return true;
 }
 
-void ControlClient::close() {
-  fd_.reset();
-}
+void ControlClient::close() { fd_.reset(); }
 
 }  // namespace fabkv::control

@@ -64,9 +64,8 @@ class ControlClient {
  private:
   ControlClient(detail::Fd fd, Welcome w, std::string peer)
       : fd_(std::move(fd)), welcome_(std::move(w)), peer_(std::move(peer)) {}
-  static ControlClient handshake(const std::string& host_port,
-                                 std::span<const uint8_t> first_bytes, int timeout_ms,
-                                 const std::string& secret);
+  static ControlClient handshake(const std::string& host_port, std::span<const uint8_t> first_bytes,
+                                 int timeout_ms, const std::string& secret);
 
   detail::Fd fd_;
   Welcome welcome_;

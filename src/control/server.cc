@@ -69,8 +69,7 @@ class ControlServer::Impl {
     opt_.host = detail::unbracket(opt_.host);
     listen_ = bind_listener();
     wake_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    if (!wake_.valid())
-      throw std::runtime_error("control: eventfd: " + detail::errno_text(errno));
+    if (!wake_.valid()) throw std::runtime_error("control: eventfd: " + detail::errno_text(errno));
     spdlog::info("control: listening on {} (handshake timeout {} ms, secret {})", address(),
                  opt_.handshake_timeout_ms, opt_.secret.empty() ? "none" : "required");
     thread_ = std::thread([this] { run(); });
@@ -102,8 +101,8 @@ class ControlServer::Impl {
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     addrinfo* res = nullptr;
     std::string service = std::to_string(opt_.port);
-    int rc = getaddrinfo(opt_.host.empty() ? nullptr : opt_.host.c_str(), service.c_str(),
-                         &hints, &res);
+    int rc = getaddrinfo(opt_.host.empty() ? nullptr : opt_.host.c_str(), service.c_str(), &hints,
+                         &res);
     if (rc != 0)
       throw std::runtime_error("control: cannot resolve listen address " + opt_.host + ": " +
                                gai_strerror(rc));
@@ -305,9 +304,8 @@ class ControlServer::Impl {
       const FrameHeader& h = hp.header;
       if (h.version != kProtocolVersion) {
         // Decided on the header alone: the body of another version has another layout.
-        std::string msg = "client speaks control protocol version " +
-                          std::to_string(h.version) + ", server speaks version " +
-                          std::to_string(kProtocolVersion);
+        std::string msg = "client speaks control protocol version " + std::to_string(h.version) +
+                          ", server speaks version " + std::to_string(kProtocolVersion);
         if (handshaking(c.phase)) count([](ControlServerStats& s) { ++s.rejected_version; });
         protocol_error(c, Status::kBadVersion, msg);
         return;
@@ -324,12 +322,9 @@ class ControlServer::Impl {
       size_t need = kFrameHeaderSize + h.body_length;
       if (c.in.size() < need) return;
       std::span<const uint8_t> frame = std::span(c.in).first(need);
-      if (c.phase == Phase::kHandshake)
-        handle_hello(c, frame);
-      else if (c.phase == Phase::kChallenged)
-        handle_proof(c, frame);
-      else
-        handle_request(c, frame.subspan(kFrameHeaderSize));
+      if (c.phase == Phase::kHandshake) handle_hello(c, frame);
+      else if (c.phase == Phase::kChallenged) handle_proof(c, frame);
+      else handle_request(c, frame.subspan(kFrameHeaderSize));
       // A rejected Hello moved the connection to kClosing, which already dropped the input.
       if (c.phase == Phase::kClosing || c.dead) return;
       c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(need));
@@ -339,13 +334,12 @@ class ControlServer::Impl {
   // A frame that cannot be processed: during the handshake the client gets a Welcome with
   // the status (what its connect() reads); afterwards an Error frame. Then close.
   void protocol_error(Connection& c, Status status, const std::string& msg) {
-    if (status == Status::kMalformed)
-      count([](ControlServerStats& s) { ++s.malformed; });
+    if (status == Status::kMalformed) count([](ControlServerStats& s) { ++s.malformed; });
     if (handshaking(c.phase)) {
       reject(c, status, msg);
     } else {
-      spdlog::warn("control: session {} ({}) protocol error, closing: {}", c.session_id,
-                   c.peer, msg);
+      spdlog::warn("control: session {} ({}) protocol error, closing: {}", c.session_id, c.peer,
+                   msg);
       start_closing(c, encode_error(status, msg));
     }
   }
@@ -353,8 +347,7 @@ class ControlServer::Impl {
   void handle_hello(Connection& c, std::span<const uint8_t> frame) {
     HelloParse p = parse_hello(frame);
     if (p.status != Status::kOk) {
-      if (p.status == Status::kMalformed)
-        count([](ControlServerStats& s) { ++s.malformed; });
+      if (p.status == Status::kMalformed) count([](ControlServerStats& s) { ++s.malformed; });
       else if (p.status == Status::kBadVersion)
         count([](ControlServerStats& s) { ++s.rejected_version; });
       reject(c, p.status, p.error);

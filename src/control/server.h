@@ -43,10 +43,10 @@ struct ControlServerStats {
   uint64_t closed = 0;            // established sessions that ended (on_close fired)
   uint64_t active = 0;            // established sessions open now
   // Added beyond the first API draft:
-  uint64_t rejected_busy = 0;     // kServerBusy (max_sessions reached)
+  uint64_t rejected_busy = 0;        // kServerBusy (max_sessions reached)
   uint64_t rejected_by_handler = 0;  // on_hello returned a non-kOk status
-  uint64_t requests = 0;          // request frames answered after the handshake
-  uint64_t handshaking = 0;       // connections still waiting for their Hello now
+  uint64_t requests = 0;             // request frames answered after the handshake
+  uint64_t handshaking = 0;          // connections still waiting for their Hello now
 };
 
 class ControlServer {
@@ -60,8 +60,7 @@ class ControlServer {
     std::function<Welcome(uint64_t session_id, const Hello&)> on_hello;
     // Optional: a framed request after the handshake; the returned bytes are the reply body.
     // Null (or a throw) answers with an Error frame (kRejected); the session stays open.
-    std::function<std::vector<uint8_t>(uint64_t session_id, std::span<const uint8_t>)>
-        on_request;
+    std::function<std::vector<uint8_t>(uint64_t session_id, std::span<const uint8_t>)> on_request;
     // Optional: a session that completed its handshake ended (EOF, reset, protocol error or
     // server stop). Called once per such session, on the control thread.
     std::function<void(uint64_t session_id)> on_close;
@@ -79,7 +78,7 @@ class ControlServer {
   // destructor or a later stop() from another thread joins.
   void stop();
   uint16_t port() const;
-  std::string address() const;  // "host:port" ("[v6]:port")
+  std::string address() const;       // "host:port" ("[v6]:port")
   ControlServerStats stats() const;  // thread-safe snapshot
 
   class Impl;

@@ -111,8 +111,7 @@ Fd connect_tcp(const std::string& host_in, uint16_t port, const Deadline& deadli
   }
   std::string last = "no address";
   for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                   ai->ai_protocol));
+    Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
     if (!fd.valid()) {
       last = "socket: " + errno_text(errno);
       continue;

@@ -58,8 +58,8 @@ struct IoResult {
 
 // Non-blocking connect to the first address of `host` that answers, within `deadline`.
 // Returns an invalid Fd and sets *error on failure (*timed_out when the deadline passed).
-Fd connect_tcp(const std::string& host, uint16_t port, const Deadline& deadline,
-               std::string* error, bool* timed_out);
+Fd connect_tcp(const std::string& host, uint16_t port, const Deadline& deadline, std::string* error,
+               bool* timed_out);
 // Loops until every byte is sent, the deadline passes or the socket fails.
 IoResult send_all(int fd, std::span<const uint8_t> data, const Deadline& deadline);
 // Loops until exactly out.size() bytes arrived; kClosed on EOF (even part-way).

@@ -60,9 +60,7 @@ class FrameWriter {
     u32(static_cast<uint32_t>(b.size()));
     out_.insert(out_.end(), b.begin(), b.end());
   }
-  void str(std::string_view s) {
-    bytes({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
-  }
+  void str(std::string_view s) { bytes({reinterpret_cast<const uint8_t*>(s.data()), s.size()}); }
   std::vector<uint8_t> finish() {
     uint32_t len = static_cast<uint32_t>(out_.size() - kFrameHeaderSize);
     for (int i = 0; i < 4; ++i) out_[8 + i] = static_cast<uint8_t>(len >> (8 * i));
@@ -264,8 +262,7 @@ std::string over(const char* field, size_t n, size_t max) {
 std::string check_limits(const Hello& h) {
   if (static_cast<uint16_t>(h.auth) > kMaxAuthMethod)
     return "auth method " + std::to_string(static_cast<uint16_t>(h.auth)) + " is unknown";
-  if (h.service.size() > kMaxServiceSize)
-    return over("service", h.service.size(), kMaxServiceSize);
+  if (h.service.size() > kMaxServiceSize) return over("service", h.service.size(), kMaxServiceSize);
   if (h.provider.size() > kMaxProviderSize)
     return over("provider", h.provider.size(), kMaxProviderSize);
   if (h.fabric_address.size() > kMaxAddressSize)
@@ -401,8 +398,8 @@ WelcomeParse parse_welcome(std::span<const uint8_t> frame) {
   w.provider = b.str("provider", kMaxProviderSize);
   uint32_t naddr = b.u32("address_count");
   if (b.ok() && naddr > kMaxAddresses)
-    b.fail("address_count", std::to_string(naddr) + " exceeds the limit of " +
-                                std::to_string(kMaxAddresses));
+    b.fail("address_count",
+           std::to_string(naddr) + " exceeds the limit of " + std::to_string(kMaxAddresses));
   for (uint32_t i = 0; b.ok() && i < naddr; ++i)
     w.fabric_addresses.push_back(b.byte_vec("fabric_address", kMaxAddressSize));
   uint32_t nreg = b.u32("region_count");
@@ -447,8 +444,8 @@ ChallengeParse parse_challenge(std::span<const uint8_t> frame) {
   if (b.ok() && reserved != 0) b.fail("reserved", "must be zero");
   std::span<const uint8_t> nonce = b.bytes("nonce", kNonceSize);
   if (b.ok() && nonce.size() != kNonceSize)
-    b.fail("nonce", "has " + std::to_string(nonce.size()) + " bytes, not " +
-                        std::to_string(kNonceSize));
+    b.fail("nonce",
+           "has " + std::to_string(nonce.size()) + " bytes, not " + std::to_string(kNonceSize));
   b.expect_end();
   if (!b.ok()) {
     r.status = Status::kMalformed;
@@ -472,8 +469,8 @@ ProofParse parse_proof(std::span<const uint8_t> frame) {
   BodyReader b(frame.subspan(kFrameHeaderSize));
   std::span<const uint8_t> mac = b.bytes("mac", kProofSize);
   if (b.ok() && mac.size() != kProofSize)
-    b.fail("mac", "has " + std::to_string(mac.size()) + " bytes, not " +
-                      std::to_string(kProofSize));
+    b.fail("mac",
+           "has " + std::to_string(mac.size()) + " bytes, not " + std::to_string(kProofSize));
   b.expect_end();
   if (!b.ok()) {
     r.status = Status::kMalformed;

@@ -49,23 +49,23 @@ inline constexpr size_t kMaxFrameSize = 1 << 20;
 // Per-field limits. The parser rejects (kMalformed) anything above them, so a peer cannot make
 // the other side allocate more than the frame it actually sent.
 inline constexpr size_t kMaxServiceSize = 64;
-inline constexpr size_t kMaxProviderSize = 128;   // "verbs;ofi_rxm" etc.
-inline constexpr size_t kMaxAddressSize = 4096;   // fi_getname output; verbs/tcp are < 100 B
-inline constexpr size_t kMaxAddresses = 64;       // server endpoints (one per worker)
+inline constexpr size_t kMaxProviderSize = 128;  // "verbs;ofi_rxm" etc.
+inline constexpr size_t kMaxAddressSize = 4096;  // fi_getname output; verbs/tcp are < 100 B
+inline constexpr size_t kMaxAddresses = 64;      // server endpoints (one per worker)
 inline constexpr size_t kMaxRegions = 256;
 inline constexpr size_t kMaxRegionNameSize = 64;
-inline constexpr size_t kMaxMessageSize = 1024;   // Welcome/Error human-readable reason
+inline constexpr size_t kMaxMessageSize = 1024;           // Welcome/Error human-readable reason
 inline constexpr size_t kMaxPayloadSize = kMaxFrameSize;  // bounded by the frame anyway
 // The Challenge's nonce and the Proof's MAC (HMAC-SHA256): exactly these sizes.
 inline constexpr size_t kNonceSize = 32;
 inline constexpr size_t kProofSize = 32;
 
 enum class FrameType : uint16_t {
-  kHello = 1,    // client -> server, first frame
-  kWelcome = 2,  // server -> client, answer to Hello (also sent alone to reject)
-  kRequest = 3,  // client -> server after the handshake, opaque body
-  kReply = 4,    // server -> client, answer to a Request, opaque body
-  kError = 5,    // server -> client after the handshake: {status u16, reserved u16, message}
+  kHello = 1,      // client -> server, first frame
+  kWelcome = 2,    // server -> client, answer to Hello (also sent alone to reject)
+  kRequest = 3,    // client -> server after the handshake, opaque body
+  kReply = 4,      // server -> client, answer to a Request, opaque body
+  kError = 5,      // server -> client after the handshake: {status u16, reserved u16, message}
   kChallenge = 6,  // server -> client, answer to a Hello with auth (v2): {method, nonce}
   kProof = 7,      // client -> server, answer to a Challenge (v2): {mac}
 };
@@ -103,9 +103,9 @@ inline constexpr uint32_t kRegionAccessMask = kRemoteRead | kRemoteWrite | kRemo
 
 // Wire (inside a Welcome): name str, addr u64, length u64, key u64, access u32 = 28 + name.
 struct RegionDescriptor {
-  std::string name;     // e.g. "perf.target"
-  uint64_t addr = 0;    // what a peer passes to fi_read/fi_write: a virtual address or an
-                        // offset (provider dependent; the fabric layer fills it)
+  std::string name;   // e.g. "perf.target"
+  uint64_t addr = 0;  // what a peer passes to fi_read/fi_write: a virtual address or an
+                      // offset (provider dependent; the fabric layer fills it)
   uint64_t length = 0;
   uint64_t key = 0;
   uint32_t access = 0;  // RegionAccess bits
@@ -125,11 +125,11 @@ inline constexpr uint16_t kMaxAuthMethod = static_cast<uint16_t>(AuthMethod::kHm
 // `version` travels in the frame header.
 struct Hello {
   uint16_t version = kProtocolVersion;
-  AuthMethod auth = AuthMethod::kNone;   // kHmacSha256: the client has a secret to prove
-  std::string service;                   // the server asked: "fabkv", "perf" (fabkv-perf)
-  std::string provider;                  // client's libfabric provider, e.g. "tcp;ofi_rxm"
-  std::vector<uint8_t> fabric_address;   // client's endpoint name (may be empty)
-  std::vector<uint8_t> payload;          // service-specific opaque bytes
+  AuthMethod auth = AuthMethod::kNone;  // kHmacSha256: the client has a secret to prove
+  std::string service;                  // the server asked: "fabkv", "perf" (fabkv-perf)
+  std::string provider;                 // client's libfabric provider, e.g. "tcp;ofi_rxm"
+  std::vector<uint8_t> fabric_address;  // client's endpoint name (may be empty)
+  std::vector<uint8_t> payload;         // service-specific opaque bytes
   bool operator==(const Hello&) const = default;
 };
 
@@ -139,12 +139,12 @@ struct Hello {
 //   payload bytes
 struct Welcome {
   Status status = Status::kOk;
-  std::string message;                                 // reason when status != kOk
+  std::string message;  // reason when status != kOk
   uint64_t session_id = 0;
   std::string provider;
   std::vector<std::vector<uint8_t>> fabric_addresses;  // server endpoint names
   std::vector<RegionDescriptor> regions;
-  std::vector<uint8_t> payload;                        // the service's (fabkv: proto/handshake.h)
+  std::vector<uint8_t> payload;  // the service's (fabkv: proto/handshake.h)
   bool operator==(const Welcome&) const = default;
 };
 
@@ -228,7 +228,7 @@ struct ProofParse {
 ProofParse parse_proof(std::span<const uint8_t> frame);
 
 struct ErrorParse {
-  Status status;       // kOk if the frame parsed; then `reported` is what the server said
+  Status status;  // kOk if the frame parsed; then `reported` is what the server said
   std::string error;
   Status reported = Status::kOk;
   std::string message;

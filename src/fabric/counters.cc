@@ -16,7 +16,8 @@ const char* to_string(Verb v) {
 }
 
 #define FABKV_VERB_FIELDS(X) \
-  X(posted) X(bytes) X(signaled) X(inlined) X(with_imm) X(completed) X(errors) X(inbound) X(inbound_bytes)
+  X(posted)                  \
+  X(bytes) X(signaled) X(inlined) X(with_imm) X(completed) X(errors) X(inbound) X(inbound_bytes)
 
 VerbStats& VerbStats::operator+=(const VerbStats& o) {
 #define X(f) f += o.f;

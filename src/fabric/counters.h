@@ -75,8 +75,8 @@ class VerbCounters {
 
  private:
   struct Cell {
-    std::atomic<uint64_t> posted{0}, bytes{0}, signaled{0}, inlined{0}, with_imm{0},
-        completed{0}, errors{0}, inbound{0}, inbound_bytes{0};
+    std::atomic<uint64_t> posted{0}, bytes{0}, signaled{0}, inlined{0}, with_imm{0}, completed{0},
+        errors{0}, inbound{0}, inbound_bytes{0};
   };
   static void bump(std::atomic<uint64_t>& a, uint64_t n) {
     a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);

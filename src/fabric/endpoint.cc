@@ -108,8 +108,7 @@ void Endpoint::open_common(fi_info* base) {
     fi_cntr_attr cntr_attr{};
     cntr_attr.events = FI_CNTR_EVENTS_COMP;
     cntr_attr.wait_obj = FI_WAIT_NONE;
-    check(fi_cntr_open(fabric_.domain(), &cntr_attr, &write_cntr_, nullptr),
-          "fi_cntr_open(write)");
+    check(fi_cntr_open(fabric_.domain(), &cntr_attr, &write_cntr_, nullptr), "fi_cntr_open(write)");
     check(fi_ep_bind(ep_, &write_cntr_->fid, FI_WRITE), "fi_ep_bind(cntr, FI_WRITE)");
   }
   // Selective completion applies to transmits only: every receive must complete. (Binding
@@ -129,9 +128,7 @@ Endpoint::~Endpoint() {
   if (eq_ != nullptr) fi_close(&eq_->fid);
 }
 
-uint64_t Endpoint::remote_ops() {
-  return remote_cntr_ != nullptr ? fi_cntr_read(remote_cntr_) : 0;
-}
+uint64_t Endpoint::remote_ops() { return remote_cntr_ != nullptr ? fi_cntr_read(remote_cntr_) : 0; }
 
 std::vector<uint8_t> Endpoint::name() const {
   std::vector<uint8_t> out(256);
@@ -181,15 +178,15 @@ std::string peer_name_problem(const Fabric& fabric, std::span<const uint8_t> own
                            kMaxStringName, peer.size());
       for (char ch : s)
         if (ch < 0x21 || ch > 0x7e)
-          return fmt::format("a {} address is a printable string; this one ({} bytes) holds "
-                             "byte 0x{:02x}",
-                             prov, peer.size(), static_cast<uint8_t>(ch));
+          return fmt::format(
+              "a {} address is a printable string; this one ({} bytes) holds "
+              "byte 0x{:02x}",
+              prov, peer.size(), static_cast<uint8_t>(ch));
       std::string_view mine(reinterpret_cast<const char*>(own.data()), own.size());
       if (size_t scheme = mine.find("://"); scheme != std::string_view::npos) {
         std::string_view prefix = mine.substr(0, scheme + 3);
         if (!s.starts_with(prefix))
-          return fmt::format("a {} address starts with \"{}\"; this one does not", prov,
-                             prefix);
+          return fmt::format("a {} address starts with \"{}\"; this one does not", prov, prefix);
       }
       return {};
     }

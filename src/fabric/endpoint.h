@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/deadline.h"
@@ -33,7 +33,7 @@ namespace fabkv::fabric {
 inline constexpr long kAgain = -11;
 inline constexpr long kInvalid = -22;
 
-using PeerAddr = uint64_t;                       // an fi_addr_t
+using PeerAddr = uint64_t;                         // an fi_addr_t
 inline constexpr PeerAddr kNoPeer = ~uint64_t{0};  // FI_ADDR_UNSPEC: connected (msg) endpoints
 
 // The context of every posted operation. libfabric providers with FI_CONTEXT/FI_CONTEXT2 mode
@@ -49,9 +49,9 @@ struct OpContext {
 
 // Per-operation knobs the papers vary (Guidelines sec. 3; HERD sec. 3.2).
 struct PostOptions {
-  bool signaled = true;   // ask for a completion (matters with selective_completion)
-  bool inlined = false;   // payload copied at post time (fi_inject*, FI_INJECT); <= inject_size
-  bool more = false;      // FI_MORE: more posts follow, ring the doorbell later (doorbell batching)
+  bool signaled = true;  // ask for a completion (matters with selective_completion)
+  bool inlined = false;  // payload copied at post time (fi_inject*, FI_INJECT); <= inject_size
+  bool more = false;     // FI_MORE: more posts follow, ring the doorbell later (doorbell batching)
   bool delivery_complete = false;  // FI_DELIVERY_COMPLETE: complete when visible at the target
 };
 
@@ -185,8 +185,8 @@ class Endpoint {
   fid_ep* ep_ = nullptr;
   fid_cq* cq_ = nullptr;
   fid_av* av_ = nullptr;
-  std::vector<uint8_t> own_name_;  // name(), kept by insert_peer to check peers against
-  fid_eq* eq_ = nullptr;  // msg only: connection events
+  std::vector<uint8_t> own_name_;    // name(), kept by insert_peer to check peers against
+  fid_eq* eq_ = nullptr;             // msg only: connection events
   fid_cntr* remote_cntr_ = nullptr;  // waitable: inbound READs/WRITEs, where counted
   fid_cntr* write_cntr_ = nullptr;   // ofi_rxm: keeps its inlined WRITEs off a crashing path
   int wait_fd_ = -1;                 // waitable: the CQ's FI_GETWAIT descriptor

@@ -71,8 +71,8 @@ long Endpoint::post_rma(Verb verb, LocalBuffer buf, PeerAddr peer, uint64_t radd
   return verb == Verb::kRead ? fi_readmsg(ep_, &msg, flags) : fi_writemsg(ep_, &msg, flags);
 }
 
-long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rkey,
-                    OpContext* ctx, PostOptions o) {
+long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rkey, OpContext* ctx,
+                    PostOptions o) {
   o.inlined = false;  // nothing to inline in a READ
   long ret = post_rma(Verb::kRead, dst, peer, raddr, rkey, ctx, o, nullptr);
   if (ret == 0) count_post(Verb::kRead, dst.len, o, false);
@@ -80,8 +80,8 @@ long Endpoint::read(LocalBuffer dst, PeerAddr peer, uint64_t raddr, uint64_t rke
   return ret;
 }
 
-long Endpoint::write(LocalBuffer src, PeerAddr peer, uint64_t raddr, uint64_t rkey,
-                     OpContext* ctx, PostOptions o) {
+long Endpoint::write(LocalBuffer src, PeerAddr peer, uint64_t raddr, uint64_t rkey, OpContext* ctx,
+                     PostOptions o) {
   long ret = use_inject_call(o) && src.len <= inject_size_
                  ? fi_inject_write(ep_, src.addr, src.len, peer, raddr, rkey)
                  : post_rma(Verb::kWrite, src, peer, raddr, rkey, ctx, o, nullptr);
@@ -118,9 +118,8 @@ long Endpoint::post_msg(LocalBuffer buf, PeerAddr peer, OpContext* ctx, const Po
 
 long Endpoint::send(LocalBuffer src, PeerAddr peer, OpContext* ctx, PostOptions o) {
   if (src.len > fabric_.max_msg_size()) return too_big(counters_);
-  long ret = use_inject_call(o) && src.len <= inject_size_
-                 ? fi_inject(ep_, src.addr, src.len, peer)
-                 : post_msg(src, peer, ctx, o, nullptr);
+  long ret = use_inject_call(o) && src.len <= inject_size_ ? fi_inject(ep_, src.addr, src.len, peer)
+                                                           : post_msg(src, peer, ctx, o, nullptr);
   if (ret == 0) count_post(Verb::kSend, src.len, o, false);
   else if (ret != -FI_EAGAIN) counters_.on_error(Verb::kSend);
   return ret;

@@ -7,9 +7,7 @@
 
 namespace fabkv::fabric {
 
-std::string error_text(long code) {
-  return fi_strerror(static_cast<int>(code < 0 ? -code : code));
-}
+std::string error_text(long code) { return fi_strerror(static_cast<int>(code < 0 ? -code : code)); }
 
 FabricError::FabricError(const std::string& op, long code)
     : std::runtime_error(fmt::format("{} failed: {} ({})", op, error_text(code), code)),

@@ -41,7 +41,8 @@ fi_ep_type to_fi(EndpointType t) {
   return FI_EP_UNSPEC;
 }
 
-fi_info* make_hints(const std::string& provider, EndpointType type, bool atomics, bool thread_safe) {
+fi_info* make_hints(const std::string& provider, EndpointType type, bool atomics,
+                    bool thread_safe) {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) throw std::bad_alloc();
   hints->ep_attr->type = to_fi(type);
@@ -86,8 +87,9 @@ std::unique_ptr<Fabric> Fabric::open(const FabricOptions& o) {
       spdlog::info("fabric: removed {} shm region(s) a killed process with our pid left", n);
   }
   if (provider == "shm" && o.type != EndpointType::kRdm)
-    throw FabricError("fi_getinfo", fmt::format("the shm provider offers only rdm endpoints, not {}",
-                                                to_string(o.type)));
+    throw FabricError("fi_getinfo",
+                      fmt::format("the shm provider offers only rdm endpoints, not {}",
+                                  to_string(o.type)));
 
   // shm names its endpoints after the node string it is given ("<node>:<uid>:<index>"), so an
   // IP address there makes two processes' endpoints collide: shm never gets one and picks
@@ -190,10 +192,11 @@ std::string Fabric::describe() const {
   add(FI_MR_VIRT_ADDR, "virt_addr");
   add(FI_MR_ALLOCATED, "allocated");
   add(FI_MR_PROV_KEY, "prov_key");
-  return fmt::format("ep={} domain={} mr_mode={} inject={} cq_data={} progress={} rma={} atomics={}",
-                     to_string(type_), info_->domain_attr->name, mr.empty() ? "none" : mr,
-                     inject_size(), cq_data_size(), manual_progress() ? "manual" : "auto",
-                     has_rma() ? "yes" : "no", has_atomics() ? "yes" : "no");
+  return fmt::format(
+      "ep={} domain={} mr_mode={} inject={} cq_data={} progress={} rma={} atomics={}",
+      to_string(type_), info_->domain_attr->name, mr.empty() ? "none" : mr, inject_size(),
+      cq_data_size(), manual_progress() ? "manual" : "auto", has_rma() ? "yes" : "no",
+      has_atomics() ? "yes" : "no");
 }
 
 }  // namespace fabkv::fabric

@@ -24,12 +24,12 @@ EndpointType endpoint_type_from_string(const std::string& s);  // "msg"|"rdm"|"d
 struct FabricOptions {
   std::string provider = "auto";  // auto|shm|tcp|verbs|udp
   EndpointType type = EndpointType::kRdm;
-  std::string peer_host;   // for auto: where the peer lives ("" = this host)
-  std::string bind_host;   // tcp/verbs/udp: local address to bind ("" = provider default)
-  std::string bind_port;   // MSG listeners: a fixed port ("" = ephemeral)
-  bool atomics = true;     // ask for FI_ATOMIC (dropped automatically for DGRAM)
+  std::string peer_host;     // for auto: where the peer lives ("" = this host)
+  std::string bind_host;     // tcp/verbs/udp: local address to bind ("" = provider default)
+  std::string bind_port;     // MSG listeners: a fixed port ("" = ephemeral)
+  bool atomics = true;       // ask for FI_ATOMIC (dropped automatically for DGRAM)
   bool thread_safe = false;  // FI_THREAD_SAFE instead of FI_THREAD_DOMAIN (one thread per domain)
-  bool quiet = false;      // do not log the provider choice
+  bool quiet = false;        // do not log the provider choice
 };
 
 class Fabric {
@@ -40,16 +40,16 @@ class Fabric {
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
 
-  const std::string& provider_name() const { return provider_name_; }  // e.g. "tcp;ofi_rxm"
+  const std::string& provider_name() const { return provider_name_; }   // e.g. "tcp;ofi_rxm"
   const std::string& requested_provider() const { return requested_; }  // e.g. "tcp"
   const std::string& choice_reason() const { return reason_; }
   EndpointType type() const { return type_; }
 
   // Provider attributes.
   uint64_t mr_mode() const;
-  bool virt_addr() const;      // FI_MR_VIRT_ADDR: remote addresses are virtual addresses
-  bool prov_key() const;       // FI_MR_PROV_KEY: the provider picks MR keys
-  bool local_mr() const;       // FI_MR_LOCAL: local buffers need a descriptor
+  bool virt_addr() const;  // FI_MR_VIRT_ADDR: remote addresses are virtual addresses
+  bool prov_key() const;   // FI_MR_PROV_KEY: the provider picks MR keys
+  bool local_mr() const;   // FI_MR_LOCAL: local buffers need a descriptor
   size_t inject_size() const;
   size_t cq_data_size() const;
   size_t max_msg_size() const;

@@ -60,7 +60,7 @@ class Waiter {
 
  private:
   int event_fd_ = -1;
-  std::vector<fid*> fids_;       // reused: no allocation per wait
+  std::vector<fid*> fids_;  // reused: no allocation per wait
   std::vector<::pollfd> pfds_;
 };
 

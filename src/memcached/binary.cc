@@ -8,9 +8,7 @@ namespace fabkv::memcached::binary {
 
 namespace {
 
-uint16_t be16(const char* p) {
-  return static_cast<uint16_t>((uint8_t(p[0]) << 8) | uint8_t(p[1]));
-}
+uint16_t be16(const char* p) { return static_cast<uint16_t>((uint8_t(p[0]) << 8) | uint8_t(p[1])); }
 uint32_t be32(const char* p) {
   return (uint32_t{uint8_t(p[0])} << 24) | (uint32_t{uint8_t(p[1])} << 16) |
          (uint32_t{uint8_t(p[2])} << 8) | uint8_t(p[3]);
@@ -27,11 +25,17 @@ void put32(std::string* s, uint32_t v) {
 
 bool storage(uint8_t op) {
   switch (op) {
-    case kSet: case kAdd: case kReplace: case kAppend: case kPrepend:
-    case kSetQ: case kAddQ: case kReplaceQ: case kAppendQ: case kPrependQ:
-      return true;
-    default:
-      return false;
+    case kSet:
+    case kAdd:
+    case kReplace:
+    case kAppend:
+    case kPrepend:
+    case kSetQ:
+    case kAddQ:
+    case kReplaceQ:
+    case kAppendQ:
+    case kPrependQ: return true;
+    default: return false;
   }
 }
 
@@ -39,25 +43,60 @@ bool storage(uint8_t op) {
 
 bool known(uint8_t op) {
   switch (op) {
-    case kGet: case kSet: case kAdd: case kReplace: case kDelete: case kIncrement:
-    case kDecrement: case kQuit: case kFlush: case kGetQ: case kNoop: case kVersion: case kGetK:
-    case kGetKQ: case kAppend: case kPrepend: case kStat: case kSetQ: case kAddQ: case kReplaceQ:
-    case kDeleteQ: case kIncrementQ: case kDecrementQ: case kQuitQ: case kFlushQ: case kAppendQ:
-    case kPrependQ: case kVerbosity: case kTouch: case kGat: case kGatQ: case kGatK: case kGatKQ:
-      return true;
-    default:
-      return false;
+    case kGet:
+    case kSet:
+    case kAdd:
+    case kReplace:
+    case kDelete:
+    case kIncrement:
+    case kDecrement:
+    case kQuit:
+    case kFlush:
+    case kGetQ:
+    case kNoop:
+    case kVersion:
+    case kGetK:
+    case kGetKQ:
+    case kAppend:
+    case kPrepend:
+    case kStat:
+    case kSetQ:
+    case kAddQ:
+    case kReplaceQ:
+    case kDeleteQ:
+    case kIncrementQ:
+    case kDecrementQ:
+    case kQuitQ:
+    case kFlushQ:
+    case kAppendQ:
+    case kPrependQ:
+    case kVerbosity:
+    case kTouch:
+    case kGat:
+    case kGatQ:
+    case kGatK:
+    case kGatKQ: return true;
+    default: return false;
   }
 }
 
 bool quiet(uint8_t op) {
   switch (op) {
-    case kGetQ: case kGetKQ: case kSetQ: case kAddQ: case kReplaceQ: case kDeleteQ:
-    case kIncrementQ: case kDecrementQ: case kQuitQ: case kFlushQ: case kAppendQ: case kPrependQ:
-    case kGatQ: case kGatKQ:
-      return true;
-    default:
-      return false;
+    case kGetQ:
+    case kGetKQ:
+    case kSetQ:
+    case kAddQ:
+    case kReplaceQ:
+    case kDeleteQ:
+    case kIncrementQ:
+    case kDecrementQ:
+    case kQuitQ:
+    case kFlushQ:
+    case kAppendQ:
+    case kPrependQ:
+    case kGatQ:
+    case kGatKQ: return true;
+    default: return false;
   }
 }
 
@@ -97,35 +136,53 @@ bool to_request(const Packet& pk, uint32_t now, Request* req) {
   const bool bare = h.extlen == 0 && !pk.key.empty() && pk.value.empty();
   auto expiry = [now](uint32_t raw) { return to_expire_at(static_cast<int32_t>(raw), now); };
   switch (h.opcode) {
-    case kGet: case kGetQ: case kGetK: case kGetKQ:
+    case kGet:
+    case kGetQ:
+    case kGetK:
+    case kGetKQ:
       req->kind = Kind::kGet;
       req->cas = 0;
       return bare;
-    case kGat: case kGatQ: case kGatK: case kGatKQ: case kTouch:
+    case kGat:
+    case kGatQ:
+    case kGatK:
+    case kGatKQ:
+    case kTouch:
       if (h.extlen != 4 || pk.key.empty() || !pk.value.empty()) return false;
       req->kind = Kind::kGat;  // TOUCH too: answered with the flags, like GAT
       req->cas = 0;
       req->expire_at = expiry(be32(pk.extras.data()));
       return true;
-    case kSet: case kSetQ: case kAdd: case kAddQ: case kReplace: case kReplaceQ:
+    case kSet:
+    case kSetQ:
+    case kAdd:
+    case kAddQ:
+    case kReplace:
+    case kReplaceQ:
       if (h.extlen != 8 || pk.key.empty()) return false;
       req->flags = be32(pk.extras.data());
       req->expire_at = expiry(be32(pk.extras.data() + 4));
       req->value = pk.value;
-      req->kind = (h.opcode == kSet || h.opcode == kSetQ) ? (h.cas ? Kind::kCas : Kind::kSet)
-                  : (h.opcode == kAdd || h.opcode == kAddQ) ? Kind::kAdd : Kind::kReplace;
+      req->kind = (h.opcode == kSet || h.opcode == kSetQ)   ? (h.cas ? Kind::kCas : Kind::kSet)
+                  : (h.opcode == kAdd || h.opcode == kAddQ) ? Kind::kAdd
+                                                            : Kind::kReplace;
       if (req->kind == Kind::kAdd && h.cas != 0) return false;
       if (req->kind == Kind::kReplace && h.cas != 0) req->kind = Kind::kCas;
       return true;
-    case kAppend: case kAppendQ: case kPrepend: case kPrependQ:
+    case kAppend:
+    case kAppendQ:
+    case kPrepend:
+    case kPrependQ:
       if (h.extlen != 0 || pk.key.empty()) return false;
       req->kind = (h.opcode == kAppend || h.opcode == kAppendQ) ? Kind::kAppend : Kind::kPrepend;
       req->value = pk.value;
       return true;
-    case kDelete: case kDeleteQ:
-      req->kind = Kind::kDelete;
-      return bare;
-    case kIncrement: case kIncrementQ: case kDecrement: case kDecrementQ: {
+    case kDelete:
+    case kDeleteQ: req->kind = Kind::kDelete; return bare;
+    case kIncrement:
+    case kIncrementQ:
+    case kDecrement:
+    case kDecrementQ: {
       if (h.extlen != 20 || pk.key.empty() || !pk.value.empty()) return false;
       const bool incr = h.opcode == kIncrement || h.opcode == kIncrementQ;
       req->kind = incr ? Kind::kIncr : Kind::kDecr;
@@ -136,7 +193,8 @@ bool to_request(const Packet& pk, uint32_t now, Request* req) {
       req->expire_at = req->create ? expiry(exp) : 0;
       return true;
     }
-    case kFlush: case kFlushQ: {
+    case kFlush:
+    case kFlushQ: {
       if (h.extlen != 0 && h.extlen != 4) return false;
       req->kind = Kind::kFlush;
       req->key = {};
@@ -144,8 +202,7 @@ bool to_request(const Packet& pk, uint32_t now, Request* req) {
       req->expire_at = delay > 0 ? to_expire_at(delay, now) : 0;
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

@@ -46,8 +46,9 @@ Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::st
     case Kind::kDecr: s.count(r.outcome == Outcome::kNotFound ? kDecrMisses : kDecrHits); break;
     case Kind::kCas:
       s.count(kCmdSet);
-      s.count(r.outcome == Outcome::kStored  ? kCasHits
-              : r.outcome == Outcome::kExists ? kCasBadval : kCasMisses);
+      s.count(r.outcome == Outcome::kStored   ? kCasHits
+              : r.outcome == Outcome::kExists ? kCasBadval
+                                              : kCasMisses);
       break;
     case Kind::kFlush: s.count(kCmdFlush); break;
     default: s.count(kCmdSet); break;
@@ -72,28 +73,23 @@ bool Connections::text_command(Conn& c, std::string_view in, size_t* used) {
     case Verb::kMetaSet:
     case Verb::kMetaDelete:
     case Verb::kMetaArith:
-    case Verb::kMetaDebug:
-      return meta_command(c, c.cmd);
+    case Verb::kMetaDebug: return meta_command(c, c.cmd);
     case Verb::kFlushAll:
     case Verb::kStats:
     case Verb::kVersion:
     case Verb::kVerbosity:
     case Verb::kQuit:
     case Verb::kShutdown:
-    case Verb::kMetaNoop:
-      return text_other(c, c.cmd);
-    default:
-      return text_keyed(c, c.cmd);
+    case Verb::kMetaNoop: return text_other(c, c.cmd);
+    default: return text_keyed(c, c.cmd);
   }
 }
 
 // A line that is not a command to run: wait for more, answer an error, or close.
 bool Connections::text_unparsed(Conn& c, const ParseResult& pr) {
   switch (pr.status) {
-    case Parse::kNeedMore:
-      return false;
-    case Parse::kError:
-      return refuse(c, pr.reply);
+    case Parse::kNeedMore: return false;
+    case Parse::kError: return refuse(c, pr.reply);
     case Parse::kClose:
       refuse(c, pr.reply);
       c.closing = true;
@@ -113,8 +109,7 @@ bool Connections::text_unparsed(Conn& c, const ParseResult& pr) {
       }
       return true;
     }
-    case Parse::kCommand:
-      break;
+    case Parse::kCommand: break;
   }
   return true;
 }
@@ -127,7 +122,10 @@ bool Connections::text_keyed(Conn& c, const TextCommand& cmd) {
   call.noreply = cmd.noreply;
   call.req.key = cmd.key();
   switch (cmd.verb) {
-    case Verb::kGet: case Verb::kGets: case Verb::kGat: case Verb::kGats: {
+    case Verb::kGet:
+    case Verb::kGets:
+    case Verb::kGat:
+    case Verb::kGats: {
       const bool gat = cmd.verb == Verb::kGat || cmd.verb == Verb::kGats;
       call.req.kind = gat ? Kind::kGat : Kind::kGet;
       call.req.expire_at = gat ? to_expire_at(cmd.exptime, now) : 0;
@@ -138,13 +136,18 @@ bool Connections::text_keyed(Conn& c, const TextCommand& cmd) {
       emit(c, "END\r\n");
       return true;
     }
-    case Verb::kSet: case Verb::kAdd: case Verb::kReplace: case Verb::kAppend:
-    case Verb::kPrepend: case Verb::kCas:
-      call.req.kind = cmd.verb == Verb::kSet ? Kind::kSet
-                      : cmd.verb == Verb::kAdd ? Kind::kAdd
+    case Verb::kSet:
+    case Verb::kAdd:
+    case Verb::kReplace:
+    case Verb::kAppend:
+    case Verb::kPrepend:
+    case Verb::kCas:
+      call.req.kind = cmd.verb == Verb::kSet       ? Kind::kSet
+                      : cmd.verb == Verb::kAdd     ? Kind::kAdd
                       : cmd.verb == Verb::kReplace ? Kind::kReplace
-                      : cmd.verb == Verb::kAppend ? Kind::kAppend
-                      : cmd.verb == Verb::kPrepend ? Kind::kPrepend : Kind::kCas;
+                      : cmd.verb == Verb::kAppend  ? Kind::kAppend
+                      : cmd.verb == Verb::kPrepend ? Kind::kPrepend
+                                                   : Kind::kCas;
       call.req.value = cmd.data;
       call.req.flags = cmd.flags;
       call.req.expire_at = to_expire_at(cmd.exptime, now);
@@ -155,10 +158,9 @@ bool Connections::text_keyed(Conn& c, const TextCommand& cmd) {
         call.req.cas = UINT64_MAX;
       }
       break;
-    case Verb::kDelete:
-      call.req.kind = Kind::kDelete;
-      break;
-    case Verb::kIncr: case Verb::kDecr:
+    case Verb::kDelete: call.req.kind = Kind::kDelete; break;
+    case Verb::kIncr:
+    case Verb::kDecr:
       call.req.kind = cmd.verb == Verb::kIncr ? Kind::kIncr : Kind::kDecr;
       call.req.delta = cmd.delta;
       break;
@@ -166,8 +168,7 @@ bool Connections::text_keyed(Conn& c, const TextCommand& cmd) {
       call.req.kind = Kind::kTouch;
       call.req.expire_at = to_expire_at(cmd.exptime, now);
       break;
-    default:
-      return refuse(c, "ERROR\r\n");
+    default: return refuse(c, "ERROR\r\n");
   }
   submit(c, call);
   return true;
@@ -189,25 +190,15 @@ bool Connections::text_other(Conn& c, const TextCommand& cmd) {
       if (!cmd.noreply) emit(c, "OK\r\n");
       return true;
     }
-    case Verb::kStats:
-      stats_text(c, cmd.args);
-      return true;
-    case Verb::kVersion:
-      emit(c, fmt::format("VERSION {}\r\n", kVersionString));
-      return true;
+    case Verb::kStats: stats_text(c, cmd.args); return true;
+    case Verb::kVersion: emit(c, fmt::format("VERSION {}\r\n", kVersionString)); return true;
     case Verb::kVerbosity:
       if (!cmd.noreply) emit(c, "OK\r\n");
       return true;
-    case Verb::kQuit:
-      c.closing = true;
-      return false;
-    case Verb::kShutdown:
-      return refuse(c, "ERROR: shutdown not enabled\r\n");
-    case Verb::kMetaNoop:
-      emit(c, "MN\r\n");
-      return true;
-    default:
-      return refuse(c, "ERROR\r\n");
+    case Verb::kQuit: c.closing = true; return false;
+    case Verb::kShutdown: return refuse(c, "ERROR: shutdown not enabled\r\n");
+    case Verb::kMetaNoop: emit(c, "MN\r\n"); return true;
+    default: return refuse(c, "ERROR\r\n");
   }
 }
 
@@ -240,11 +231,8 @@ bool Connections::binary_command(Conn& c, std::string_view in, size_t* used) {
   const binary::ParseResult pr = binary::parse(in, o_.max_value, &pk);
   *used = pr.consumed;
   switch (pr.status) {
-    case binary::Parse::kNeedMore:
-      return false;
-    case binary::Parse::kClose:
-      c.closing = true;
-      return false;
+    case binary::Parse::kNeedMore: return false;
+    case binary::Parse::kClose: c.closing = true; return false;
     case binary::Parse::kError: {
       s_.count(kClientErrors);
       c.swallow = pr.swallow;
@@ -254,8 +242,7 @@ bool Connections::binary_command(Conn& c, std::string_view in, size_t* used) {
       emit(c, out);
       return true;
     }
-    case binary::Parse::kPacket:
-      break;
+    case binary::Parse::kPacket: break;
   }
   return binary_packet(c, pk);
 }
@@ -284,21 +271,16 @@ bool Connections::binary_packet(Conn& c, const binary::Packet& pk) {
       simple();
       c.closing = true;
       return false;
-    case kQuitQ:
-      c.closing = true;
-      return false;
+    case kQuitQ: c.closing = true; return false;
     case kNoop:
-    case kVerbosity:
-      return simple();
-    case kVersion:
-      return simple(kVersionString);
-    case kFlush: case kFlushQ:
+    case kVerbosity: return simple();
+    case kVersion: return simple(kVersionString);
+    case kFlush:
+    case kFlushQ:
       if (!to_request(pk, now_s(), &call.req) || !flush_all(c, call)) return invalid();
       if (h.opcode == kFlush) simple();
       return true;
-    case kStat:
-      stats_binary(c, call);
-      return true;
+    case kStat: stats_binary(c, call); return true;
     default:
       if (!to_request(pk, now_s(), &call.req)) return invalid();
       submit(c, call);

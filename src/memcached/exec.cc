@@ -152,7 +152,7 @@ Result delete_if(const Target& t) {
   if (!t.hit) return {};
   if (t.item.version != t.r.cas) return outcome(Outcome::kExists);
   return outcome(del(t.mutate, t.h, t.r.key) == store::Status::kOk ? Outcome::kDeleted
-                                                                    : Outcome::kNotFound);
+                                                                   : Outcome::kNotFound);
 }
 
 // incr, decr: a number stored as decimal text; a miss may create it (binary, meta ma N).

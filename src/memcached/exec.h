@@ -15,19 +15,19 @@
 namespace fabkv::memcached {
 
 enum class Kind : uint8_t {
-  kGet,      // get, gets, mg, binary GET*
-  kGat,      // gat, gats: get and set a new expiry
+  kGet,  // get, gets, mg, binary GET*
+  kGat,  // gat, gats: get and set a new expiry
   kSet,
   kAdd,      // store only if absent
   kReplace,  // store only if present
   kAppend,
   kPrepend,
-  kCas,      // store only if the item's version is `cas`
-  kDelete,   // `cas` != 0: only if the item's version is `cas` (meta, binary)
+  kCas,     // store only if the item's version is `cas`
+  kDelete,  // `cas` != 0: only if the item's version is `cas` (meta, binary)
   kIncr,
   kDecr,
   kTouch,
-  kFlush,    // every item of the partition
+  kFlush,  // every item of the partition
 };
 
 struct Request {
@@ -47,18 +47,18 @@ struct Request {
 };
 
 enum class Outcome : uint8_t {
-  kStored,      // STORED / HD
-  kNotStored,   // NOT_STORED / NS
-  kExists,      // EXISTS / EX: cas mismatch
-  kNotFound,    // NOT_FOUND / NF; a GET miss
-  kDeleted,     // DELETED / HD
-  kTouched,     // TOUCHED / HD
-  kHit,         // a GET found it: value, flags, cas
-  kNumber,      // incr/decr: `number` (and the new value's version in cas)
-  kNonNumeric,  // incr/decr of a value that is not a decimal number
-  kTooLarge,    // value above the engine's max value
-  kNoMemory,    // the store engine is full
-  kOk,          // flush
+  kStored,        // STORED / HD
+  kNotStored,     // NOT_STORED / NS
+  kExists,        // EXISTS / EX: cas mismatch
+  kNotFound,      // NOT_FOUND / NF; a GET miss
+  kDeleted,       // DELETED / HD
+  kTouched,       // TOUCHED / HD
+  kHit,           // a GET found it: value, flags, cas
+  kNumber,        // incr/decr: `number` (and the new value's version in cas)
+  kNonNumeric,    // incr/decr of a value that is not a decimal number
+  kTooLarge,      // value above the engine's max value
+  kNoMemory,      // the store engine is full
+  kOk,            // flush
   kNotSupported,  // flush on an engine that cannot clear
 };
 
@@ -67,8 +67,8 @@ struct Result {
   std::string_view value;  // kHit: valid until the next put on the engine (engine.h) or copied
   uint32_t flags = 0;
   uint32_t expire_at = 0;
-  uint64_t cas = 0;        // kHit: the item's version; stores: the new version
-  uint64_t number = 0;     // kNumber
+  uint64_t cas = 0;     // kHit: the item's version; stores: the new version
+  uint64_t number = 0;  // kNumber
 };
 
 // How PUTs and DELETEs reach the engine: Worker::execute_st, so that the op log sees each one.

@@ -55,8 +55,8 @@ int make_listener(const std::string& host, uint16_t port, uint16_t* bound) {
     const int err = errno;
     freeaddrinfo(ai);
     close(fd);
-    throw std::runtime_error(
-        fmt::format("--memcached {}:{}: cannot listen: {}", host, port, std::strerror(err)));
+    throw std::runtime_error(fmt::format("--memcached {}:{}: cannot listen: {}", host, port,
+                                         std::strerror(err)));
   }
   freeaddrinfo(ai);
   sockaddr_storage ss{};

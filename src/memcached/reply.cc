@@ -30,7 +30,10 @@ std::string_view store_reply(Outcome o) {
 void format_text(const Call& c, const Result& r, std::string* out) {
   if (c.noreply) return;
   switch (c.verb) {
-    case Verb::kGet: case Verb::kGets: case Verb::kGat: case Verb::kGats:
+    case Verb::kGet:
+    case Verb::kGets:
+    case Verb::kGat:
+    case Verb::kGats:
       if (r.outcome != Outcome::kHit) {
         if (r.outcome == Outcome::kTooLarge || r.outcome == Outcome::kNoMemory)
           out->append(store_reply(r.outcome));
@@ -49,7 +52,8 @@ void format_text(const Call& c, const Result& r, std::string* out) {
     case Verb::kDelete:
       out->append(r.outcome == Outcome::kDeleted ? "DELETED\r\n" : "NOT_FOUND\r\n");
       return;
-    case Verb::kIncr: case Verb::kDecr:
+    case Verb::kIncr:
+    case Verb::kDecr:
       if (r.outcome == Outcome::kNumber) {
         append_u64(out, r.number);
         out->append("\r\n");
@@ -64,10 +68,8 @@ void format_text(const Call& c, const Result& r, std::string* out) {
     case Verb::kTouch:
       out->append(r.outcome == Outcome::kTouched ? "TOUCHED\r\n" : "NOT_FOUND\r\n");
       return;
-    case Verb::kFlushAll:
-      return;  // "OK" once every partition has run it
-    default:
-      out->append(store_reply(r.outcome));
+    case Verb::kFlushAll: return;  // "OK" once every partition has run it
+    default: out->append(store_reply(r.outcome));
   }
 }
 
@@ -75,14 +77,25 @@ void format_text(const Call& c, const Result& r, std::string* out) {
 void meta_flags(const Call& c, const Result& r, std::string* out) {
   for (std::string_view f : c.meta) {
     switch (f[0]) {
-      case 'O': case 'k': case 'b':
+      case 'O':
+      case 'k':
+      case 'b':
         out->push_back(' ');
         if (f[0] == 'k') out->append("k").append(c.req.key);
         else if (f[0] == 'O') out->append(f);
         break;
-      case 'c': out->append(" c"); append_u64(out, r.cas); break;
-      case 'f': out->append(" f"); append_u64(out, r.flags); break;
-      case 's': out->append(" s"); append_u64(out, r.value.size()); break;
+      case 'c':
+        out->append(" c");
+        append_u64(out, r.cas);
+        break;
+      case 'f':
+        out->append(" f");
+        append_u64(out, r.flags);
+        break;
+      case 's':
+        out->append(" s");
+        append_u64(out, r.value.size());
+        break;
       case 't':
         if (r.expire_at == 0) {
           out->append(" t-1");
@@ -192,8 +205,15 @@ void format_binary(const Call& c, const Result& r, std::string* out) {
     append_response(out, op, st, c.opaque, 0, {}, {}, error_text(st));
   };
   switch (op) {
-    case kGet: case kGetQ: case kGetK: case kGetKQ:
-    case kGat: case kGatQ: case kGatK: case kGatKQ: case kTouch: {
+    case kGet:
+    case kGetQ:
+    case kGetK:
+    case kGetKQ:
+    case kGat:
+    case kGatQ:
+    case kGatK:
+    case kGatKQ:
+    case kTouch: {
       if (r.outcome != Outcome::kHit && r.outcome != Outcome::kTouched) {
         if (c.noreply) return;  // GETQ/GETKQ: misses say nothing
         if (r.outcome == Outcome::kTooLarge || r.outcome == Outcome::kNoMemory) fail(kOutOfMemory);
@@ -210,7 +230,10 @@ void format_binary(const Call& c, const Result& r, std::string* out) {
                       op == kTouch ? std::string_view() : r.value);
       return;
     }
-    case kIncrement: case kIncrementQ: case kDecrement: case kDecrementQ: {
+    case kIncrement:
+    case kIncrementQ:
+    case kDecrement:
+    case kDecrementQ: {
       if (r.outcome == Outcome::kNumber) {
         if (c.noreply) return;
         char v[8];
@@ -219,21 +242,23 @@ void format_binary(const Call& c, const Result& r, std::string* out) {
         append_response(out, op, kSuccess, c.opaque, r.cas, {}, {}, std::string_view(v, 8));
         return;
       }
-      fail(r.outcome == Outcome::kNotFound ? kKeyNotFound
-           : r.outcome == Outcome::kExists ? kKeyExists
-           : r.outcome == Outcome::kNonNumeric ? kNonNumeric : kOutOfMemory);
+      fail(r.outcome == Outcome::kNotFound     ? kKeyNotFound
+           : r.outcome == Outcome::kExists     ? kKeyExists
+           : r.outcome == Outcome::kNonNumeric ? kNonNumeric
+                                               : kOutOfMemory);
       return;
     }
-    case kDelete: case kDeleteQ:
+    case kDelete:
+    case kDeleteQ:
       if (r.outcome == Outcome::kDeleted) {
         if (!c.noreply) append_response(out, op, kSuccess, c.opaque, 0, {}, {}, {});
         return;
       }
       fail(r.outcome == Outcome::kExists ? kKeyExists : kKeyNotFound);
       return;
-    case kFlush: case kFlushQ:
-      return;  // answered once every partition has run it
-    default: {  // storage
+    case kFlush:
+    case kFlushQ: return;  // answered once every partition has run it
+    default: {             // storage
       if (r.outcome == Outcome::kStored) {
         if (!c.noreply) append_response(out, op, kSuccess, c.opaque, r.cas, {}, {}, {});
         return;
@@ -246,8 +271,9 @@ void format_binary(const Call& c, const Result& r, std::string* out) {
         case Outcome::kNoMemory: st = kOutOfMemory; break;
         case Outcome::kNotStored:
           // add of a present key: "exists"; replace of a missing one: "not found"
-          st = (op == kAdd || op == kAddQ) ? kKeyExists
-               : (op == kReplace || op == kReplaceQ) ? kKeyNotFound : kNotStored;
+          st = (op == kAdd || op == kAddQ)           ? kKeyExists
+               : (op == kReplace || op == kReplaceQ) ? kKeyNotFound
+                                                     : kNotStored;
           break;
         default: break;
       }

@@ -24,10 +24,10 @@ enum class Style : uint8_t { kText, kMeta, kBinary };
 struct Call {
   Request req;
   Style style = Style::kText;
-  Verb verb = Verb::kGet;  // text and meta
-  bool noreply = false;    // text noreply, meta q, binary quiet
+  Verb verb = Verb::kGet;                  // text and meta
+  bool noreply = false;                    // text noreply, meta q, binary quiet
   std::span<const std::string_view> meta;  // meta flags, answered in their order
-  uint8_t opcode = 0;  // binary
+  uint8_t opcode = 0;                      // binary
   uint32_t opaque = 0;
 };
 

@@ -39,8 +39,8 @@
 namespace fabkv::memcached {
 
 struct ServiceOptions {
-  std::string listen;          // HOST:PORT; port 0 picks a free one
-  uint32_t max_conns = 4096;   // open client connections at once
+  std::string listen;           // HOST:PORT; port 0 picks a free one
+  uint32_t max_conns = 4096;    // open client connections at once
   size_t max_value = 64 << 10;  // the engines' --max-value
 };
 

@@ -29,16 +29,40 @@ namespace fabkv::memcached {
 
 // memcached's stats counters, per shard: written by its worker only (store::add_st).
 enum Counter : size_t {
-  kCmdGet, kCmdSet, kCmdFlush, kCmdTouch, kGetHits, kGetMisses, kDeleteHits, kDeleteMisses,
-  kIncrHits, kIncrMisses, kDecrHits, kDecrMisses, kCasHits, kCasMisses, kCasBadval, kTouchHits,
-  kTouchMisses, kBytesRead, kBytesWritten, kTotalConns, kRejectedConns, kForwarded,
-  kClientErrors, kCounters
+  kCmdGet,
+  kCmdSet,
+  kCmdFlush,
+  kCmdTouch,
+  kGetHits,
+  kGetMisses,
+  kDeleteHits,
+  kDeleteMisses,
+  kIncrHits,
+  kIncrMisses,
+  kDecrHits,
+  kDecrMisses,
+  kCasHits,
+  kCasMisses,
+  kCasBadval,
+  kTouchHits,
+  kTouchMisses,
+  kBytesRead,
+  kBytesWritten,
+  kTotalConns,
+  kRejectedConns,
+  kForwarded,
+  kClientErrors,
+  kCounters
 };
 inline constexpr const char* kCounterNames[kCounters] = {
-    "cmd_get", "cmd_set", "cmd_flush", "cmd_touch", "get_hits", "get_misses", "delete_hits",
-    "delete_misses", "incr_hits", "incr_misses", "decr_hits", "decr_misses", "cas_hits",
-    "cas_misses", "cas_badval", "touch_hits", "touch_misses", "bytes_read", "bytes_written",
-    "total_connections", "rejected_connections", "forwarded", "client_errors"};
+    "cmd_get",       "cmd_set",           "cmd_flush",
+    "cmd_touch",     "get_hits",          "get_misses",
+    "delete_hits",   "delete_misses",     "incr_hits",
+    "incr_misses",   "decr_hits",         "decr_misses",
+    "cas_hits",      "cas_misses",        "cas_badval",
+    "touch_hits",    "touch_misses",      "bytes_read",
+    "bytes_written", "total_connections", "rejected_connections",
+    "forwarded",     "client_errors"};
 
 // A command forwarded to its key's owner, and back.
 struct Op {
@@ -51,8 +75,8 @@ struct Op {
   std::vector<std::string_view> meta_views;
   Result res;
   std::string res_value, scratch;
-  bool done = false;     // run by the owner (written there, read here after the inbox lock)
-  bool arrived = false;  // back at its connection's shard (origin thread only)
+  bool done = false;        // run by the owner (written there, read here after the inbox lock)
+  bool arrived = false;     // back at its connection's shard (origin thread only)
   bool in_pending = false;  // its connection waits for it to answer in order
   bool ready = false;       // a finished answer in `res_value`, queued behind forwarded ones
 };
@@ -78,8 +102,8 @@ struct Service::Shard {
   int epoll_fd = -1;
   std::vector<std::unique_ptr<Conn>> conns;  // by fd
   uint64_t next_id = 1;
-  std::vector<std::vector<Op*>> outbox;      // by owner, pushed at the end of the round
-  uint32_t flush_at = 0;                     // a delayed flush_all of this partition
+  std::vector<std::vector<Op*>> outbox;  // by owner, pushed at the end of the round
+  uint32_t flush_at = 0;                 // a delayed flush_all of this partition
   std::string scratch;
   std::atomic<uint64_t> counters[kCounters] = {};
   std::atomic<uint32_t> curr_conns{0};
@@ -88,7 +112,7 @@ struct Service::Shard {
   mutable std::mutex mu;
   std::vector<Op*> inbox;
   std::atomic<bool> inbox_pending{false};
-  std::vector<Op*> taken;  // the swapped-out batch (worker thread)
+  std::vector<Op*> taken;                        // the swapped-out batch (worker thread)
   std::vector<std::pair<int, uint64_t>> resume;  // connections to parse again (fd, id)
 
   void count(Counter c, uint64_t n = 1) { store::add_st(counters[c], n); }

@@ -33,14 +33,14 @@ struct Verbs {
   Verb verb;
 };
 constexpr Verbs kVerbs[] = {
-    {"get", Verb::kGet},         {"gets", Verb::kGets},       {"gat", Verb::kGat},
-    {"gats", Verb::kGats},       {"set", Verb::kSet},         {"add", Verb::kAdd},
-    {"replace", Verb::kReplace}, {"append", Verb::kAppend},   {"prepend", Verb::kPrepend},
-    {"cas", Verb::kCas},         {"delete", Verb::kDelete},   {"incr", Verb::kIncr},
-    {"decr", Verb::kDecr},       {"touch", Verb::kTouch},     {"flush_all", Verb::kFlushAll},
-    {"stats", Verb::kStats},     {"version", Verb::kVersion}, {"verbosity", Verb::kVerbosity},
+    {"get", Verb::kGet},         {"gets", Verb::kGets},         {"gat", Verb::kGat},
+    {"gats", Verb::kGats},       {"set", Verb::kSet},           {"add", Verb::kAdd},
+    {"replace", Verb::kReplace}, {"append", Verb::kAppend},     {"prepend", Verb::kPrepend},
+    {"cas", Verb::kCas},         {"delete", Verb::kDelete},     {"incr", Verb::kIncr},
+    {"decr", Verb::kDecr},       {"touch", Verb::kTouch},       {"flush_all", Verb::kFlushAll},
+    {"stats", Verb::kStats},     {"version", Verb::kVersion},   {"verbosity", Verb::kVerbosity},
     {"quit", Verb::kQuit},       {"shutdown", Verb::kShutdown}, {"mg", Verb::kMetaGet},
-    {"ms", Verb::kMetaSet},      {"md", Verb::kMetaDelete},   {"ma", Verb::kMetaArith},
+    {"ms", Verb::kMetaSet},      {"md", Verb::kMetaDelete},     {"ma", Verb::kMetaArith},
     {"mn", Verb::kMetaNoop},     {"me", Verb::kMetaDebug},
 };
 
@@ -189,13 +189,11 @@ ParseResult parse_fixed(const Line& l, std::span<const std::string_view> tok) {
     case Verb::kReplace:
     case Verb::kAppend:
     case Verb::kPrepend:
-    case Verb::kCas:
-      return parse_storage(l, tok);
+    case Verb::kCas: return parse_storage(l, tok);
     case Verb::kDelete:
     case Verb::kIncr:
     case Verb::kDecr:
-    case Verb::kTouch:
-      return parse_keyed(l, tok);
+    case Verb::kTouch: return parse_keyed(l, tok);
     case Verb::kFlushAll:
       if (nt > 1) return error(kError, l.end);
       if (nt == 1 && !parse_num(tok[0], &cmd->delay)) return error(kBadFormat, l.end);
@@ -205,14 +203,12 @@ ParseResult parse_fixed(const Line& l, std::span<const std::string_view> tok) {
       if (nt > 1 || (nt == 0 && !cmd->noreply)) return error(kError, l.end);
       return command(l.end);
     case Verb::kVersion:  // memcached 1.6 ignores version's arguments
-    case Verb::kShutdown:
-      return command(l.end);
+    case Verb::kShutdown: return command(l.end);
     case Verb::kQuit:
     case Verb::kMetaNoop:
       if (nt != 0) return error(kError, l.end);
       return command(l.end);
-    default:
-      return error(kError, l.end);
+    default: return error(kError, l.end);
   }
 }
 
@@ -221,10 +217,8 @@ bool takes_noreply(Verb v) {
     case Verb::kVersion:
     case Verb::kShutdown:
     case Verb::kQuit:
-    case Verb::kMetaNoop:
-      return false;
-    default:
-      return true;
+    case Verb::kMetaNoop: return false;
+    default: return true;
   }
 }
 
@@ -267,22 +261,19 @@ ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) 
     case Verb::kGat:
     case Verb::kGats:
     case Verb::kGet:
-    case Verb::kGets:
-      return parse_retrieval(l, tokens);
+    case Verb::kGets: return parse_retrieval(l, tokens);
     case Verb::kMetaGet:
     case Verb::kMetaSet:
     case Verb::kMetaDelete:
     case Verb::kMetaArith:
-    case Verb::kMetaDebug:
-      return parse_meta_line(l, tokens);
+    case Verb::kMetaDebug: return parse_meta_line(l, tokens);
     case Verb::kStats:
       for (std::string_view t = tokens.next(); !t.empty(); t = tokens.next()) {
         if (cmd->args.size() >= 8) return error(kError, l.end);
         cmd->args.push_back(t);
       }
       return command(l.end);
-    default:
-      break;
+    default: break;
   }
   std::string_view tok[8];
   size_t nt = 0;
@@ -331,11 +322,16 @@ bool set_flag(std::string_view f, uint32_t now, Request* req) {
     case 'M':
       if (f.size() != 2) return false;
       switch (f[1]) {
-        case 'E': case 'e': req->kind = Kind::kAdd; return true;
-        case 'A': case 'a': req->kind = Kind::kAppend; return true;
-        case 'P': case 'p': req->kind = Kind::kPrepend; return true;
-        case 'R': case 'r': req->kind = Kind::kReplace; return true;
-        case 'S': case 's': req->kind = Kind::kSet; return true;
+        case 'E':
+        case 'e': req->kind = Kind::kAdd; return true;
+        case 'A':
+        case 'a': req->kind = Kind::kAppend; return true;
+        case 'P':
+        case 'p': req->kind = Kind::kPrepend; return true;
+        case 'R':
+        case 'r': req->kind = Kind::kReplace; return true;
+        case 'S':
+        case 's': req->kind = Kind::kSet; return true;
         default: return false;
       }
     default: return true;
@@ -398,8 +394,7 @@ std::string_view parse_meta(const TextCommand& cmd, uint32_t now, Request* req) 
       req->delta = 1;
       flag = arith_flag;
       break;
-    default:
-      return kError;
+    default: return kError;
   }
   for (std::string_view f : cmd.args)
     if (!f.empty() && !flag(f, now, req)) return kBadToken;

@@ -20,21 +20,42 @@ inline constexpr size_t kMaxLineBytes = size_t{64} << 10;
 inline constexpr size_t kMaxKeyBytes = 250;  // store/limits.h kMaxKeySize
 
 enum class Verb : uint8_t {
-  kGet, kGets, kGat, kGats,
-  kSet, kAdd, kReplace, kAppend, kPrepend, kCas,
-  kDelete, kIncr, kDecr, kTouch,
-  kFlushAll, kStats, kVersion, kVerbosity, kQuit, kShutdown,
-  kMetaGet, kMetaSet, kMetaDelete, kMetaArith, kMetaNoop, kMetaDebug,
+  kGet,
+  kGets,
+  kGat,
+  kGats,
+  kSet,
+  kAdd,
+  kReplace,
+  kAppend,
+  kPrepend,
+  kCas,
+  kDelete,
+  kIncr,
+  kDecr,
+  kTouch,
+  kFlushAll,
+  kStats,
+  kVersion,
+  kVerbosity,
+  kQuit,
+  kShutdown,
+  kMetaGet,
+  kMetaSet,
+  kMetaDelete,
+  kMetaArith,
+  kMetaNoop,
+  kMetaDebug,
 };
 
 struct TextCommand {
   Verb verb = Verb::kGet;
   std::vector<std::string_view> keys;  // get/gets/gat/gats: every key; others: keys[0]
   uint32_t flags = 0;
-  int64_t exptime = 0;   // storage, touch, gat (raw: exec.h to_expire_at)
-  uint64_t cas = 0;      // cas
-  uint64_t delta = 0;    // incr/decr
-  int64_t delay = 0;     // flush_all
+  int64_t exptime = 0;  // storage, touch, gat (raw: exec.h to_expire_at)
+  uint64_t cas = 0;     // cas
+  uint64_t delta = 0;   // incr/decr
+  int64_t delay = 0;    // flush_all
   bool noreply = false;
   std::string_view data;  // storage and ms: the data block, without its "\r\n"
   // stats: the arguments; meta commands: the flag tokens after the key (and ms's datalen).

@@ -3,9 +3,9 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <iostream>
 #include <deque>
 #include <future>
+#include <iostream>
 #include <optional>
 #include <random>
 
@@ -29,13 +29,14 @@ using Clock = std::chrono::steady_clock;
 
 uint64_t now_ns() {
   return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count());
 }
 
 struct Slot {
   fabric::OpContext ctx;
   uint64_t t0 = 0;
-  uint64_t seq = 0;   // echo: the sequence number in flight on this slot
+  uint64_t seq = 0;  // echo: the sequence number in flight on this slot
   bool busy = false;
 };
 
@@ -140,8 +141,8 @@ class PerfClient {
       if (time_up) break;
       if ((spins & 1023) == 0 &&
           now_ns() - last_progress > static_cast<uint64_t>(o_.timeout_ms) * 1000000ULL)
-        throw std::runtime_error(fmt::format(
-            "no completion from the server for {} ms (server gone?)", o_.timeout_ms));
+        throw std::runtime_error(
+            fmt::format("no completion from the server for {} ms (server gone?)", o_.timeout_ms));
     }
     return completed_;
   }
@@ -192,8 +193,7 @@ class PerfClient {
           ret = ep_.read(buf, server_, raddr, target_.key, &slot.ctx, po);
         else if (s_.verb == fabric::Verb::kWrite)
           ret = ep_.write(buf, server_, raddr, target_.key, &slot.ctx, po);
-        else
-          ret = ep_.send(buf, server_, &slot.ctx, po);
+        else ret = ep_.send(buf, server_, &slot.ctx, po);
         break;
       }
       case Mode::kAtomic: {
@@ -212,14 +212,12 @@ class PerfClient {
         store_u32(req + kEchoHeader, index_);
         store_u64(req + size - kEchoTrailer, seq);
         slot.seq = seq;
-        if (s_.echo == EchoKind::kSendSend)
-          ret = ep_.send(buf, server_, &slot.ctx, po);
+        if (s_.echo == EchoKind::kSendSend) ret = ep_.send(buf, server_, &slot.ctx, po);
         else
           ret = ep_.write(buf, server_, target_.at(area_ + r * size), target_.key, &slot.ctx, po);
         break;
       }
-      default:
-        return fabric::kInvalid;
+      default: return fabric::kInvalid;
     }
     if (ret == 0) {
       slot.busy = true;

@@ -49,8 +49,14 @@ class Coordinator {
   int run() {
     std::string address = o_.server;
     if (address.empty()) {
-      std::vector<std::string> argv = {exe_, "serve", "--provider", o_.provider, "--listen",
-                                       o_.listen, "--core", std::to_string(o_.server_core),
+      std::vector<std::string> argv = {exe_,
+                                       "serve",
+                                       "--provider",
+                                       o_.provider,
+                                       "--listen",
+                                       o_.listen,
+                                       "--core",
+                                       std::to_string(o_.server_core),
                                        "--stdin-control"};
       if (!o_.secret.empty()) argv.insert(argv.end(), {"--secret", o_.secret});
       server_.emplace(argv);
@@ -65,8 +71,7 @@ class Coordinator {
       control::Hello hello;
       hello.service = kService;
       hello.payload = json_bytes({{"observer", true}});
-      observer_.emplace(
-          control::ControlClient::connect(address, hello, o_.timeout_ms, o_.secret));
+      observer_.emplace(control::ControlClient::connect(address, hello, o_.timeout_ms, o_.secret));
     } catch (const std::exception& e) {
       fmt::print(stderr, "fabkv-perf: cannot reach the server at {}: {}\n", address, e.what());
       return 2;
@@ -139,12 +144,14 @@ class Coordinator {
   // Starts the run's client processes and waits until each is READY; returns what went wrong,
   // if anything did.
   std::optional<std::string> start_clients(const RunSpec& spec, const std::string& address,
-                            std::vector<std::unique_ptr<ChildProcess>>& clients) {
+                                           std::vector<std::unique_ptr<ChildProcess>>& clients) {
     for (uint32_t i = 0; i < spec.clients; ++i) {
-      std::vector<std::string> argv = {exe_, "client", "--provider", o_.provider, "--server",
-                                       address, "--core", std::to_string(o_.client_core),
+      std::vector<std::string> argv = {exe_,           "client",
+                                       "--provider",   o_.provider,
+                                       "--server",     address,
+                                       "--core",       std::to_string(o_.client_core),
                                        "--timeout-ms", std::to_string(o_.timeout_ms),
-                                       "--spec-json", to_json(spec).dump()};
+                                       "--spec-json",  to_json(spec).dump()};
       if (!o_.secret.empty()) argv.insert(argv.end(), {"--secret", o_.secret});
       clients.push_back(std::make_unique<ChildProcess>(argv));
     }

@@ -1,7 +1,7 @@
 // fabkv-perf: the seeds' verb microbenchmarks on whatever provider is in use.
 //   inbound   N client processes issue READ/WRITE/SEND to one server      (HERD fig. 3)
-//   outbound  the server issues them to N clients                        (HERD fig. 4, RF-RPC fig. 1)
-//   echo      request/response built from WRITE/WRITE, WRITE/SEND, SEND/SEND (HERD fig. 5)
+//   outbound  the server issues them to N clients                        (HERD fig. 4, RF-RPC fig.
+//   1) echo      request/response built from WRITE/WRITE, WRITE/SEND, SEND/SEND (HERD fig. 5)
 //   latency   a suite: one client, window 1, by payload size: READ, WRITE, inlined WRITE and
 //             WRITE/SEND echo (HERD fig. 2)
 //   atomic    fetch-and-add on one of Z counters chosen at random          (Guidelines fig. 14)

@@ -15,7 +15,6 @@
 #include <stdexcept>
 #include <thread>
 
-
 namespace fabkv::perf {
 
 std::string self_executable() {

@@ -9,10 +9,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <future>
 #include <iostream>
 #include <map>
 #include <mutex>
-#include <future>
 #include <optional>
 #include <thread>
 
@@ -40,8 +40,8 @@ struct ClientState {
   uint32_t index = 0;
   fabric::PeerAddr peer = fabric::kNoPeer;
   RunSpec spec;
-  fabric::RemoteRegion region;      // the client's own region (outbound and echo responses)
-  std::vector<uint64_t> last_seq;   // echo over WRITE: last sequence seen per slot
+  fabric::RemoteRegion region;     // the client's own region (outbound and echo responses)
+  std::vector<uint64_t> last_seq;  // echo over WRITE: last sequence seen per slot
   bool outbound = false;
   uint64_t outbound_ops = 0;
   uint32_t outstanding = 0;
@@ -243,7 +243,9 @@ class PerfServer {
   void post_recv(size_t i) {
     long ret;
     ret = fabric::post_with_retry(
-        [&] { return ep_.recv(recv_.local(i * kRecvBufferBytes, kRecvBufferBytes), &recv_ctx_[i]); },
+        [&] {
+          return ep_.recv(recv_.local(i * kRecvBufferBytes, kRecvBufferBytes), &recv_ctx_[i]);
+        },
         [&] { reap_st(); }, Deadline::after_ms(2000));
     if (ret != 0) spdlog::warn("perf server: recv post failed: {}", fabric::error_text(ret));
   }
@@ -251,7 +253,8 @@ class PerfServer {
   // Posts with retry on a full queue; completions reaped meanwhile are handled afterwards.
   template <class Post>
   long post_st(Post&& post) {
-    return fabric::post_with_retry(post, [&] { reap_st(); }, Deadline::after_ms(2000));
+    return fabric::post_with_retry(
+        post, [&] { reap_st(); }, Deadline::after_ms(2000));
   }
 
   // Progress while posting: completions are kept and handled afterwards.
@@ -271,9 +274,11 @@ class PerfServer {
         expected = !cl->outbound;
       }
       if (expected)
-        spdlog::debug("perf server: {} to a departed client: {}", fabric::to_string(c.verb), c.error_text);
+        spdlog::debug("perf server: {} to a departed client: {}", fabric::to_string(c.verb),
+                      c.error_text);
       else if (errors_++ < 10)
-        spdlog::warn("perf server: {} completion error: {}", fabric::to_string(c.verb), c.error_text);
+        spdlog::warn("perf server: {} completion error: {}", fabric::to_string(c.verb),
+                     c.error_text);
       if (c.context && c.context->verb == fabric::Verb::kRecv) post_recv(c.context->tag);
       return;
     }
@@ -352,12 +357,15 @@ class PerfServer {
       long ret;
       switch (s.verb) {
         case fabric::Verb::kRead: ret = ep_.read(buf, c.peer, raddr, c.region.key, ctx, po); break;
-        case fabric::Verb::kWrite: ret = ep_.write(buf, c.peer, raddr, c.region.key, ctx, po); break;
+        case fabric::Verb::kWrite:
+          ret = ep_.write(buf, c.peer, raddr, c.region.key, ctx, po);
+          break;
         default: ret = ep_.send(buf, c.peer, ctx, po); break;
       }
       if (ret == fabric::kAgain) return;
       if (ret != 0) {
-        if (errors_++ < 10) spdlog::warn("perf server: outbound post failed: {}", fabric::error_text(ret));
+        if (errors_++ < 10)
+          spdlog::warn("perf server: outbound post failed: {}", fabric::error_text(ret));
         c.outbound = false;
         return;
       }

@@ -61,11 +61,16 @@ std::string RunSpec::label() const {
 }
 
 nlohmann::json to_json(const RunSpec& s) {
-  return {{"mode", to_string(s.mode)},         {"verb", fabric::to_string(s.verb)},
-          {"echo", to_string(s.echo)},         {"size", s.size},
-          {"window", s.window},                {"clients", s.clients},
-          {"z", s.z},                          {"inline", s.inlined},
-          {"signal_every", s.signal_every},    {"duration_s", s.duration_s},
+  return {{"mode", to_string(s.mode)},
+          {"verb", fabric::to_string(s.verb)},
+          {"echo", to_string(s.echo)},
+          {"size", s.size},
+          {"window", s.window},
+          {"clients", s.clients},
+          {"z", s.z},
+          {"inline", s.inlined},
+          {"signal_every", s.signal_every},
+          {"duration_s", s.duration_s},
           {"warmup_s", s.warmup_s}};
 }
 
@@ -92,8 +97,8 @@ void validate(const RunSpec& s) {
   if (s.signal_every == 0 || s.signal_every > s.window)
     throw std::invalid_argument("signal-every must be 1..window");
   if (static_cast<uint64_t>(s.size) * s.window > kClientStride)
-    throw std::invalid_argument(
-        fmt::format("size x window must fit a client's {} KiB area", kClientStride / 1024));
+    throw std::invalid_argument(fmt::format("size x window must fit a client's {} KiB area",
+                                            kClientStride / 1024));
   if (s.mode == Mode::kLatency)
     throw std::invalid_argument("latency is a suite of window-1 runs, not a client mode");
   if (s.mode == Mode::kEcho && s.size < 16)
@@ -103,8 +108,10 @@ void validate(const RunSpec& s) {
   if (s.mode == Mode::kOutbound && s.verb == fabric::Verb::kSend && s.size < 1)
     throw std::invalid_argument("outbound send needs size >= 1");
   if ((s.verb == fabric::Verb::kSend || s.mode == Mode::kEcho) && s.size > kRecvBufferBytes)
-    throw std::invalid_argument(fmt::format("SEND payloads are limited to {} bytes here", kRecvBufferBytes));
-  if (s.duration_s <= 0 || s.duration_s > 3600) throw std::invalid_argument("duration must be (0, 3600] s");
+    throw std::invalid_argument(fmt::format("SEND payloads are limited to {} bytes here",
+                                            kRecvBufferBytes));
+  if (s.duration_s <= 0 || s.duration_s > 3600)
+    throw std::invalid_argument("duration must be (0, 3600] s");
 }
 
 }  // namespace fabkv::perf

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fabric/memory_region.h"
 #include "common/bytes.h"
+#include "fabric/memory_region.h"
 #include "proto/json.h"
 
 namespace fabkv::perf {
@@ -40,9 +40,9 @@ inline nlohmann::json bytes_json(std::span<const uint8_t> b) {
 }
 
 // Server regions named in the Welcome.
-inline constexpr const char* kTargetRegion = "perf.target";      // read-write, per-client areas
-inline constexpr const char* kCounterRegion = "perf.counters";   // read-write, atomics
-inline constexpr const char* kReadOnlyRegion = "perf.readonly";  // remote read only
+inline constexpr const char* kTargetRegion = "perf.target";        // read-write, per-client areas
+inline constexpr const char* kCounterRegion = "perf.counters";     // read-write, atomics
+inline constexpr const char* kReadOnlyRegion = "perf.readonly";    // remote read only
 inline constexpr const char* kWriteOnlyRegion = "perf.writeonly";  // remote write only
 inline constexpr size_t kProbeRegionBytes = 64 * 1024;
 // The read-only region's contents, so that a peer can check what it READs.

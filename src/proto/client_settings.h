@@ -42,10 +42,10 @@ struct ClientTestHooks {
 };
 
 struct ClientSettings {
-  std::string transport;       // ClientOptions::transport: "" = the protocol's choice
-  int timeout_ms = 2000;       // bound on every data-path wait (per request)
+  std::string transport;  // ClientOptions::transport: "" = the protocol's choice
+  int timeout_ms = 2000;  // bound on every data-path wait (per request)
   int connect_timeout_ms = 5000;
-  size_t staging_bytes = 0;    // ClientOptions::staging_bytes (0 = the RPC client's default)
+  size_t staging_bytes = 0;         // ClientOptions::staging_bytes (0 = the RPC client's default)
   ClientProtocolOptions protocols;  // each protocol's own client knobs
   ClientTestHooks test;
 };

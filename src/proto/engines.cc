@@ -15,6 +15,7 @@ namespace fabkv {
 #define FABKV_DECLARE_ENGINE(id, label, server, engine, summary)             \
   namespace engine {                                                         \
   std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec); \
+  bool clients_write_items();                                                \
   }
 FABKV_PROTOCOLS(FABKV_DECLARE_ENGINE)
 #undef FABKV_DECLARE_ENGINE
@@ -23,9 +24,11 @@ FABKV_PROTOCOLS(FABKV_DECLARE_ENGINE)
 // engine of its own (the worker runs the cache or store --engine names, or none).
 namespace any {
 std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec&) { return nullptr; }
+bool clients_write_items() { return false; }
 }  // namespace any
 namespace none {
 std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec&) { return nullptr; }
+bool clients_write_items() { return false; }
 }  // namespace none
 
 namespace proto {
@@ -38,6 +41,14 @@ std::unique_ptr<store::Engine> make_engine(const EngineSpec& spec) {
   FABKV_PROTOCOLS(FABKV_MAKE_ENGINE)
 #undef FABKV_MAKE_ENGINE
   throw std::invalid_argument("unknown engine '" + std::string(spec.name) + "'");
+}
+
+bool clients_write_engine(const Info& p) {
+#define FABKV_CLIENTS_WRITE(id_, label, server, engine, summary) \
+  if (p.id == Id::id_) return engine::clients_write_items();
+  FABKV_PROTOCOLS(FABKV_CLIENTS_WRITE)
+#undef FABKV_CLIENTS_WRITE
+  return false;
 }
 
 std::unique_ptr<store::Engine> make_engine(std::string_view name, const store::EngineOptions& o) {

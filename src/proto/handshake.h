@@ -22,16 +22,16 @@ namespace fabkv::proto {
 
 // What every Welcome says, whatever the protocol (server/server.cc, Server::on_hello).
 struct SessionLayout {
-  uint16_t client = 0;       // the client's index: its slots in every worker's regions
-  uint16_t epoch = 0;        // bumped each time the index is reused
+  uint16_t client = 0;  // the client's index: its slots in every worker's regions
+  uint16_t epoch = 0;   // bumped each time the index is reused
   uint32_t workers = 0;
   uint32_t max_clients = 0;
-  std::string protocol;      // proto/registry.h's name
+  std::string protocol;  // proto/registry.h's name
   size_t max_value = 0;
   size_t max_key = 0;
   std::string engine;
-  std::string provider;      // the libfabric provider the server runs
-  std::string name;          // the server's name for its clients (server/server.h)
+  std::string provider;  // the libfabric provider the server runs
+  std::string name;      // the server's name for its clients (server/server.h)
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SessionLayout, client, epoch, workers, max_clients, protocol,
                                    max_value, max_key, engine, provider, name)

@@ -16,7 +16,9 @@
 namespace fabkv::proto {
 
 inline nlohmann::json region_to_json(const fabric::RemoteRegion& r) {
-  return {{"addr", r.addr}, {"length", r.length}, {"key", r.key},
+  return {{"addr", r.addr},
+          {"length", r.length},
+          {"key", r.key},
           {"access", static_cast<uint32_t>(r.access)}};
 }
 // Throws nlohmann::json::exception when a field is missing or of the wrong type.

@@ -79,7 +79,7 @@ struct EngineNeed {
 struct Info {
   Id id;
   const char* name;
-  Id server;  // whose server side serves it
+  Id server;                // whose server side serves it
   std::string_view engine;  // EngineNeed::kAny, kNone, or the engine's (its folder's) name
   const char* summary;
 };
@@ -101,6 +101,11 @@ inline const Info* find(std::string_view name) {
 }
 // "herd, server-reply, pilaf, pilaf-vo": for help texts and error messages.
 std::string names(std::string_view sep = ", ");
+// Do the clients of the engine this protocol needs change its items without the worker hearing
+// of it (PUTs by CAS and WRITE into the engine's memory)? The op log sees only what the worker
+// executes, so it cannot serve such a protocol. Asked of the engine's folder
+// (clients_write_items()); built by proto/engines.cc, so the server's only.
+bool clients_write_engine(const Info& p);
 // The default protocol of clients and servers.
 inline constexpr Id kDefault = Id::herd;
 

@@ -27,10 +27,10 @@ namespace fabkv::proto {
 // The server settings protocols read (server::ServerOptions has them all, with their help):
 // the protocols' own option blocks and the few general ones they size themselves by.
 struct ServerSettings : ProtocolOptions {
-  uint32_t workers = 1;           // the server's workers (rings hold one part per worker)
-  uint32_t max_clients = 64;      // Nc: client indices per worker
-  size_t max_value = 64 * 1024;   // largest value accepted
-  std::string data_dir;           // state that survives a restart (the sequencers')
+  uint32_t workers = 1;          // the server's workers (rings hold one part per worker)
+  uint32_t max_clients = 64;     // Nc: client indices per worker
+  size_t max_value = 64 * 1024;  // largest value accepted
+  std::string data_dir;          // state that survives a restart (the sequencers')
 };
 
 class ServerHost {
@@ -56,9 +56,9 @@ class ServerHost {
   virtual bool serving_st(uint32_t c, uint16_t epoch) const = 0;
   // Was client c dropped for refusing what the worker posts (no longer served)?
   virtual bool dropped_st(uint32_t c) const = 0;
-  // The worker's engine, built from the registry before open() (proto/registry.h, make_engine): a protocol
-  // that brings its own finds it here and registers its memory; nullptr on a server without
-  // key-value data (the sequencers).
+  // The worker's engine, built from the registry before open() (proto/registry.h, make_engine): a
+  // protocol that brings its own finds it here and registers its memory; nullptr on a server
+  // without key-value data (the sequencers).
   virtual store::Engine* engine_st() = 0;
   // Runs requests through the engine's prefetch pipeline (HERD sec. 4.1.1) and logs every
   // acknowledged PUT/DELETE before `done` sees it (Pilaf sec. 4).
@@ -73,11 +73,10 @@ class ServerHost {
   // leaves at the end of the round (all of a round's answers together), or waits while the
   // provider refuses it. `src` must stay valid until then.
   virtual void reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src) = 0;
-  virtual void reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src,
-                              uint64_t raddr, uint64_t rkey) = 0;
+  virtual void reply_write_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t raddr,
+                              uint64_t rkey) = 0;
   // An answer by SEND with immediate data; `src` may be empty (a header-only SEND).
-  virtual void reply_imm_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src,
-                            uint64_t imm) = 0;
+  virtual void reply_imm_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src, uint64_t imm) = 0;
   // Posts the round's answers now (a protocol that does not batch calls it per request).
   virtual void send_replies_st() = 0;
   // READs client memory into `dst`; its completion comes to the protocol that set

@@ -33,8 +33,8 @@ namespace fabkv::proto {
 
 // What admitting a client adds to its Welcome (one call per worker).
 struct WelcomeParts {
-  nlohmann::json layout = nlohmann::json::object();     // keys merged into the layout
-  std::vector<control::RegionDescriptor> regions;       // regions the client may reach
+  nlohmann::json layout = nlohmann::json::object();  // keys merged into the layout
+  std::vector<control::RegionDescriptor> regions;    // regions the client may reach
 };
 
 class ServerProtocol {

@@ -53,8 +53,7 @@ using Callback = std::function<void(Status, std::string_view value, uint64_t ver
 // throws.
 class ClientError : public std::runtime_error {
  public:
-  ClientError(Status status, const std::string& what)
-      : std::runtime_error(what), status_(status) {}
+  ClientError(Status status, const std::string& what) : std::runtime_error(what), status_(status) {}
   Status status() const { return status_; }
 
  private:

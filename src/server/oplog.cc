@@ -134,12 +134,11 @@ FileScan scan_file(int fd, const std::string& path, Each&& each) {
       ok = ok && key_len >= 1 && key_len <= store::kMaxKeySize &&
            value_len <= store::kMaxValueSizeLimit;
     else if (rec.op == OpLog::Op::kDel)
-      ok = ok && key_len >= 1 && key_len <= store::kMaxKeySize && value_len == 0 &&
-           version == 0 && expire_at == 0;
+      ok = ok && key_len >= 1 && key_len <= store::kMaxKeySize && value_len == 0 && version == 0 &&
+           expire_at == 0;
     else if (rec.op == OpLog::Op::kClear)
       ok = ok && v2 && key_len == 0 && value_len == 0 && version == 0 && expire_at == 0;
-    else
-      ok = false;
+    else ok = false;
     // The length fields are checked before they size a read, so garbage cannot ask for more
     // than one maximal record.
     const size_t body = size_t{key_len} + value_len;
@@ -194,10 +193,10 @@ bool parse_u64(std::string_view s, uint64_t* out) {
 
 // The files of a log, as a directory listing shows them.
 struct Files {
-  std::vector<uint64_t> bases;     // N of every "<stem>.<N>.base", ascending
-  std::vector<uint64_t> segments;  // K of every "<stem>.<K>.incr", ascending
+  std::vector<uint64_t> bases;           // N of every "<stem>.<N>.base", ascending
+  std::vector<uint64_t> segments;        // K of every "<stem>.<K>.incr", ascending
   std::vector<std::string> temporaries;  // "<stem>.<N>.base.tmp": a rewrite cut short
-  bool legacy = false;             // "<stem>" itself: the one-file layout of earlier fabkv
+  bool legacy = false;                   // "<stem>" itself: the one-file layout of earlier fabkv
 
   uint64_t base() const { return bases.empty() ? 0 : bases.back(); }
   // The segments the base does not cover.
@@ -224,7 +223,8 @@ Files list_files(const std::string& stem) {
   }
   for (const fs::directory_entry& e : it) {
     const std::string n = e.path().filename().string();
-    if (n.size() <= name.size() + 1 || n.compare(0, name.size(), name) != 0 || n[name.size()] != '.')
+    if (n.size() <= name.size() + 1 || n.compare(0, name.size(), name) != 0 ||
+        n[name.size()] != '.')
       continue;
     std::string_view rest = std::string_view(n).substr(name.size() + 1);  // "<K>.incr", ...
     const size_t dot = rest.find('.');
@@ -344,8 +344,8 @@ OpLog::OpLog(const std::string& stem, Options options, const ApplyFn& apply)
       // stem that has both is not one log).
       if (!f.bases.empty() || !f.segments.empty())
         throw std::runtime_error(fmt::format(
-            "op log {}: both the file {} and segments of the same name exist; move one away",
-            stem_, stem_));
+            "op log {}: both the file {} and segments of the same name exist; move one away", stem_,
+            stem_));
       if (::rename(stem_.c_str(), segment_path(stem_, 1).c_str()) != 0)
         fail("rename to " + segment_path(stem_, 1), stem_, errno);
       sync_dir_of(stem_);
@@ -458,7 +458,8 @@ void OpLog::append(Op op, std::string_view key, std::string_view value, uint64_t
     std::unique_lock lk(mu_);
     if (pending_ > 0 && pending_ + n > options_.max_pending_bytes) {
       stalls_.fetch_add(1, std::memory_order_relaxed);
-      space_cv_.wait(lk, [&] { return pending_ == 0 || pending_ + n <= options_.max_pending_bytes; });
+      space_cv_.wait(lk,
+                     [&] { return pending_ == 0 || pending_ + n <= options_.max_pending_bytes; });
     }
     // The writer sleeps only when active_ is empty, so only the first record after that has
     // to wake it.
@@ -489,9 +490,8 @@ OpLog::ReplayResult OpLog::replay(const std::string& stem, const ApplyFn& apply)
 
 OpLog::Stats OpLog::stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return Stats{r(records_), r(bytes_),    r(flushes_),        r(syncs_),
-               r(stalls_),  r(write_errors_), r(rewrites_), r(rewrite_errors_),
-               r(file_bytes_), r(base_bytes_)};
+  return Stats{r(records_),      r(bytes_),    r(flushes_),        r(syncs_),      r(stalls_),
+               r(write_errors_), r(rewrites_), r(rewrite_errors_), r(file_bytes_), r(base_bytes_)};
 }
 
 void OpLog::writer_main() {
@@ -554,9 +554,10 @@ void OpLog::sync_now() {
       // Not retried: after a failed fdatasync() Linux may report the pages clean, so a second
       // call proves nothing, and answers held for this batch could never be sent truthfully.
       // Stop here, as PostgreSQL does: a restart replays what did reach the disk.
-      spdlog::critical("op log {}: fdatasync failed: {}; stopping the server (--oplog-sync "
-                       "always cannot promise what it acknowledges any more)",
-                       current_segment(), std::strerror(err));
+      spdlog::critical(
+          "op log {}: fdatasync failed: {}; stopping the server (--oplog-sync "
+          "always cannot promise what it acknowledges any more)",
+          current_segment(), std::strerror(err));
       std::abort();
     }
     spdlog::error("op log {}: fdatasync failed: {}", current_segment(), std::strerror(err));
@@ -634,8 +635,10 @@ void OpLog::write_batch(const Buffer& batch) {
     const int err = r < 0 ? errno : EIO;
     write_errors_.fetch_add(1, std::memory_order_relaxed);
     if (failures++ == 0)
-      spdlog::error("op log {}: write failed ({}); retrying, appends wait once {} bytes are "
-                    "pending", current_segment(), std::strerror(err), options_.max_pending_bytes);
+      spdlog::error(
+          "op log {}: write failed ({}); retrying, appends wait once {} bytes are "
+          "pending",
+          current_segment(), std::strerror(err), options_.max_pending_bytes);
     // Cut off the part of the batch that did reach the file, so that a retry does not leave a
     // torn record in the middle of the log. If that fails, resume where the write stopped.
     if (done > 0) {
@@ -754,10 +757,8 @@ bool OpLog::rewrite(uint64_t through) {
           live.insert_or_assign(std::string(r.key),
                                 Loc{static_cast<uint32_t>(i), static_cast<uint32_t>(n), off,
                                     r.expire_at});
-        else if (r.op == Op::kDel)
-          live.erase(std::string(r.key));
-        else
-          live.clear();
+        else if (r.op == Op::kDel) live.erase(std::string(r.key));
+        else live.clear();
       });
       if (s.torn_tail)
         throw std::runtime_error(fmt::format("{} is corrupt after byte {}", inputs[i],
@@ -825,8 +826,9 @@ bool OpLog::rewrite(uint64_t through) {
     file_bytes_.fetch_add(out_bytes, std::memory_order_relaxed);
     base_bytes_.store(out_bytes, std::memory_order_relaxed);
     rewrites_.fetch_add(1, std::memory_order_relaxed);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - t0).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     spdlog::info("op log {}: rewrote {} bytes in {} file(s) as {} ({} items, {} bytes) in {} ms",
                  stem_, in_bytes, inputs.size(), out, keep.size(), out_bytes, ms);
     return true;

@@ -34,8 +34,9 @@
 //              acknowledged writes (more while a sync takes longer than a second).
 //   kNo        never fdatasync while running (the page cache decides; once at close).
 // A process crash (SIGKILL) loses nothing written in any mode: written bytes are in the page
-// cache; and nothing acknowledged, since answers wait for the write. A failed fdatasync with kAlways ends the process (see writer_main): Linux may report
-// the pages clean afterwards, so the log could no longer tell what is durable.
+// cache; and nothing acknowledged, since answers wait for the write. A failed fdatasync with
+// kAlways ends the process (see writer_main): Linux may report the pages clean afterwards, so the
+// log could no longer tell what is durable.
 //
 // Rewrite (compaction, Redis's BGREWRITEAOF): once the files hold more than
 // rewrite_min_size bytes and rewrite_percentage % more than after the last rewrite (or than at
@@ -158,16 +159,16 @@ class OpLog {
   Sync sync() const { return options_.sync; }
 
   struct Stats {
-    uint64_t records;        // records appended
-    uint64_t bytes;          // bytes appended (encoded records, framing included)
-    uint64_t flushes;        // batches written
-    uint64_t syncs;          // fdatasync calls that returned
-    uint64_t stalls;         // append_*() calls that had to wait for the writer (backpressure)
-    uint64_t write_errors;   // failed write()/fdatasync()/ftruncate() calls (each retry counts)
-    uint64_t rewrites;       // rewrites finished
-    uint64_t rewrite_errors; // rewrites given up (the old files stay; tried again later)
-    uint64_t file_bytes;     // bytes in the log's files now (base and segments)
-    uint64_t base_bytes;     // the base's size after the last rewrite (or the files' at open)
+    uint64_t records;         // records appended
+    uint64_t bytes;           // bytes appended (encoded records, framing included)
+    uint64_t flushes;         // batches written
+    uint64_t syncs;           // fdatasync calls that returned
+    uint64_t stalls;          // append_*() calls that had to wait for the writer (backpressure)
+    uint64_t write_errors;    // failed write()/fdatasync()/ftruncate() calls (each retry counts)
+    uint64_t rewrites;        // rewrites finished
+    uint64_t rewrite_errors;  // rewrites given up (the old files stay; tried again later)
+    uint64_t file_bytes;      // bytes in the log's files now (base and segments)
+    uint64_t base_bytes;      // the base's size after the last rewrite (or the files' at open)
   };
   Stats stats() const;  // any thread
   const std::string& stem() const { return stem_; }
@@ -216,29 +217,29 @@ class OpLog {
   const std::string stem_;
   const Options options_;
   int lock_fd_ = -1;
-  int fd_ = -1;              // the segment appended to (writer thread after construction)
-  uint64_t segment_ = 0;     // its number K
+  int fd_ = -1;           // the segment appended to (writer thread after construction)
+  uint64_t segment_ = 0;  // its number K
   ReplayResult recovered_;
   uint64_t segment_size_ = 0;  // writer thread: bytes in the current segment
   bool unsynced_ = false;      // writer thread: written since the last fdatasync
   std::chrono::steady_clock::time_point last_sync_{};
 
   std::mutex mu_;
-  std::condition_variable work_cv_;   // writer waits: something to write, or stop
-  std::condition_variable space_cv_;  // a stalled appender waits: pending_ went down
-  Buffer active_;                     // guarded by mu_: records not yet taken by the writer
-  size_t pending_ = 0;                // guarded by mu_: active_.size + the batch being written
-  uint64_t appended_ = 0;             // guarded by mu_ (written by the worker thread only)
-  bool stop_ = false;                 // guarded by mu_
+  std::condition_variable work_cv_;    // writer waits: something to write, or stop
+  std::condition_variable space_cv_;   // a stalled appender waits: pending_ went down
+  Buffer active_;                      // guarded by mu_: records not yet taken by the writer
+  size_t pending_ = 0;                 // guarded by mu_: active_.size + the batch being written
+  uint64_t appended_ = 0;              // guarded by mu_ (written by the worker thread only)
+  bool stop_ = false;                  // guarded by mu_
   std::atomic<bool> stopping_{false};  // the same, readable without mu_ (writer's retry loop)
   std::atomic<uint64_t> durable_{0};
 
   // Rewrites: the writer hands the rewriter the last segment a new base is to cover.
   std::mutex rw_mu_;
   std::condition_variable rw_cv_;
-  uint64_t rewrite_through_ = 0;   // guarded by rw_mu_: 0 = no rewrite asked for
-  bool rewriting_ = false;         // guarded by rw_mu_: asked for or running
-  bool rw_stop_ = false;           // guarded by rw_mu_
+  uint64_t rewrite_through_ = 0;  // guarded by rw_mu_: 0 = no rewrite asked for
+  bool rewriting_ = false;        // guarded by rw_mu_: asked for or running
+  bool rw_stop_ = false;          // guarded by rw_mu_
   std::atomic<uint64_t> file_bytes_{0}, base_bytes_{0};
   std::atomic<uint64_t> retry_at_bytes_{0};  // after a failed rewrite, wait for this size
 

@@ -3,11 +3,24 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "store/engine.h"
 #include "store/limits.h"
 
 namespace fabkv::server {
+
+namespace {
+
+// The engines registry lines name (proto/registry.h): --engine's words beyond cache, store, none.
+std::vector<std::string> engines_of_protocols() {
+  std::vector<std::string> out;
+  for (const std::string& e : proto::engine_names())
+    if (!store::engine_kind_from_string(e) && e != proto::EngineNeed::kNone) out.push_back(e);
+  return out;
+}
+
+}  // namespace
 
 void declare_knobs(Knobs& k, ServerOptions* o) {
   auto s = k.section("", "Server");
@@ -24,11 +37,11 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
   s.list("cores", "--cores", &o->cores,
          "cores for the workers, comma-separated (default: worker i on core i; -1 unpinned)");
   s.text("engine", "--engine", &o->engine,
-         "cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | pilaf (lossless "
-         "cuckoo table clients READ) | farm (lossless hopscotch table clients READ) | drtm "
-         "(lossless table and items clients READ, lock and WRITE) | hydradb (lossless, items "
-         "clients READ, updated out of place) | none (no engine: a server of "
-         "sequencers only); default: what the protocols served need, else cache")
+         fmt::format("cache (lossy, FIFO eviction) | store (lossless, kNoSpace when full) | an "
+                     "engine a protocol brings, whose memory its clients reach: {} (docs/) | "
+                     "none (no engine: a server of sequencers only); default: what the "
+                     "protocols served need, else cache",
+                     fmt::join(engines_of_protocols(), " | ")))
       .one_of(proto::engine_names());
   s.bytes("memory", "--memory", &o->memory, "engine memory across all workers (K/M/G suffixes)");
   s.bytes("max_value", "--max-value", &o->max_value, "largest value accepted")
@@ -52,7 +65,8 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
          "everysec (default: at most about a second of acknowledged writes lost to a machine "
          "crash) | no (the page cache decides; a crash of the process loses nothing)")
       .one_of({"always", "everysec", "no"});
-  s.flag("oplog_fsync", "--oplog-fsync", &o->oplog_fsync, "the older spelling of --oplog-sync always");
+  s.flag("oplog_fsync", "--oplog-fsync", &o->oplog_fsync,
+         "the older spelling of --oplog-sync always");
   s.number("oplog_rewrite_percentage", "--oplog-rewrite-percentage", &o->oplog_rewrite_percentage,
            "rewrite the log as its live items once it has grown by this % since the last "
            "rewrite (Redis's auto-aof-rewrite-percentage; 0: never): restart time and disk use "
@@ -106,7 +120,7 @@ void load_toml(const std::string& path, ServerOptions* o) {
 }
 
 std::string_view needed_engine(const ServerOptions& o) {
-  // The first protocol that needs an engine of its own (pilaf, farm, drtm) decides; validate()
+  // The first protocol that needs an engine of its own decides; validate()
   // refuses a second protocol that needs another one.
   bool any = false;
   for (const auto& name : o.protocols) {
@@ -140,9 +154,9 @@ void validate(const ServerOptions& o) {
   }
   if (o.protocols.empty()) throw std::invalid_argument("--protocols is empty");
   const bool engineless = needed_engine(o) == proto::EngineNeed::kNone;
-  // One engine per worker: protocols whose clients reach different engines' memory (pilaf's
-  // table, farm's buckets, drtm's items) cannot share a server, and farm and farm-var READ
-  // differently laid out buckets of the farm engine (values inline, or pointers).
+  // One engine per worker: protocols whose clients reach different engines' memory cannot share
+  // a server, nor can two protocols that lay the same engine out differently (proto::Info::server
+  // differs: farm's values inline, farm-var's pointers).
   const proto::Info* reader = nullptr;
   for (const auto& name : o.protocols) {
     const proto::Info* p = proto::find(name);
@@ -180,9 +194,8 @@ void validate(const ServerOptions& o) {
           "--engine out to get it), not '{}'",
           name, p->engine, o.engine));
     }
-    // The op log sees only what the worker executes; drtm clients change items with atomics
-    // and WRITEs the worker never hears of, so a replay would bring back old values.
-    if (p->id == proto::Id::drtm && !o.oplog.empty())
+    // The op log sees only what the worker executes: a replay would bring back old values.
+    if (proto::clients_write_engine(*p) && !o.oplog.empty())
       throw std::invalid_argument(fmt::format(
           "--oplog cannot serve protocol '{}': its clients PUT by CAS and WRITE straight into "
           "the engine's memory, which the worker never sees, so the log would miss those "

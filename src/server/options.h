@@ -17,7 +17,7 @@
 
 namespace fabkv::server {
 
-// The protocols' own knobs (rpc, herd, pilaf, ...) come from proto/options.h.
+// The protocols' own knobs come from proto/options.h.
 struct ServerOptions : proto::ProtocolOptions {
   // libfabric provider: auto picks verbs with an RDMA device, else shm for a loopback
   // --listen and tcp otherwise.
@@ -28,12 +28,12 @@ struct ServerOptions : proto::ProtocolOptions {
   // Worker threads, each owning one partition (EREW) and pinned to its own core.
   uint32_t workers = 1;
   std::vector<int> cores;  // worker i -> cores[i]; empty = core i; -1 = unpinned
-  // cache (lossy, evicts) | store (lossless, kNoSpace) | pilaf (lossless, self-verifying cuckoo
-  // table and extents that clients READ, Pilaf sec. 3). "" = what the protocols served need
+  // cache (lossy, evicts) | store (lossless, kNoSpace) | an engine a protocol brings, whose
+  // memory its clients READ (proto::engine_names()). "" = what the protocols served need
   // (needed_engine), else cache (resolve_defaults).
   std::string engine;
-  size_t memory = size_t{256} << 20;     // engine bytes, split evenly across workers
-  size_t max_value = 64 * 1024;          // largest value accepted
+  size_t memory = size_t{256} << 20;  // engine bytes, split evenly across workers
+  size_t max_value = 64 * 1024;       // largest value accepted
   // Index buckets per worker of the cache, store and hydradb engines, rounded down to a power
   // of two; 0: the engine's default (1/8 of the worker's memory in buckets, store/engine.h).
   uint32_t index_buckets = 0;
@@ -98,7 +98,7 @@ using fabkv::parse_bytes;
 void declare_knobs(Knobs& k, ServerOptions* o);
 
 // Loads a TOML file into `o`: general settings at the top level (workers = 2, memory = "1G",
-// cores = [0, 1]), the protocols' in their tables ([rpc] window = 8, [pilaf] entries = "1M").
+// cores = [0, 1]), the protocols' in their tables ([rpc] window = 8).
 // Throws std::runtime_error with the file's line on error (unknown key, a key that moved into
 // a table, wrong type, out of range).
 void load_toml(const std::string& path, ServerOptions* o);

@@ -7,8 +7,8 @@
 //   std::unique_ptr<proto::ServerProtocol> fabkv::<id>::make_server(proto::ServerHost&)
 // in its server.cc. Declared here from the registration list, so that adding a protocol needs
 // no include and no edit here.
-#define FABKV_DECLARE_SERVER(id_, name, srv_, engine, summary)                   \
-  namespace fabkv::id_ {                                                           \
+#define FABKV_DECLARE_SERVER(id_, name, srv_, engine, summary)                       \
+  namespace fabkv::id_ {                                                             \
   std::unique_ptr<proto::ServerProtocol> make_server(::fabkv::proto::ServerHost& w); \
   }
 FABKV_PROTOCOLS(FABKV_DECLARE_SERVER)
@@ -31,9 +31,9 @@ std::unique_ptr<proto::ServerProtocol> own_side(Make make, proto::ServerHost& w)
 
 std::unique_ptr<proto::ServerProtocol> make_server_side(proto::Id id, proto::ServerHost& w) {
   std::unique_ptr<proto::ServerProtocol> side;
-#define FABKV_MAKE_SERVER(id_, name, srv_, engine, summary)                        \
-  if (id == proto::Id::id_)                                                          \
-    side = own_side<proto::Id::id_, proto::Id::srv_>(                              \
+#define FABKV_MAKE_SERVER(id_, name, srv_, engine, summary) \
+  if (id == proto::Id::id_)                                 \
+    side = own_side<proto::Id::id_, proto::Id::srv_>(       \
         [](auto& wk) { return ::fabkv::id_::make_server(wk); }, w);
   FABKV_PROTOCOLS(FABKV_MAKE_SERVER)
 #undef FABKV_MAKE_SERVER

@@ -34,7 +34,8 @@ void check_oplog_workers(const ServerOptions& o) {
     if (recorded != o.workers)
       throw std::runtime_error(fmt::format(
           "the op log {}.* was written by {} worker(s); keys are partitioned by worker, so start "
-          "with --workers {} (or move the log away)", o.oplog, recorded, recorded));
+          "with --workers {} (or move the log away)",
+          o.oplog, recorded, recorded));
     return;
   }
   std::ofstream out(meta, std::ios::trunc);
@@ -182,8 +183,7 @@ std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
   return std::nullopt;
 }
 
-bool Server::reserve_index(uint64_t session, uint32_t* index, uint16_t* epoch,
-                           std::string* name) {
+bool Server::reserve_index(uint64_t session, uint32_t* index, uint16_t* epoch, std::string* name) {
   std::lock_guard lock(mu_);
   auto free_everywhere = [&](uint32_t i) {
     if (clients_[i].used) return false;
@@ -213,15 +213,15 @@ control::Welcome Server::welcome(uint32_t index, uint16_t epoch, const proto::In
     for (auto& addr : wk->endpoint_names(index)) w.fabric_addresses.push_back(addr);
   w.regions = std::move(parts.regions);
   nlohmann::json layout = proto::SessionLayout{.client = static_cast<uint16_t>(index),
-                                                .epoch = epoch,
-                                                .workers = o_.workers,
-                                                .max_clients = o_.max_clients,
-                                                .protocol = std::string(p.name),
-                                                .max_value = o_.max_value,
-                                                .max_key = store::kMaxKeySize,
-                                                .engine = o_.engine,
-                                                .provider = provider(),
-                                                .name = name};
+                                               .epoch = epoch,
+                                               .workers = o_.workers,
+                                               .max_clients = o_.max_clients,
+                                               .protocol = std::string(p.name),
+                                               .max_value = o_.max_value,
+                                               .max_key = store::kMaxKeySize,
+                                               .engine = o_.engine,
+                                               .provider = provider(),
+                                               .name = name};
   layout.update(parts.layout);
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());
@@ -311,7 +311,8 @@ nlohmann::json Server::protocol_request(const std::string& op) const {
     }
   }
   if (workers.size() != workers_.size())
-    return {{"error", op.empty() ? std::string("unknown request") : fmt::format("unknown request '{}'", op)}};
+    return {{"error", op.empty() ? std::string("unknown request")
+                                 : fmt::format("unknown request '{}'", op)}};
   return {{"workers", workers}};
 }
 

@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "control/server.h"
-#include "server/worker.h"
 #include "server/options.h"
+#include "server/worker.h"
 
 namespace fabkv::server {
 
@@ -38,7 +38,7 @@ class Server {
   // name from it, as those clients name servers by it (cluster/ketama.h). Before start().
   void attach(std::unique_ptr<LocalWork> front_end, const std::string& listen);
   std::vector<Worker*> workers() const;
-  void start();                 // starts the worker threads
+  void start();  // starts the worker threads
   // Stops admitting clients, lets workers answer what they hold, joins them.
   void stop();
   nlohmann::json stats() const;

@@ -218,7 +218,8 @@ void Worker::open_oplog() {
         store::PutOptions p;
         p.expire_at = r.expire_at;
         p.flags = r.flags;
-        p.restore_version = r.version;  // the logged CAS version; the engine's counter moves past it
+        p.restore_version =
+            r.version;  // the logged CAS version; the engine's counter moves past it
         if (engine_->put(r.key, r.value, p) != store::Status::kOk) refused++;
         break;
       }
@@ -544,8 +545,9 @@ void Worker::run_st(const std::atomic<bool>& stop) {
 
 void Worker::periodic_st() {
   bury_retired_st();
-  if (engine_) engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even
-                                         // when no pilaf protocol is served
+  if (engine_)
+    engine_->housekeeping();  // e.g. the pilaf engine's retired generations, even
+                              // when no pilaf protocol is served
   for (auto& side : sides_) side->tick_st();
 }
 
@@ -703,8 +705,7 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
     if (r.status == store::Status::kOk) {
       if (req.op == store::Op::kPut)
         oplog_->append_put(req.key, req.value, r.version, req.put.expire_at, req.put.flags);
-      else if (req.op == store::Op::kDel)
-        oplog_->append_del(req.key);
+      else if (req.op == store::Op::kDel) oplog_->append_del(req.key);
     }
     done(i, r);
   });
@@ -789,7 +790,8 @@ void Worker::on_completion_st(fabric::Completion& c) {
   const bool is_rx = ctx != nullptr && rx_ && ctx->user == rx_.get();
   if (c.error != 0) {
     if (is_rx) mark_repost_st(ctx->tag);
-    else if (c.verb == fabric::Verb::kWrite) counters_.write_errors.fetch_add(1, std::memory_order_relaxed);
+    else if (c.verb == fabric::Verb::kWrite)
+      counters_.write_errors.fetch_add(1, std::memory_order_relaxed);
     else counters_.send_errors.fetch_add(1, std::memory_order_relaxed);  // a client went away
     return;
   }
@@ -897,8 +899,7 @@ long Worker::post_reply_st(const Outgoing& o, bool more) {
     po.inlined = src.len <= ep.inject_size();
     if (o.has_imm)
       ret = post_twice_st([&] { return ep.send_imm(src, o.imm, s.peer, nullptr, po); });
-    else
-      ret = post_twice_st([&] { return ep.send(src, s.peer, nullptr, po); });
+    else ret = post_twice_st([&] { return ep.send(src, s.peer, nullptr, po); });
   }
   if (ret == 0) n++;
   return ret;
@@ -927,7 +928,8 @@ void Worker::send_replies_st() {
       any_backlog_ = true;
       s.stuck_since = Clock::now();
     } else if (ret != 0) {
-      (o.write ? counters_.write_errors : counters_.send_errors).fetch_add(1, std::memory_order_relaxed);
+      (o.write ? counters_.write_errors : counters_.send_errors)
+          .fetch_add(1, std::memory_order_relaxed);
     }
   }
   out_.clear();
@@ -953,7 +955,9 @@ void Worker::flush_backlogs_st() {
         any_backlog_ |= !s.backlog.empty();
         break;
       }
-      if (ret != 0) (o.write ? counters_.write_errors : counters_.send_errors).fetch_add(1, std::memory_order_relaxed);
+      if (ret != 0)
+        (o.write ? counters_.write_errors : counters_.send_errors)
+            .fetch_add(1, std::memory_order_relaxed);
       s.backlog.pop_front();
       s.stuck_since = Clock::now();
     }
@@ -984,46 +988,47 @@ nlohmann::json Worker::stats() const {
       if (ep) verbs += ep->counters().snapshot();
   }
   store::StatsSnapshot es = engine_ ? engine_->stats() : store::StatsSnapshot{};
-  nlohmann::json j = {{"worker", index_},
-                      {"active_clients", active_clients_.load(std::memory_order_relaxed)},
-                      {"unknown_client", r(counters_.unknown_client)},
-                      {"malformed", r(counters_.short_messages)},  // protocols add theirs
-                      {"send_errors", r(counters_.send_errors)},
-                      {"write_errors", r(counters_.write_errors)},
-                      {"isolated", isolated_},
-                      {"stale_responses", r(counters_.stale_responses)},
-                      {"backlogged", r(counters_.backlogged)},
-                      {"dropped_peers", r(counters_.dropped_peers)},
-                      {"endpoints_closed", r(counters_.endpoints_closed)},
-                      {"regions_reclaimed", r(counters_.regions_reclaimed)},
-                      {"rounds", r(counters_.rounds)},
-                      {"poll",
-                       {{"mode", to_string(o_.poll.mode)},
-                        {"idle_wait", kIdleWaitNames[static_cast<size_t>(
-                                          wait_kind_.load(std::memory_order_relaxed))]},
-                        {"blocks", r(counters_.blocks)},
-                        {"woken_by_fabric", r(counters_.woken_by_fabric)},
-                        {"woken_by_control", r(counters_.woken_by_control)},
-                        {"timeouts", r(counters_.timeouts)},
-                        {"not_now", r(counters_.not_now)},
-                        {"unexplained_wakes", r(counters_.unexplained_wakes)},
-                        {"idle_ms", r(counters_.idle_us) / 1000}}},
-                      {"verbs", verbs.to_json()},
-                      {"engine",
-                       {{"items", es.items},
-                        {"bytes", es.bytes},
-                        {"hits", es.hits},
-                        {"misses", es.misses},
-                        {"expired", es.expired},
-                        {"puts", es.puts},
-                        {"dels", es.dels},
-                        {"evictions", es.evictions},
-                        {"index_drops", es.index_drops},
-                        {"version_mismatches", es.version_mismatches},
-                        {"too_large", es.too_large},
-                        {"no_space", es.no_space}}}};
+  nlohmann::json j = {
+      {"worker", index_},
+      {"active_clients", active_clients_.load(std::memory_order_relaxed)},
+      {"unknown_client", r(counters_.unknown_client)},
+      {"malformed", r(counters_.short_messages)},  // protocols add theirs
+      {"send_errors", r(counters_.send_errors)},
+      {"write_errors", r(counters_.write_errors)},
+      {"isolated", isolated_},
+      {"stale_responses", r(counters_.stale_responses)},
+      {"backlogged", r(counters_.backlogged)},
+      {"dropped_peers", r(counters_.dropped_peers)},
+      {"endpoints_closed", r(counters_.endpoints_closed)},
+      {"regions_reclaimed", r(counters_.regions_reclaimed)},
+      {"rounds", r(counters_.rounds)},
+      {"poll",
+       {{"mode", to_string(o_.poll.mode)},
+        {"idle_wait",
+         kIdleWaitNames[static_cast<size_t>(wait_kind_.load(std::memory_order_relaxed))]},
+        {"blocks", r(counters_.blocks)},
+        {"woken_by_fabric", r(counters_.woken_by_fabric)},
+        {"woken_by_control", r(counters_.woken_by_control)},
+        {"timeouts", r(counters_.timeouts)},
+        {"not_now", r(counters_.not_now)},
+        {"unexplained_wakes", r(counters_.unexplained_wakes)},
+        {"idle_ms", r(counters_.idle_us) / 1000}}},
+      {"verbs", verbs.to_json()},
+      {"engine",
+       {{"items", es.items},
+        {"bytes", es.bytes},
+        {"hits", es.hits},
+        {"misses", es.misses},
+        {"expired", es.expired},
+        {"puts", es.puts},
+        {"dels", es.dels},
+        {"evictions", es.evictions},
+        {"index_drops", es.index_drops},
+        {"version_mismatches", es.version_mismatches},
+        {"too_large", es.too_large},
+        {"no_space", es.no_space}}}};
   // Each server side's counters, by protocol; numbers also summed into the worker's totals
-  // (requests, gets, malformed, ...), objects shown as they are (e.g. "pilaf").
+  // (requests, gets, malformed, ...), objects shown as they are.
   nlohmann::json by_protocol = nlohmann::json::object();
   for (const proto::Info& p : proto::protocols()) {
     const proto::ServerProtocol* side = side_of_[static_cast<size_t>(p.id)];

@@ -158,8 +158,8 @@ class Worker final : public proto::ServerHost {
     uint16_t epoch = 0;
     proto::ServerProtocol* side = nullptr;  // the server side of its protocol
     fabric::PeerAddr peer = fabric::kNoPeer;
-    bool dropped = false;     // dropped for refusing what we post; no longer served
-    uint64_t sent = 0;        // answers posted on its own endpoint (isolated)
+    bool dropped = false;             // dropped for refusing what we post; no longer served
+    uint64_t sent = 0;                // answers posted on its own endpoint (isolated)
     std::deque<Outgoing> backlog;     // answers the provider refused, oldest first
     Clock::time_point stuck_since{};  // when the backlog's head (or a READ) was first refused
     std::vector<uint8_t> address;     // its endpoint name (to reclaim a dead shm peer's region)
@@ -184,8 +184,7 @@ class Worker final : public proto::ServerHost {
   size_t poll_endpoints_st(Handle&& handle);
   template <class Post>
   long post_twice_st(Post&& post);
-  std::string insert_peer_st(uint32_t c, std::span<const uint8_t> address,
-                             fabric::PeerAddr* peer);
+  std::string insert_peer_st(uint32_t c, std::span<const uint8_t> address, fabric::PeerAddr* peer);
   void open_client_endpoint_st(uint32_t c);
   void close_client_endpoint_st(uint32_t c);
   void post_rx_st(size_t b);
@@ -224,8 +223,8 @@ class Worker final : public proto::ServerHost {
   const int core_;
 
   std::unique_ptr<fabric::Fabric> fabric_;
-  bool isolated_ = false;                  // one endpoint per client index
-  size_t recv_size_ = 0, rx_per_ = 0;      // answer receive buffer, rx buffer bytes
+  bool isolated_ = false;              // one endpoint per client index
+  size_t recv_size_ = 0, rx_per_ = 0;  // answer receive buffer, rx buffer bytes
   fabric::EndpointOptions client_eo_;
   std::vector<std::unique_ptr<fabric::Endpoint>> eps_;         // shared (not isolated)
   std::vector<std::unique_ptr<fabric::Endpoint>> client_eps_;  // per client (isolated)
@@ -242,7 +241,7 @@ class Worker final : public proto::ServerHost {
   std::deque<Held> held_;  // when_durable_st's, in position order
   // One server side per distinct Info::server among the served protocols.
   std::vector<std::unique_ptr<proto::ServerProtocol>> sides_;
-  std::vector<proto::ServerProtocol*> side_of_;  // by proto::Id; nullptr = not served
+  std::vector<proto::ServerProtocol*> side_of_;   // by proto::Id; nullptr = not served
   std::unique_ptr<fabric::RegisteredBuffer> rx_;  // messages: multi-recv buffers
   std::vector<fabric::OpContext> rx_ctx_;
   // Receive buffers to post again at the end of the round: a flag per buffer (so none is
@@ -273,19 +272,19 @@ class Worker final : public proto::ServerHost {
   uint32_t scanning_clients_ = 0;  // admitted clients whose requests land in memory (scans_memory)
   uint32_t idle_rounds_ = 0;       // rounds without a sign of work, in a row
   Clock::time_point idle_since_{};
-  uint64_t remote_seen_ = 0;       // the endpoints' inbound one-sided count at the last look
-  bool fabric_woke_ = false;       // the last wait ended by the fabric, no sign of work since
-  uint32_t stretch_ = 0;           // polling time = poll.spin_us << stretch_ (idle_st)
+  uint64_t remote_seen_ = 0;  // the endpoints' inbound one-sided count at the last look
+  bool fabric_woke_ = false;  // the last wait ended by the fabric, no sign of work since
+  uint32_t stretch_ = 0;      // polling time = poll.spin_us << stretch_ (idle_st)
   uint32_t sleep_us_ = PollOptions::kFirstSleepUs;  // next sleep where nothing can wake us
-  uint64_t answers_ = 0;           // answers built so far (a sign of work)
+  uint64_t answers_ = 0;                            // answers built so far (a sign of work)
   std::vector<fabric::Endpoint*> wait_eps_;
   std::atomic<int> wait_kind_{0};  // what the last block_st did (stats): 0 none, 1 block, 2 sleep
   int logged_kind_ = 0;            // the last one logged (with clients admitted)
 
   struct Counters {
-    std::atomic<uint64_t> send_errors{0}, write_errors{0}, unknown_client{0},
-        short_messages{0}, rounds{0}, stale_responses{0}, backlogged{0}, dropped_peers{0},
-        endpoints_closed{0}, regions_reclaimed{0};
+    std::atomic<uint64_t> send_errors{0}, write_errors{0}, unknown_client{0}, short_messages{0},
+        rounds{0}, stale_responses{0}, backlogged{0}, dropped_peers{0}, endpoints_closed{0},
+        regions_reclaimed{0};
     // adaptive: times the worker blocked or slept, how each ended, and for how long in all.
     std::atomic<uint64_t> blocks{0}, woken_by_fabric{0}, woken_by_control{0}, timeouts{0},
         not_now{0}, idle_us{0}, unexplained_wakes{0};

@@ -37,7 +37,8 @@ CacheEngine::CacheEngine(const EngineOptions& opts)
   if (index_bytes >= bytes || (bytes - index_bytes) / 2 < max_item) {
     throw std::runtime_error("store: cache memory of " + std::to_string(bytes) + " bytes with " +
                              std::to_string(nb) + " index buckets leaves no log for two items of " +
-                             std::to_string(max_item) + " bytes; raise memory_bytes or lower "
+                             std::to_string(max_item) +
+                             " bytes; raise memory_bytes or lower "
                              "max_value_size");
   }
   log_size_ = (bytes - index_bytes) & ~uint64_t{tuning::kItemAlign - 1};
@@ -264,7 +265,7 @@ Status CacheEngine::del(KeyHash h, std::string_view key) {
 // declined to inline them) they cost ~16 instructions of register saves and restores per
 // GET, plus the ItemView passed through memory (callgrind, docs/results/store-absl-2026-11-23.md).
 [[gnu::flatten]] void CacheEngine::run_batch(std::span<const Request> reqs, CompletionFn done,
-                                        size_t gap) {
+                                             size_t gap) {
   run_pipeline(*this, reqs, done, gap);
 }
 

@@ -26,8 +26,7 @@ const char* to_string(Status s) {
 const char* to_string(EngineKind k) {
   switch (k) {
     case EngineKind::kCache: return "cache";
-    case EngineKind::kStore:
-      return "store";
+    case EngineKind::kStore: return "store";
   }
   return "unknown";
 }
@@ -49,8 +48,7 @@ uint32_t realtime_seconds(void*) {
 std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) {
   switch (kind) {
     case EngineKind::kCache: return std::make_unique<CacheEngine>(opts);
-    case EngineKind::kStore:
-      return std::make_unique<StoreEngine>(opts);
+    case EngineKind::kStore: return std::make_unique<StoreEngine>(opts);
   }
   throw std::invalid_argument("store: unknown engine kind");
 }

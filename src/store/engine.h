@@ -106,7 +106,7 @@ struct ItemView {
   std::string_view value;  // valid until the next put/del on this engine (see top)
   uint64_t version = 0;
   uint32_t expire_at = 0;
-  uint32_t flags = 0;      // PutOptions::flags of the PUT that wrote it (0 where not kept)
+  uint32_t flags = 0;  // PutOptions::flags of the PUT that wrote it (0 where not kept)
 };
 
 // ---- Batch form --------------------------------------------------------------------------
@@ -141,11 +141,9 @@ template <class R, class... Args>
 class FunctionRef<R(Args...)> {
  public:
   template <class F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
-             std::is_invocable_r_v<R, F&, Args...>)
-  FunctionRef(F&& f)  // NOLINT: implicit by design
-      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
-        call_([](void* o, Args... a) -> R {
+  requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
+           std::is_invocable_r_v<R, F&, Args...>) FunctionRef(F&& f)  // NOLINT: implicit by design
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))), call_([](void* o, Args... a) -> R {
           return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(a)...);
         }) {}
   R operator()(Args... a) const { return call_(obj_, std::forward<Args>(a)...); }

@@ -46,7 +46,9 @@ inline uint32_t partition_of(KeyHash k, uint32_t n_partitions) {
   return static_cast<uint32_t>((((k.h >> 32) & 0xffff) * n_partitions) >> 16);
 }
 
-inline uint64_t bucket_of(KeyHash k, uint64_t bucket_mask) { return (k.h & 0xffffffffu) & bucket_mask; }
+inline uint64_t bucket_of(KeyHash k, uint64_t bucket_mask) {
+  return (k.h & 0xffffffffu) & bucket_mask;
+}
 
 inline uint16_t tag_of(KeyHash k) {
   auto t = static_cast<uint16_t>(k.h >> 48);

@@ -147,9 +147,11 @@ std::string Heap::check() const {
   for (;;) {
     const uint64_t word = load(off);
     const uint64_t size = word & ~kFlagMask;
-    if (((word & kPrevFree) != 0) != prev_free) return "prev-free bit wrong at " + std::to_string(off);
+    if (((word & kPrevFree) != 0) != prev_free)
+      return "prev-free bit wrong at " + std::to_string(off);
     if (size == 0) {
-      if (off != size_ - kBlockAlign) return "size-0 block before the end at " + std::to_string(off);
+      if (off != size_ - kBlockAlign)
+        return "size-0 block before the end at " + std::to_string(off);
       break;
     }
     if (size % kBlockAlign != 0 || size < kMinBlock || off + size > size_ - kBlockAlign) {

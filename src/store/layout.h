@@ -1,5 +1,5 @@
 // Memory layouts of the storage core: the item header shared by the cache's log and the
-// store's heap, and the index entry encodings. Later protocols (Pilaf, FaRM) will let clients
+// store's heap, and the index entry encodings. A protocol may let clients
 // READ these bytes remotely once the partition memory is registered with the NIC, so each
 // layout has a size assertion and a version.
 //
@@ -152,7 +152,9 @@ inline constexpr uint64_t kLocationMask = (uint64_t{1} << kLocationBits) - 1;
 inline constexpr uint64_t make_entry(uint16_t tag, uint64_t location) {
   return (uint64_t{tag} << kLocationBits) | (location & kLocationMask);
 }
-inline constexpr uint16_t entry_tag(uint64_t e) { return static_cast<uint16_t>(e >> kLocationBits); }
+inline constexpr uint16_t entry_tag(uint64_t e) {
+  return static_cast<uint16_t>(e >> kLocationBits);
+}
 inline constexpr uint64_t entry_location(uint64_t e) { return e & kLocationMask; }
 
 // Which of the 8 entries at `e` carry `tag`: bit 2i+1 of the result is set when entry i does

@@ -29,12 +29,8 @@ inline Response execute_one(E& e, const Request& r) {
       resp.value = v.value;
       break;
     }
-    case Op::kPut:
-      resp.status = e.put(r.hash, r.key, r.value, r.put, &resp.version);
-      break;
-    case Op::kDel:
-      resp.status = e.del(r.hash, r.key);
-      break;
+    case Op::kPut: resp.status = e.put(r.hash, r.key, r.value, r.put, &resp.version); break;
+    case Op::kDel: resp.status = e.del(r.hash, r.key); break;
   }
   return resp;
 }

@@ -20,9 +20,10 @@ constexpr size_t kHugePage = size_t{2} << 20;
 void log_no_huge_pages(int err) {
   static std::atomic<bool> said{false};
   if (said.exchange(true)) return;
-  spdlog::info("store: huge pages not available (MAP_HUGETLB: {}); using 4 KiB pages with "
-               "transparent huge page advice",
-               std::strerror(err));
+  spdlog::info(
+      "store: huge pages not available (MAP_HUGETLB: {}); using 4 KiB pages with "
+      "transparent huge page advice",
+      std::strerror(err));
 }
 }  // namespace
 

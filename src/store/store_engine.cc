@@ -179,7 +179,7 @@ Status StoreEngine::del(KeyHash h, std::string_view key) {
 // declined to inline them) they cost ~16 instructions of register saves and restores per
 // GET, plus the ItemView passed through memory (callgrind, docs/results/store-absl-2026-11-23.md).
 [[gnu::flatten]] void StoreEngine::run_batch(std::span<const Request> reqs, CompletionFn done,
-                                        size_t gap) {
+                                             size_t gap) {
   run_pipeline(*this, reqs, done, gap);
 }
 
@@ -229,7 +229,8 @@ std::string StoreEngine::check() const {
     }
   }
   const StatsSnapshot st = stats();
-  if (st.items != items) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(items);
+  if (st.items != items)
+    return "stats.items " + std::to_string(st.items) + " != " + std::to_string(items);
   if (st.overflow_buckets != overflow_buckets) return "stats.overflow_buckets wrong";
   return "";
 }

@@ -45,9 +45,7 @@ class StoreEngine final : public Engine {
 
  private:
   using Slot = layout::ChainSlot;
-  layout::StoreBucket& main_bucket(KeyHash h) const {
-    return buckets_[bucket_of(h, bucket_mask_)];
-  }
+  layout::StoreBucket& main_bucket(KeyHash h) const { return buckets_[bucket_of(h, bucket_mask_)]; }
   layout::StoreBucket* overflow(uint64_t payload) const {
     return reinterpret_cast<layout::StoreBucket*>(heap_.at(payload));
   }

@@ -36,7 +36,8 @@ std::vector<RunSpec> plan(const std::string& mode, const std::vector<std::string
   bool all = mode == "all";
   if (all || mode == "latency") {
     for (uint32_t size : or_default(sizes, {8, 64, 512, 4096})) {
-      for (auto [verb, inl] : {std::pair{fabric::Verb::kRead, false}, {fabric::Verb::kWrite, false},
+      for (auto [verb, inl] : {std::pair{fabric::Verb::kRead, false},
+                               {fabric::Verb::kWrite, false},
                                {fabric::Verb::kWrite, true}}) {
         RunSpec s = base(Mode::kInbound);
         s.verb = verb;
@@ -60,7 +61,8 @@ std::vector<RunSpec> plan(const std::string& mode, const std::vector<std::string
     if (!all && mode != to_string(m)) continue;
     for (const auto& v : or_default(verbs, {"read", "write", "send"}))
       for (uint32_t size : or_default(sizes, {32}))
-        for (uint32_t c : or_default(clients, all ? std::vector<uint32_t>{1, 2} : std::vector<uint32_t>{1}))
+        for (uint32_t c :
+             or_default(clients, all ? std::vector<uint32_t>{1, 2} : std::vector<uint32_t>{1}))
           for (uint32_t w : or_default(windows, {16})) {
             RunSpec s = base(m);
             s.verb = verb_from_string(v);
@@ -108,10 +110,12 @@ std::vector<RunSpec> plan(const std::string& mode, const std::vector<std::string
 
 int main(int argc, char** argv) {
   init_logging("fabkv-perf");
-  CLI::App app{"fabkv-perf: RDMA verb microbenchmarks (HERD sec. 3, Guidelines sec. 5) over libfabric"};
+  CLI::App app{
+      "fabkv-perf: RDMA verb microbenchmarks (HERD sec. 3, Guidelines sec. 5) over libfabric"};
   app.require_subcommand(0, 1);
-  app.set_version_flag("--version", [] { return fabric::version_line(); },
-                       "print fabkv's version and the libfabric loaded, then exit");
+  app.set_version_flag(
+      "--version", [] { return fabric::version_line(); },
+      "print fabkv's version and the libfabric loaded, then exit");
 
   CoordinatorOptions co;
   std::string mode = "all", log_level;
@@ -145,7 +149,8 @@ int main(int argc, char** argv) {
   app.add_option("--client-core", co.client_core, "core for clients (-1: no pinning)")
       ->capture_default_str();
   app.add_option("--secret", co.secret, "shared secret for the control channel");
-  app.add_option("--timeout-ms", co.timeout_ms, "deadline for any wait on a peer")->capture_default_str();
+  app.add_option("--timeout-ms", co.timeout_ms, "deadline for any wait on a peer")
+      ->capture_default_str();
   app.add_option("--log", log_level, "log level: trace|debug|info|warn|error|off");
 
   ServerRoleOptions so;

@@ -32,9 +32,11 @@ int main(int argc, char** argv) {
   server::declare_knobs(knobs, &o);
   std::string config;
   CLI::App app{"fabkv-server: an in-memory key-value store for RDMA fabrics (libfabric)"};
-  app.set_version_flag("--version", [] { return fabric::version_line(); },
-                       "print fabkv's version and the libfabric loaded, then exit");
-  app.add_option("--config", config, "TOML file with the settings below: general ones at the "
+  app.set_version_flag(
+      "--version", [] { return fabric::version_line(); },
+      "print fabkv's version and the libfabric loaded, then exit");
+  app.add_option("--config", config,
+                 "TOML file with the settings below: general ones at the "
                  "top level, each protocol's in its table ([rpc], [herd], [pilaf]); flags "
                  "override it (docs/server.md)");
   knobs.add_to(app);
@@ -44,7 +46,8 @@ int main(int argc, char** argv) {
     // The file first, then every flag given on the command line on top of it.
     if (!config.empty()) knobs.load_toml(config);
     knobs.apply_flags();
-    if (!set_log_level(o.log_level)) throw std::invalid_argument("unknown --log level " + o.log_level);
+    if (!set_log_level(o.log_level))
+      throw std::invalid_argument("unknown --log level " + o.log_level);
     server::resolve_defaults(&o);
     server::validate(o);
   } catch (const std::exception& e) {

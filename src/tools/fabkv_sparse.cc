@@ -34,8 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--transport", o.transport, "write|send (default: the server's)");
   app.add_option("--client-poll", o.poll, "how this client waits: spin|adaptive")
       ->capture_default_str();
-  app.add_option("--gap-us", gap_us, "pause between two GETs")
-      ->capture_default_str();
+  app.add_option("--gap-us", gap_us, "pause between two GETs")->capture_default_str();
   app.add_option("--count", count, "GETs measured")->capture_default_str();
   app.add_flag("--spin-gap", spin_gap,
                "spin through the gap instead of sleeping (on a busy host a spinning client is "
@@ -82,8 +81,7 @@ int main(int argc, char** argv) {
   std::printf("%s\n", fmt::format("gap_us={} real_gap_us={:.0f} count={} mean_us={:.1f} "
                                   "p50_us={:.1f} p90_us={:.1f} p99_us={:.1f} max_us={:.1f}",
                                   gap_us, count > 1 ? gap_sum_us / (count - 1) : 0.0, h.count(),
-                                  h.mean_ns() / 1e3,
-                                  static_cast<double>(h.quantile_ns(0.5)) / 1e3,
+                                  h.mean_ns() / 1e3, static_cast<double>(h.quantile_ns(0.5)) / 1e3,
                                   static_cast<double>(h.quantile_ns(0.9)) / 1e3,
                                   static_cast<double>(h.quantile_ns(0.99)) / 1e3,
                                   static_cast<double>(h.max_ns()) / 1e3)

@@ -1,7 +1,7 @@
-// The load generator's data path allocates nothing per request (docs/results/loadgen-2026-11-23.md):
-// heap allocations are counted (this binary replaces operator new) across a measured run
-// against the null target, which allocates nothing once warm either, so any per-request
-// allocation in the runner shows up as a count that grows with the requests.
+// The load generator's data path allocates nothing per request
+// (docs/results/loadgen-2026-11-23.md): heap allocations are counted (this binary replaces operator
+// new) across a measured run against the null target, which allocates nothing once warm either, so
+// any per-request allocation in the runner shows up as a count that grows with the requests.
 #include <gtest/gtest.h>
 
 #include <atomic>

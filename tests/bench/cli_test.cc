@@ -3,8 +3,8 @@
 // from a small recorded results file (data/sample.jsonl).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -39,8 +39,9 @@ std::string slurp(const fs::path& p) {
 class BenchCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("fabkv-bench-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("fabkv-bench-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -73,8 +74,9 @@ std::vector<nlohmann::json> valid_records(const fs::path& json) {
 }
 
 // Small and quick: what every bad-input case adds to an otherwise valid command.
-const std::string kQuick = " --provider shm --keys 1000 --duration 0.3 --warmup 0.1 --clients 2 "
-                           "--client-core -1 --server-core -1 --server-memory 32M --quiet";
+const std::string kQuick =
+    " --provider shm --keys 1000 --duration 0.3 --warmup 0.1 --clients 2 "
+    "--client-core -1 --server-core -1 --server-memory 32M --quiet";
 
 std::vector<nlohmann::json> BenchCli::run_ok(const std::string& args, Ran* ran) {
   const fs::path json = dir_ / "r.jsonl";
@@ -186,9 +188,10 @@ TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
 // and by under 10% from P = 7 us, where a call fails ~5 fetches (the paper's N = 5).
 TEST(Calibrate, RetriesBoundIsTheFailedFetchesWhereFetchingStopsLeadingByTenPercent) {
   using fabkv::bench::DelayPoint;
-  std::vector<DelayPoint> points = {
-      {7000, 1.05e6, 1.0e6, 6.2}, {0, 3.0e6, 1.5e6, 1.1}, {3000, 2.0e6, 1.2e6, 3.0},
-      {15000, 0.5e6, 0.52e6, 12.0}};  // out of order on purpose
+  std::vector<DelayPoint> points = {{7000, 1.05e6, 1.0e6, 6.2},
+                                    {0, 3.0e6, 1.5e6, 1.1},
+                                    {3000, 2.0e6, 1.2e6, 3.0},
+                                    {15000, 0.5e6, 0.52e6, 12.0}};  // out of order on purpose
   std::string log;
   EXPECT_EQ(fabkv::bench::choose_retries(points, &log), std::optional<uint32_t>(5)) << log;
   EXPECT_NE(log.find("P* = 7.0 us"), std::string::npos) << log;
@@ -235,7 +238,8 @@ TEST_F(BenchCli, CalibrateWritesAnRfrpcTableTheServerLoads) {
   ASSERT_NO_THROW(fabkv::server::load_toml(toml.string(), &o)) << slurp(toml);
   EXPECT_TRUE(o.rfrpc.fetch_size == 64 || o.rfrpc.fetch_size == 512) << slurp(toml);
   EXPECT_NE(r.out.find("--rfrpc-fetch-size " + std::to_string(o.rfrpc.fetch_size)),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   if (slurp(toml).find("retries") != std::string::npos) {
     EXPECT_NE(r.out.find("--rfrpc-retries " + std::to_string(o.rfrpc.retries)), std::string::npos)
         << r.out;
@@ -277,7 +281,8 @@ TEST_F(BenchCli, MultiGetRunsCountRequestsAndKeys) {
     EXPECT_GT(j["check"]["gets_checked"].get<uint64_t>(), 0u) << line;
     EXPECT_EQ(j["check"]["ok"], true) << line;
     EXPECT_NEAR(j["throughput_keys"].get<double>() * j["duration_s"].get<double>(),
-                double(gets + puts), 1.0) << line;
+                double(gets + puts), 1.0)
+        << line;
   }
   EXPECT_NE(r.out.find("keys/s"), std::string::npos) << r.out;
 }
@@ -293,7 +298,8 @@ TEST_F(BenchCli, AClusterItStartsReportsKeysAndRequestsPerServer) {
     Ran r;
     const std::vector<nlohmann::json> records =
         run_ok("--systems fabkv-cluster:herd --cluster-servers 3 --read-ratio 0.5 --replicas " +
-                   std::to_string(replicas), &r);
+                   std::to_string(replicas),
+               &r);
     ASSERT_EQ(records.size(), 1u);
     const nlohmann::json& j = records[0];
     const std::string line = j.dump();
@@ -320,7 +326,8 @@ TEST_F(BenchCli, AClusterItStartsReportsKeysAndRequestsPerServer) {
     EXPECT_GE(c["keys_max_over_mean"].get<double>(), 1.0) << line;
     EXPECT_GE(c["requests_max_over_mean"].get<double>(), 1.0) << line;
     EXPECT_NE(r.out.find("3 servers, replicas " + std::to_string(replicas) + ": keys"),
-              std::string::npos) << r.out;
+              std::string::npos)
+        << r.out;
   }
 }
 
@@ -340,8 +347,8 @@ TEST_F(BenchCli, AClusterFileOfRunningServersIsDrivenAsItSays) {
     std::ofstream f(toml);
     f << "servers = [\"" << a->address() << "\", \"" << b->address() << ":2\"]\n";
   }
-  const std::vector<nlohmann::json> records =
-      run_ok("--systems fabkv-cluster:herd --cluster " + toml.string());
+  const std::vector<nlohmann::json> records = run_ok("--systems fabkv-cluster:herd --cluster " +
+                                                     toml.string());
   ASSERT_EQ(records.size(), 1u);
   const nlohmann::json& j = records[0];
   const nlohmann::json& c = j["cluster"];
@@ -359,13 +366,15 @@ TEST_F(BenchCli, AClusterFileOfRunningServersIsDrivenAsItSays) {
 
 TEST_F(BenchCli, ReportRendersFromARecordedResultsFile) {
   if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "matplotlib is missing for /usr/bin/python3 (apt-get install python3-matplotlib)";
+    GTEST_SKIP()
+        << "matplotlib is missing for /usr/bin/python3 (apt-get install python3-matplotlib)";
   fs::path out = dir_ / "report";
-  Ran r = run(std::string("report --input ") + FABKV_BENCH_DATA + "/sample.jsonl --out " + out.string());
+  Ran r = run(std::string("report --input ") + FABKV_BENCH_DATA + "/sample.jsonl --out " +
+              out.string());
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* png : {"throughput_vs_clients.png", "throughput_vs_read_ratio.png",
-                          "latency_vs_clients.png", "throughput_vs_value_size.png",
-                          "uniformity_ratio.png"}) {
+  for (const char* png :
+       {"throughput_vs_clients.png", "throughput_vs_read_ratio.png", "latency_vs_clients.png",
+        "throughput_vs_value_size.png", "uniformity_ratio.png"}) {
     std::string bytes = slurp(out / png);
     ASSERT_GT(bytes.size(), 1000u) << png;
     EXPECT_EQ(bytes.substr(1, 3), "PNG") << png;
@@ -391,10 +400,24 @@ TEST_F(BenchCli, ReportRendersFromARecordedResultsFile) {
 
 TEST_F(BenchCli, InterruptStopsCleanlyAndWritesNothingPartial) {
   fs::path json = dir_ / "r.jsonl";
-  std::vector<std::string> argv = {FABKV_BENCH_BIN, "--systems", "fabkv:herd", "--duration", "60",
-                                   "--keys", "1000", "--clients", "2", "--client-core", "-1",
-                                   "--server-core", "-1", "--server-memory", "32M", "--quiet",
-                                   "--json", json.string()};
+  std::vector<std::string> argv = {FABKV_BENCH_BIN,
+                                   "--systems",
+                                   "fabkv:herd",
+                                   "--duration",
+                                   "60",
+                                   "--keys",
+                                   "1000",
+                                   "--clients",
+                                   "2",
+                                   "--client-core",
+                                   "-1",
+                                   "--server-core",
+                                   "-1",
+                                   "--server-memory",
+                                   "32M",
+                                   "--quiet",
+                                   "--json",
+                                   json.string()};
   fabkv::perf::ChildProcess bench(argv);
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // inside the 60 s run
   bench.kill(SIGINT);

@@ -112,7 +112,8 @@ void run_all(Driver& d, size_t n, uint32_t window,
       }
       d.poll(c);
     }
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "requests did not complete: " << d.error();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "requests did not complete: " << d.error();
   }
 }
 
@@ -144,24 +145,24 @@ TEST_P(DriverTest, ReturnsTheValuesItWroteAndNotFoundForOthers) {
     make_value(id, version, value_size, &v);
     size_t c = id % d.clients();  // both writes of a key on the same connection, in order
     return d.put(c, make_key(id, key_size), v, cb([done, id](OpStatus st, std::string_view x) {
-      EXPECT_EQ(st, OpStatus::kOk) << "put " << id;
-      done(st, x);
-    }));
+                   EXPECT_EQ(st, OpStatus::kOk) << "put " << id;
+                   done(st, x);
+                 }));
   });
   std::map<uint64_t, std::string> got;
   size_t missing = 0;
   run_all(d, n + 50, 4, [&](size_t c, size_t i, Callbacks::Fn done) {
     uint64_t id = i < n ? i : 1'000'000 + i;  // the last 50 were never written
     return d.get(c, make_key(id, key_size), cb([&, done, id](OpStatus st, std::string_view v) {
-      if (id < n) {
-        EXPECT_EQ(st, OpStatus::kOk) << "get " << id;
-        got[id] = std::string(v);
-      } else {
-        EXPECT_EQ(st, OpStatus::kNotFound) << "get of a key never written " << id;
-        missing += st == OpStatus::kNotFound;
-      }
-      done(st, v);
-    }));
+                   if (id < n) {
+                     EXPECT_EQ(st, OpStatus::kOk) << "get " << id;
+                     got[id] = std::string(v);
+                   } else {
+                     EXPECT_EQ(st, OpStatus::kNotFound) << "get of a key never written " << id;
+                     missing += st == OpStatus::kNotFound;
+                   }
+                   done(st, v);
+                 }));
   });
   ASSERT_EQ(got.size(), n);
   EXPECT_EQ(missing, 50u);
@@ -230,7 +231,8 @@ TEST_P(DriverTest, MeasuredRunChecksEveryGetAndMakesAValidRecord) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Systems, DriverTest, ::testing::Values("fabkv", "memcached", "redis", "null"),
+INSTANTIATE_TEST_SUITE_P(Systems, DriverTest,
+                         ::testing::Values("fabkv", "memcached", "redis", "null"),
                          [](const auto& info) { return info.param; });
 
 // Multi-gets (fabkv-bench --multiget) against the real servers: each key's answer, in the keys'
@@ -257,9 +259,9 @@ TEST_P(MultiGet, AnswersEveryKeyInOrderWithHitsMissesAndRepeats) {
     std::string v;
     make_value(2 * i, 7, value_size, &v);
     return d.put(c, make_key(2 * i, key_size), v, cb([done](OpStatus st, std::string_view x) {
-      EXPECT_EQ(st, OpStatus::kOk);
-      done(st, x);
-    }));
+                   EXPECT_EQ(st, OpStatus::kOk);
+                   done(st, x);
+                 }));
   });
   // Request r asks for 16 keys: ids (r * 5 + j * 3) % n, and its first key again at the end;
   // 40 requests, up to 4 in flight on each of the two connections.
@@ -275,9 +277,11 @@ TEST_P(MultiGet, AnswersEveryKeyInOrderWithHitsMissesAndRepeats) {
   std::vector<std::vector<size_t>> mine(d.clients());  // requests posted on each client
   size_t next = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  auto complete = [&] { return answers.got.size() == requests &&
-                               std::all_of(answers.got.begin(), answers.got.end(),
-                                           [&](const auto& a) { return a.second.size() >= per; }); };
+  auto complete = [&] {
+    return answers.got.size() == requests &&
+           std::all_of(answers.got.begin(), answers.got.end(),
+                       [&](const auto& a) { return a.second.size() >= per; });
+  };
   while (!complete()) {
     for (size_t c = 0; c < d.clients(); ++c) {
       // Requests end in order per connection: a request's last answer frees its window slot.
@@ -296,8 +300,8 @@ TEST_P(MultiGet, AnswersEveryKeyInOrderWithHitsMissesAndRepeats) {
       }
       d.poll(c);
     }
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "multi-gets did not complete: "
-                                                          << d.error();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "multi-gets did not complete: " << d.error();
   }
   size_t hits = 0, misses = 0;
   for (size_t r = 0; r < requests; ++r) {
@@ -465,9 +469,9 @@ TEST(NullTarget, StoresEveryValueItIsGivenAndOnlyThose) {
     make_value(id, version, size, &v);
     model[id] = v;
     ASSERT_TRUE(d->put(id % 2, make_key(id, 16), v, cb([&](OpStatus st, std::string_view) {
-      EXPECT_EQ(st, OpStatus::kOk);
-      done++;
-    })));
+                         EXPECT_EQ(st, OpStatus::kOk);
+                         done++;
+                       })));
   };
   for (uint64_t id = 0; id < n; ++id) put(id, 0, 8 + static_cast<uint32_t>(id % 200));
   for (uint64_t id = 0; id < n; id += 3) put(id, 7, 8 + static_cast<uint32_t>((id * 7) % 300));
@@ -477,14 +481,14 @@ TEST(NullTarget, StoresEveryValueItIsGivenAndOnlyThose) {
   size_t checked = 0;
   for (uint64_t id = 0; id < n + 100; ++id) {
     ASSERT_TRUE(d->get(id % 2, make_key(id, 16), cb([&, id](OpStatus st, std::string_view v) {
-      if (id < n) {
-        EXPECT_EQ(st, OpStatus::kOk) << id;
-        EXPECT_EQ(v, model[id]) << id;
-      } else {
-        EXPECT_EQ(st, OpStatus::kNotFound) << id;
-      }
-      checked++;
-    })));
+                         if (id < n) {
+                           EXPECT_EQ(st, OpStatus::kOk) << id;
+                           EXPECT_EQ(v, model[id]) << id;
+                         } else {
+                           EXPECT_EQ(st, OpStatus::kNotFound) << id;
+                         }
+                         checked++;
+                       })));
     if (id % 64 == 0) d->poll(id % 2);
   }
   d->poll(0);

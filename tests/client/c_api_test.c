@@ -6,12 +6,12 @@
 
 #include "client/fabkv.h"
 
-#define CHECK(cond)                                              \
-  do {                                                           \
-    if (!(cond)) {                                               \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return 1;                                                  \
-    }                                                            \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 #define NKEYS 3000
@@ -167,8 +167,10 @@ static int cluster_checks(void) {
   /* A cluster file (docs/cluster.md); its errors name the file and the line. */
   f = fopen(file, "w");
   CHECK(f != NULL);
-  fputs("servers = [\"127.0.0.1:1 x\", \"127.0.0.1:2:2 y\", \"127.0.0.1:3 z\"]\n"
-        "replicas = 2\ntimeout_ms = 500\n", f);
+  fputs(
+      "servers = [\"127.0.0.1:1 x\", \"127.0.0.1:2:2 y\", \"127.0.0.1:3 z\"]\n"
+      "replicas = 2\ntimeout_ms = 500\n",
+      f);
   fclose(f);
   c = fabkv_cluster_open_file(file, err, sizeof err);
   CHECK(c != NULL);

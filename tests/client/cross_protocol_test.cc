@@ -1,7 +1,7 @@
 // Every key-value protocol of the registration list (proto/registry.h) served side by side on
 // the same data, by one fabkv-server per engine that protocols READ (pilaf's, farm's, drtm's; the
-// protocols that run on any engine join each): each protocol's client writes keys of its own, and every
-// protocol's client reads, overwrites and deletes what the others wrote, checked against a
+// protocols that run on any engine join each): each protocol's client writes keys of its own, and
+// every protocol's client reads, overwrites and deletes what the others wrote, checked against a
 // plain model map. Also the registry's own rules (unique names, server sides that exist).
 #include <gtest/gtest.h>
 
@@ -39,9 +39,9 @@ TEST(Registry, NamesAreUniqueAndEveryServerSideServesItself) {
 
 // The key-value protocols one server can serve together: a server side whose clients reach an
 // engine of its own (pilaf, farm, farm-var, drtm) with the protocols it serves and every
-// protocol that runs on any engine (src/server/options.cc refuses two such server sides on one server). Every
-// key-value protocol is in at least one family; the sequencers keep no key-value data
-// (tests/client/seq_e2e_test.cc).
+// protocol that runs on any engine (src/server/options.cc refuses two such server sides on one
+// server). Every key-value protocol is in at least one family; the sequencers keep no key-value
+// data (tests/client/seq_e2e_test.cc).
 std::vector<std::vector<const proto::Info*>> families() {
   std::vector<std::vector<const proto::Info*>> out;
   for (const proto::Info& side : proto::protocols()) {

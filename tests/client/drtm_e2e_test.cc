@@ -226,17 +226,18 @@ TEST_P(DrtmE2E, ProcessesRacingOnSharedKeys) {
           ++outstanding;
           if (rng() % 2) {
             std::string val = value_for(key, uint64_t(p + 1) * 1000000 + i, 20 + rng() % 40);
-            Status s = c->put_async(key, val, [&, key, val](Status st, std::string_view, uint64_t ver) {
-              --outstanding;
-              if (st != Status::kOk) {
-                ++bad;
-                return;
-              }
-              if (ver > max_acked[key]) {
-                max_acked[key] = ver;
-                acked_value[key] = val;
-              }
-            });
+            Status s = c->put_async(key, val,
+                                    [&, key, val](Status st, std::string_view, uint64_t ver) {
+                                      --outstanding;
+                                      if (st != Status::kOk) {
+                                        ++bad;
+                                        return;
+                                      }
+                                      if (ver > max_acked[key]) {
+                                        max_acked[key] = ver;
+                                        acked_value[key] = val;
+                                      }
+                                    });
             if (s != Status::kOk) ++bad, --outstanding;
           } else {
             Status s = c->get_async(key, [&, key](Status st, std::string_view v, uint64_t ver) {
@@ -254,7 +255,8 @@ TEST_P(DrtmE2E, ProcessesRacingOnSharedKeys) {
         }
         c->flush();
         out += "bad " + std::to_string(bad) + "\n";
-        for (auto& [k, v] : max_acked) out += k + " " + std::to_string(v) + " " + acked_value[k] + "\n";
+        for (auto& [k, v] : max_acked)
+          out += k + " " + std::to_string(v) + " " + acked_value[k] + "\n";
         out += "counters " + c->protocol_counters().dump() + "\n";
       } catch (const std::exception& e) {
         out += std::string("error ") + e.what() + "\n";
@@ -363,7 +365,7 @@ TEST_P(DrtmE2E, AClientThatDiesHoldingALockWedgesNobody) {
       auto victim = testing::connect(options("drtm"), hooks);
       std::string got;
       if (victim->put("held", "before") == Status::kOk &&  // a message: a new key
-          victim->get("held", &got) == Status::kOk)         // caches the location
+          victim->get("held", &got) == Status::kOk)        // caches the location
         victim->put("held", "never");  // fits the item: CAS, and it exits holding the lock
     } catch (...) {
     }
@@ -456,7 +458,7 @@ TEST_P(DrtmE2E, CliSpeaksDrtm) {
     int rc = ::pclose(f);
     return std::make_pair(WEXITSTATUS(rc), out);
   };
-  EXPECT_EQ(run("put cli-key cli-value").first, 0);  // new key: by message
+  EXPECT_EQ(run("put cli-key cli-value").first, 0);    // new key: by message
   EXPECT_EQ(run("put cli-key cli-value-2").first, 0);  // looked up, then CAS + WRITE + CAS
   auto [rc, out] = run("get cli-key");
   EXPECT_EQ(rc, 0);

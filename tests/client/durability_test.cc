@@ -1,9 +1,9 @@
 // Acknowledged means kept (docs/durability.md): a fabkv-server with --oplog-sync always (and,
-// for a process crash, everysec: the default) is SIGKILLed at a random instant while a separate client process PUTs fresh keys as fast as the
-// server answers; the server restarts on its log and every PUT that was acknowledged must read
-// back with its value and version (memcached: value and flags). Once for every protocol that
-// writes through the worker, each over its engine; then, once per engine, a kill in the middle
-// of a log rewrite and a torn last record.
+// for a process crash, everysec: the default) is SIGKILLed at a random instant while a separate
+// client process PUTs fresh keys as fast as the server answers; the server restarts on its log and
+// every PUT that was acknowledged must read back with its value and version (memcached: value and
+// flags). Once for every protocol that writes through the worker, each over its engine; then, once
+// per engine, a kill in the middle of a log rewrite and a torn last record.
 //
 // FABKV_DURABILITY_RUNS (default 2) sets the kills per case; docs/durability.md reports a
 // longer loop.
@@ -46,10 +46,10 @@ constexpr size_t kValueBytes = 100;
 
 struct Case {
   const char* name;
-  std::string protocols;                // what the server serves
-  std::vector<std::string> extra;       // more server flags
-  std::string writer;                   // the writer's protocol ("memcached": the front end)
-  std::string sync = "always";          // --oplog-sync
+  std::string protocols;           // what the server serves
+  std::vector<std::string> extra;  // more server flags
+  std::string writer;              // the writer's protocol ("memcached": the front end)
+  std::string sync = "always";     // --oplog-sync
 };
 
 std::vector<Case> cases() {
@@ -69,8 +69,11 @@ std::vector<Case> cases() {
       // behind (tests/cluster/netns_cluster_test.py lost 160 in one kill, during an fdatasync).
       {"cache_herd_everysec", "herd", {"--engine", "cache"}, "herd", "everysec"},
       {"pilaf_everysec", "pilaf,pilaf-vo", {}, "pilaf", "everysec"},
-      {"store_memcached_everysec", "herd", {"--engine", "store", "--memcached", "127.0.0.1:0"},
-       "memcached", "everysec"},
+      {"store_memcached_everysec",
+       "herd",
+       {"--engine", "store", "--memcached", "127.0.0.1:0"},
+       "memcached",
+       "everysec"},
   };
 }
 
@@ -80,9 +83,8 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 std::vector<Case> engine_cases() {
   std::vector<Case> out;
   for (const Case& c : cases())
-    if (c.sync == "always" &&
-        (c.writer == "herd" || c.writer == "pilaf" || c.writer == "farm" ||
-         c.writer == "hydradb" || c.writer == "memcached"))
+    if (c.sync == "always" && (c.writer == "herd" || c.writer == "pilaf" || c.writer == "farm" ||
+                               c.writer == "hydradb" || c.writer == "memcached"))
       out.push_back(c);
   return out;
 }
@@ -154,9 +156,9 @@ class Writer {
  public:
   Writer(const Case& c, const Server& s, uint64_t seed) {
     const std::string target = c.writer == "memcached" ? s.memcached() : s.address();
-    proc_ = std::make_unique<perf::ChildProcess>(std::vector<std::string>{
-        FABKV_WRITER_BIN, target, "shm", c.writer, std::to_string(seed),
-        std::to_string(kValueBytes)});
+    proc_ = std::make_unique<perf::ChildProcess>(
+        std::vector<std::string>{FABKV_WRITER_BIN, target, "shm", c.writer, std::to_string(seed),
+                                 std::to_string(kValueBytes)});
     std::string line;
     if (!proc_->read_line(&line, Deadline::after_ms(20000)) || line != "READY")
       throw std::runtime_error("writer did not start: " + line);
@@ -215,8 +217,8 @@ std::vector<std::string> check_all(const Case& c, const Server& s,
       conn.send("get " + key + "\r\n");
       const std::string head = conn.line();
       const std::string want = value_for(key, a.n, kValueBytes);
-      const std::string expect_head =
-          "VALUE " + key + " " + std::to_string(a.flags) + " " + std::to_string(want.size());
+      const std::string expect_head = "VALUE " + key + " " + std::to_string(a.flags) + " " +
+                                      std::to_string(want.size());
       if (head != expect_head) {
         bad.push_back(key + ": " + head);
         continue;
@@ -263,7 +265,8 @@ class Durability : public ::testing::TestWithParam<Case> {
     std::vector<std::string> out;
     for (const auto& e : fs::directory_iterator(dir_)) {
       const std::string n = e.path().filename().string();
-      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      if (n.size() >= suffix.size() &&
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
         out.push_back(e.path().string());
     }
     return out;

@@ -77,13 +77,13 @@ int run_fabkv(const fabkv::ClientOptions& o, const std::string& prefix, size_t b
       };
       const fabkv::Status s = c->put_async(key, value, done);
       if (s == fabkv::Status::kServerGone || s == fabkv::Status::kTimeout) {
-        if (!gone) why = std::string("post:") + fabkv::to_string(s) + ":in_flight=" +
-                         std::to_string(c->in_flight());
+        if (!gone)
+          why = std::string("post:") + fabkv::to_string(s) +
+                ":in_flight=" + std::to_string(c->in_flight());
         gone = true;
       } else if (s != fabkv::Status::kOk) {
         break;
-      }
-      else posted++;
+      } else posted++;
       n++;
     }
     c->poll();
@@ -164,8 +164,7 @@ int run_memcached(const std::string& server, const std::string& prefix, size_t b
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    std::fprintf(stderr,
-                 "usage: fabkv-durable-writer SERVER PROVIDER PROTOCOL SEED VALUE_BYTES\n");
+    std::fprintf(stderr, "usage: fabkv-durable-writer SERVER PROVIDER PROTOCOL SEED VALUE_BYTES\n");
     return 2;
   }
   const std::string protocol = argv[3];

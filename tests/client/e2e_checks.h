@@ -42,8 +42,8 @@ inline void async_ops_match_model(Client* c, size_t max_pad, int ops = 6000) {
     busy.insert(key);
     int what = static_cast<int>(rng() % 3);
     auto it = model.find(key);
-    std::optional<std::string> expect =
-        it == model.end() ? std::nullopt : std::optional<std::string>(it->second);
+    std::optional<std::string> expect = it == model.end() ? std::nullopt
+                                                          : std::optional<std::string>(it->second);
     Status st;
     if (what == 0) {
       st = c->get_async(key, [&, key, expect](Status s, std::string_view v, uint64_t) {
@@ -143,11 +143,11 @@ inline void killed_server_ends_everything(Client* c, ReadyProcess& server, int t
   EXPECT_TRUE(s == Status::kServerGone || s == Status::kTimeout) << to_string(s);
   auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_LT(took, milliseconds(3 * timeout_ms + 500));
-  std::printf("server killed: %zu of %zu in flight (W = %u on %u workers) failed; flush+2 calls "
-              "returned in %lld ms (%s)\n",
-              failures, sent, window, workers,
-              static_cast<long long>(std::chrono::duration_cast<milliseconds>(took).count()),
-              to_string(s));
+  std::printf(
+      "server killed: %zu of %zu in flight (W = %u on %u workers) failed; flush+2 calls "
+      "returned in %lld ms (%s)\n",
+      failures, sent, window, workers,
+      static_cast<long long>(std::chrono::duration_cast<milliseconds>(took).count()), to_string(s));
   EXPECT_THROW(c->stats(), ClientError);
 }
 

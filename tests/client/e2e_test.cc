@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "client/client.h"
-#include "e2e_checks.h"
 #include "client/fabkv.h"
+#include "e2e_checks.h"
 #include "perf/process.h"
 #include "store/hash.h"
 #include "support/ready_process.h"
@@ -24,8 +24,8 @@
 namespace fabkv {
 namespace {
 
-using std::chrono::milliseconds;
 using fabkv::testing::ReadyProcess;
+using std::chrono::milliseconds;
 
 struct Param {
   std::string provider;
@@ -44,8 +44,9 @@ class Server : public ReadyProcess {
 
  private:
   static std::vector<std::string> argv(const Param& p, const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", p.provider, "--listen",
-                                  "127.0.0.1:0", "--transport", p.transport, "--log", "warn"};
+    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider",  p.provider,
+                                  "--listen",       "127.0.0.1:0", "--transport",
+                                  p.transport,      "--log",       "warn"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -54,9 +55,9 @@ class Server : public ReadyProcess {
 class ClientE2E : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
-    server_ = std::make_unique<Server>(GetParam(), std::vector<std::string>{
-                                                       "--engine", "store", "--workers", "2",
-                                                       "--cores", "-1"});
+    server_ = std::make_unique<Server>(GetParam(),
+                                       std::vector<std::string>{"--engine", "store", "--workers",
+                                                                "2", "--cores", "-1"});
   }
   // Generous: these hosts run the server's busy-polling workers, this test and the rest of CI
   // on two cores, and a starved worker answers late (the killed-server test sets its own).
@@ -186,7 +187,8 @@ TEST_P(ClientE2E, ExactlyOneRequestVerbAndOneRecvPerOperation) {
   }
   auto d = c->counters() - before;
   const fabric::Verb req = request_verb();
-  const fabric::Verb other = req == fabric::Verb::kWrite ? fabric::Verb::kSend : fabric::Verb::kWrite;
+  const fabric::Verb other = req == fabric::Verb::kWrite ? fabric::Verb::kSend
+                                                         : fabric::Verb::kWrite;
   EXPECT_EQ(d[req].posted, 3 * kEach);
   EXPECT_EQ(d[other].posted, 0u);
   EXPECT_EQ(d[fabric::Verb::kRead].posted, 0u);
@@ -311,7 +313,8 @@ TEST_P(ClientE2E, CClusterInterface) {
     ++on[where];
     for (size_t s = 0; s < 2; ++s)
       EXPECT_EQ(fabkv_get(direct[s], k.data(), k.size(), buf, sizeof buf, &vlen),
-                s == where ? FABKV_OK : FABKV_NOT_FOUND) << k;
+                s == where ? FABKV_OK : FABKV_NOT_FOUND)
+          << k;
     ASSERT_EQ(fabkv_cluster_get(c, k.data(), k.size(), buf, sizeof buf, &vlen), FABKV_OK);
     EXPECT_EQ(std::string(buf, vlen), v);
   }
@@ -353,8 +356,8 @@ int run_cli(const std::vector<std::string>& args, std::string* out = nullptr,
 }
 
 TEST_P(ClientE2E, Cli) {
-  std::vector<std::string> common = {"--server", server_->address(), "--provider",
-                                     GetParam().provider, "--transport", GetParam().transport};
+  std::vector<std::string> common = {"--server",          server_->address(), "--provider",
+                                     GetParam().provider, "--transport",      GetParam().transport};
   auto with = [&](std::vector<std::string> rest) {
     std::vector<std::string> a = common;
     a.insert(a.end(), rest.begin(), rest.end());

@@ -77,7 +77,9 @@ TEST(Encoding, CheckCoversEveryHeaderField) {
     mutate(m);
     return rpc::request_check(m, buf + 32, 4) != h.check;
   };
-  EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.op = static_cast<uint8_t>(rpc::OpCode::kDel); }));
+  EXPECT_TRUE(differs([](rpc::RequestHeader& m) {
+    m.op = static_cast<uint8_t>(rpc::OpCode::kDel);
+  }));
   EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.flags ^= 1; }));
   EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.client ^= 1; }));
   EXPECT_TRUE(differs([](rpc::RequestHeader& m) { m.epoch ^= 1; }));

@@ -175,8 +175,8 @@ TEST_P(FarmE2E, ACallbackThatStartsAnotherGetKeepsItsValue) {
 }
 
 TEST_P(FarmE2E, ModelMapUnderConcurrentClientProcesses) {
-  start("herd,farm", {"--workers", "2", "--window", "4", "--farm-homes", "16", "--farm-extents",
-                      "4K"});
+  start("herd,farm",
+        {"--workers", "2", "--window", "4", "--farm-homes", "16", "--farm-extents", "4K"});
   const int kProcs = 3;
   std::vector<pid_t> kids;
   for (int p = 0; p < kProcs; ++p) {
@@ -191,14 +191,16 @@ TEST_P(FarmE2E, ModelMapUnderConcurrentClientProcesses) {
         std::mt19937_64 rng(100 + p);
         for (int i = 0; i < 1500 && rc == 0; ++i) {
           const bool shared = rng() % 3 == 0;
-          const std::string key = shared ? "shared-" + std::to_string(rng() % 20)
-                                         : "p" + std::to_string(p) + "-" + std::to_string(rng() % 300);
+          const std::string key = shared
+                                      ? "shared-" + std::to_string(rng() % 20)
+                                      : "p" + std::to_string(p) + "-" + std::to_string(rng() % 300);
           const int op = static_cast<int>(rng() % 10);
           if (op < 5) {
             // A window of GETs in flight, then the blocking check of the last one.
             std::string want;
             if (!shared && model.count(key)) want = model[key];
-            Status st = c->get_async(key, [&, key, shared, want](Status s, std::string_view v, uint64_t) {
+            Status st = c->get_async(key, [&, key, shared, want](Status s, std::string_view v,
+                                                                 uint64_t) {
               if (shared) {
                 if (s == Status::kOk && !value_ok(key, std::string(v))) rc = 2;
                 if (s != Status::kOk && s != Status::kNotFound) rc = 3;
@@ -244,8 +246,8 @@ TEST_P(FarmE2E, ModelMapUnderConcurrentClientProcesses) {
       continue;
     }
     ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "child " << pid
-                                      << " (2: torn shared value, 4: model mismatch, see code)";
+    EXPECT_EQ(WEXITSTATUS(status), 0)
+        << "child " << pid << " (2: torn shared value, 4: model mismatch, see code)";
   }
   auto c = Client::connect(options("farm"));
   EXPECT_GT(farm_sum(c->stats(), "growths"), 0u) << "the test meant to grow the tables";
@@ -262,7 +264,8 @@ TEST_P(FarmE2E, ReadersRacingAWriterNeverSeeATornValue) {
   {
     auto c = Client::connect(options("farm"));
     for (int k = 0; k < kKeys; ++k)
-      ASSERT_EQ(c->put("hot" + std::to_string(k), value_for("hot" + std::to_string(k), 0, 30)), Status::kOk);
+      ASSERT_EQ(c->put("hot" + std::to_string(k), value_for("hot" + std::to_string(k), 0, 30)),
+                Status::kOk);
   }
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> writes{0};
@@ -330,15 +333,16 @@ TEST_P(FarmE2E, ReadersRacingAWriterNeverSeeATornValue) {
   EXPECT_LE(contended * 1000, gets) << "more than 1 GET in 1000 gave up";
   EXPECT_GT(races(), 0u) << "no GET met the writer in 60 s, so none was tested against a race: "
                          << pc.dump();
-  std::printf("race: %llu GETs against %llu PUTs in %.1f s: %llu gave up (kContended), %llu torn "
-              "neighbourhoods, %llu torn records, %llu re-READs, %.3f READs per GET\n",
-              static_cast<unsigned long long>(gets), static_cast<unsigned long long>(writes.load()),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-              static_cast<unsigned long long>(contended),
-              static_cast<unsigned long long>(pc.at("torn_buckets").get<uint64_t>()),
-              static_cast<unsigned long long>(pc.at("torn_records").get<uint64_t>()),
-              static_cast<unsigned long long>(pc.at("reprobes").get<uint64_t>()),
-              pc.at("reads_per_get").get<double>());
+  std::printf(
+      "race: %llu GETs against %llu PUTs in %.1f s: %llu gave up (kContended), %llu torn "
+      "neighbourhoods, %llu torn records, %llu re-READs, %.3f READs per GET\n",
+      static_cast<unsigned long long>(gets), static_cast<unsigned long long>(writes.load()),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      static_cast<unsigned long long>(contended),
+      static_cast<unsigned long long>(pc.at("torn_buckets").get<uint64_t>()),
+      static_cast<unsigned long long>(pc.at("torn_records").get<uint64_t>()),
+      static_cast<unsigned long long>(pc.at("reprobes").get<uint64_t>()),
+      pc.at("reads_per_get").get<double>());
 }
 
 // Readers READ while a writer fills a tiny table: the engine grows into new generations, old
@@ -347,7 +351,8 @@ TEST_P(FarmE2E, ReadersKeepReadingWhileTheTableGrows) {
   start("herd,farm-var", {"--farm-homes", "16", "--farm-extents", "4K"});
   auto w = Client::connect(options("farm-var"));
   for (int i = 0; i < 20; ++i)
-    ASSERT_EQ(w->put("early-" + std::to_string(i), value_for("early-" + std::to_string(i), i, 20)), Status::kOk);
+    ASSERT_EQ(w->put("early-" + std::to_string(i), value_for("early-" + std::to_string(i), i, 20)),
+              Status::kOk);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> gets{0}, bad{0};
   std::thread reader([&] {
@@ -364,19 +369,22 @@ TEST_P(FarmE2E, ReadersKeepReadingWhileTheTableGrows) {
   // The reader must hold the first layout before the table grows: a reader that connects after
   // the last growth (a slow connect on a loaded host) has nothing to refresh.
   const Deadline first = Deadline::after_ms(30000);
-  while (gets.load() < 50 && !first.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (gets.load() < 50 && !first.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (gets.load() < 50) {
     stop = true;
     reader.join();
     FAIL() << "the reader did not start within 30 s";
   }
   for (int i = 0; i < 3000; ++i)
-    ASSERT_EQ(w->put("grow-" + std::to_string(i), value_for("grow-" + std::to_string(i), i, 1 + i % 100)),
+    ASSERT_EQ(w->put("grow-" + std::to_string(i),
+                     value_for("grow-" + std::to_string(i), i, 1 + i % 100)),
               Status::kOk);
   // The reader keeps going until it has READ past the last growth.
   const Deadline d = Deadline::after_ms(30000);
   const uint64_t at = gets.load();
-  while (gets.load() < at + 200 && !d.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (gets.load() < at + 200 && !d.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   stop = true;
   reader.join();
   EXPECT_EQ(bad.load(), 0u) << ">= 1000000: the reader never fetched a new layout";
@@ -446,7 +454,8 @@ TEST_P(FarmE2E, CliAndBenchSpeakFarm) {
   auto [brc, text] = run(std::string("timeout 120 ") + FABKV_BENCH_BIN + " --server " +
                          server_->address() + " --provider " + GetParam() +
                          " --systems fabkv:farm --read-ratio 1 --keys 200 --clients 1 --window 2"
-                         " --duration 1 --warmup 0 --client-core -1 --quiet --json " + path);
+                         " --duration 1 --warmup 0 --client-core -1 --quiet --json " +
+                         path);
   ASSERT_EQ(brc, 0) << text;
   std::string json;
   {

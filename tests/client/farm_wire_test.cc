@@ -191,8 +191,10 @@ TEST(FarmWire, ARecordReusedUnderTheReaderIsNeverAccepted) {
     std::vector<char> mine = build(1000 + trial, vlen);
     // The bucket the reader found points at `mine`; the worker frees it and another record of
     // the same size (another version) or heap links take its place while the READ copies.
-    std::vector<char> other = rng() % 2 ? build(5000 + trial, vlen) : std::vector<char>(mine.size());
-    if (other[0] == 0) for (char& c : other) c = static_cast<char>(rng());
+    std::vector<char> other = rng() % 2 ? build(5000 + trial, vlen)
+                                        : std::vector<char>(mine.size());
+    if (other[0] == 0)
+      for (char& c : other) c = static_cast<char>(rng());
     Bucket b;
     b.header.version = 1000 + trial;
     b.header.key_len = static_cast<uint8_t>(key.size());
@@ -239,7 +241,9 @@ TEST(FarmWire, ADisplacementNeverHidesAKeyFromTheRules) {
     std::memcpy(r.memory.data(), &moves, 8);
     for (uint32_t i = 0; i < kNeighbourhood; ++i)
       if (i != f) {
-        const std::vector<char> b = i == j ? watched : make_bucket(rng, "other" + std::to_string(i), rng() % 2);
+        const std::vector<char> b = i == j
+                                        ? watched
+                                        : make_bucket(rng, "other" + std::to_string(i), rng() % 2);
         std::memcpy(r.memory.data() + kHeader + i * kBucket, b.data(), kBucket);
       }
     auto word = [&](uint64_t m) {
@@ -296,7 +300,7 @@ TEST(FarmWire, KeysFindTheirHomesAndNeighbourhoodsNeverWrap) {
     EXPECT_LE(bucket_offset(kh.home, kBucket) + neighbourhood_bytes(kBucket),
               table_bytes(homes, kBucket));
   }
-  EXPECT_EQ(neighbourhood_bytes(bucket_bytes(48)), 480u);  // farm at 48-byte items
+  EXPECT_EQ(neighbourhood_bytes(bucket_bytes(48)), 480u);             // farm at 48-byte items
   EXPECT_EQ(neighbourhood_bytes(bucket_bytes(kPointerBytes)), 288u);  // farm-var
 }
 

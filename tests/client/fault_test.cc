@@ -53,10 +53,21 @@ class Server : public ReadyProcess {
 
  private:
   static std::vector<std::string> argv(const Param& p, const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", p.provider, "--listen",
-                                  "127.0.0.1:0", "--protocols", "herd,pilaf,pilaf-vo",
-                                  "--transport", p.transport, "--cores", "-1", "--memory",
-                                  "128M", "--log", "warn"};
+    std::vector<std::string> a = {FABKV_SERVER_BIN,
+                                  "--provider",
+                                  p.provider,
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--protocols",
+                                  "herd,pilaf,pilaf-vo",
+                                  "--transport",
+                                  p.transport,
+                                  "--cores",
+                                  "-1",
+                                  "--memory",
+                                  "128M",
+                                  "--log",
+                                  "warn"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -129,12 +140,16 @@ struct Survivor {
         model.erase(key);
       }
       auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                    std::chrono::steady_clock::now() - t0).count();
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
       if (static_cast<uint64_t>(us) > max_us.load()) max_us.store(static_cast<uint64_t>(us));
       if (!ok) {
         (st == Status::kOk || st == Status::kNotFound ? wrong : failed).fetch_add(1);
         if (first_error.empty())
-          first_error = key + ": " + to_string(st) + (what < 5 ? " (get)" : what < 9 ? " (put)" : " (del)");
+          first_error = key + ": " + to_string(st) +
+                        (what < 5   ? " (get)"
+                         : what < 9 ? " (put)"
+                                    : " (del)");
       }
       ops.fetch_add(1);
     }
@@ -174,11 +189,13 @@ TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
       const std::string p = protocols[(i / 10) % 3];
       auto c = Client::connect(options(p, kServeWithinMs));
       std::string v;
-      ASSERT_EQ(c->put("fresh-" + std::to_string(i), "ok"), Status::kOk) << p << " after kill " << i;
+      ASSERT_EQ(c->put("fresh-" + std::to_string(i), "ok"), Status::kOk)
+          << p << " after kill " << i;
       ASSERT_EQ(c->get("fresh-" + std::to_string(i), &v), Status::kOk) << p << " after kill " << i;
       ASSERT_EQ(v, "ok");
       fresh_max_ms = std::max<int64_t>(
-          fresh_max_ms, std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - killed_at).count());
+          fresh_max_ms,
+          std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - killed_at).count());
       fresh++;
     }
     perf::remove_shm_leftovers(victim.pid());  // what the server could not reclaim (see below)
@@ -193,18 +210,18 @@ TEST_P(Faults, KillStormNeverStallsTheSurvivorOrNewClients) {
   nlohmann::json s = settle(*survivor_client, 1);
   EXPECT_EQ(s.at("clients").at("active").get<uint64_t>(), 1u) << s.dump();
   EXPECT_EQ(worker_max(s, "active_clients"), 1u) << s.dump();
-  std::printf("kill-storm %s/%s: %d kills (%d before READY), survivor %lu ops, max %lu us; "
-              "%d fresh clients served, slowest %ld ms after a kill; departed %lu, dropped %lu, "
-              "endpoints closed %lu, shm regions reclaimed %lu, stale responses %lu\n",
-              GetParam().provider.c_str(), GetParam().transport.c_str(), kKills, killed_before_ready,
-              static_cast<unsigned long>(survivor.ops.load()),
-              static_cast<unsigned long>(survivor.max_us.load()), fresh,
-              static_cast<long>(fresh_max_ms),
-              static_cast<unsigned long>(s.at("clients").at("departed").get<uint64_t>()),
-              static_cast<unsigned long>(worker_sum(s, "dropped_peers")),
-              static_cast<unsigned long>(worker_sum(s, "endpoints_closed")),
-              static_cast<unsigned long>(worker_sum(s, "regions_reclaimed")),
-              static_cast<unsigned long>(worker_sum(s, "stale_responses")));
+  std::printf(
+      "kill-storm %s/%s: %d kills (%d before READY), survivor %lu ops, max %lu us; "
+      "%d fresh clients served, slowest %ld ms after a kill; departed %lu, dropped %lu, "
+      "endpoints closed %lu, shm regions reclaimed %lu, stale responses %lu\n",
+      GetParam().provider.c_str(), GetParam().transport.c_str(), kKills, killed_before_ready,
+      static_cast<unsigned long>(survivor.ops.load()),
+      static_cast<unsigned long>(survivor.max_us.load()), fresh, static_cast<long>(fresh_max_ms),
+      static_cast<unsigned long>(s.at("clients").at("departed").get<uint64_t>()),
+      static_cast<unsigned long>(worker_sum(s, "dropped_peers")),
+      static_cast<unsigned long>(worker_sum(s, "endpoints_closed")),
+      static_cast<unsigned long>(worker_sum(s, "regions_reclaimed")),
+      static_cast<unsigned long>(worker_sum(s, "stale_responses")));
 }
 
 // 500 short-lived clients (100 on tcp, where libfabric 2.1's rxm spends ~0.6 s of CPU setting
@@ -299,15 +316,17 @@ TEST_P(Faults, ServerKilledUnderAFullWindowEndsEveryRequest) {
     auto ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(c->in_flight(), 0u) << protocol;
     EXPECT_EQ(ended, at_kill) << protocol << ": a request in flight at the kill succeeded";
-    EXPECT_TRUE(fl == Status::kServerGone || fl == Status::kOk) << protocol << ": " << to_string(fl);
+    EXPECT_TRUE(fl == Status::kServerGone || fl == Status::kOk)
+        << protocol << ": " << to_string(fl);
     EXPECT_LE(ms, timeout_ms + 1000) << protocol;
     EXPECT_EQ(other, 0u) << protocol;
     EXPECT_EQ(c->get("k0", nullptr), Status::kServerGone) << protocol;
-    std::printf("%s: %llu requests of load (%llu timed out), then %zu in flight at the kill (W = "
-                "%u, %u workers), all ended in %lld ms\n",
-                protocol.c_str(), static_cast<unsigned long long>(posted),
-                static_cast<unsigned long long>(load_ended), at_kill, window, workers,
-                static_cast<long long>(ms));
+    std::printf(
+        "%s: %llu requests of load (%llu timed out), then %zu in flight at the kill (W = "
+        "%u, %u workers), all ended in %lld ms\n",
+        protocol.c_str(), static_cast<unsigned long long>(posted),
+        static_cast<unsigned long long>(load_ended), at_kill, window, workers,
+        static_cast<long long>(ms));
     server_.reset();
   }
 }

@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
       int what = static_cast<int>(rng() % 10);
       fabkv::Status st;
       if (what < 5) st = c->get_async(key, done);
-      else if (what < 9) st = c->put_async(key, std::string_view(value).substr(0, 1 + rng() % 3000), done);
+      else if (what < 9)
+        st = c->put_async(key, std::string_view(value).substr(0, 1 + rng() % 3000), done);
       else st = c->del_async(key, done);
       if (st == fabkv::Status::kServerGone) return 1;
       if (st != fabkv::Status::kOk) break;

@@ -40,9 +40,18 @@ class Server : public ReadyProcess {
  private:
   static std::vector<std::string> argv(const std::string& provider,
                                        const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                  "127.0.0.1:0",    "--protocols", "hydradb", "--cores",
-                                  "-1",             "--memory",   "64M",     "--log",
+    std::vector<std::string> a = {FABKV_SERVER_BIN,
+                                  "--provider",
+                                  provider,
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--protocols",
+                                  "hydradb",
+                                  "--cores",
+                                  "-1",
+                                  "--memory",
+                                  "64M",
+                                  "--log",
                                   "warn"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
@@ -86,7 +95,8 @@ class HydraE2E : public ::testing::TestWithParam<std::string> {
   static uint64_t server_writes(Client& c) {
     uint64_t n = 0;
     const nlohmann::json st = c.stats();
-    for (const auto& w : st.at("workers")) n += w.at("verbs").at("write").value("posted", uint64_t{0});
+    for (const auto& w : st.at("workers"))
+      n += w.at("verbs").at("write").value("posted", uint64_t{0});
     return n;
   }
   static uint64_t worker_sum(const nlohmann::json& stats, const char* name) {
@@ -157,7 +167,8 @@ TEST_P(HydraE2E, FirstGetIsWriteWriteRepeatGetIsOneRead) {
   std::string v;
   auto before = c->counters();
   uint64_t sw0 = server_writes(*c);
-  for (uint64_t i = 0; i < kKeys; ++i) ASSERT_EQ(c->get("count" + std::to_string(i), &v), Status::kOk);
+  for (uint64_t i = 0; i < kKeys; ++i)
+    ASSERT_EQ(c->get("count" + std::to_string(i), &v), Status::kOk);
   auto first = c->counters() - before;
   uint64_t sw1 = server_writes(*c);
   EXPECT_EQ(first[fabric::Verb::kWrite].posted, kKeys);
@@ -262,7 +273,8 @@ TEST_P(HydraE2E, AReaderHoldingAnAddressNeverReturnsTheReplacedValue) {
     Status s = reader->get(key, &v);
     gets++;
     if (s != Status::kOk || !value_ok(key, v) || generation_of(v) < last[key]) {
-      if (++bad < 5) ADD_FAILURE() << "GET " << key << ": " << to_string(s) << " '" << v.substr(0, 40) << "'";
+      if (++bad < 5)
+        ADD_FAILURE() << "GET " << key << ": " << to_string(s) << " '" << v.substr(0, 40) << "'";
       continue;
     }
     last[key] = generation_of(v);
@@ -277,13 +289,15 @@ TEST_P(HydraE2E, AReaderHoldingAnAddressNeverReturnsTheReplacedValue) {
   const uint64_t hits = pc.at("cache_hits").get<uint64_t>() - hits_before;
   EXPECT_GT(hits, 0u) << "no GET was a READ of a cached address: " << pc.dump();
   EXPECT_GT(stale, 0u) << "no READ met an item the writer had replaced in 60 s, so none was "
-                          "tested against the race: " << pc.dump();
-  std::printf("race: %llu GETs against %llu PUTs in %.1f s: %llu READ hits, %llu stale (flag "
-              "cleared), %llu foreign\n",
-              (unsigned long long)gets, (unsigned long long)writes.load(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-              (unsigned long long)hits, (unsigned long long)stale,
-              (unsigned long long)pc.at("stale_foreign").get<uint64_t>());
+                          "tested against the race: "
+                       << pc.dump();
+  std::printf(
+      "race: %llu GETs against %llu PUTs in %.1f s: %llu READ hits, %llu stale (flag "
+      "cleared), %llu foreign\n",
+      (unsigned long long)gets, (unsigned long long)writes.load(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      (unsigned long long)hits, (unsigned long long)stale,
+      (unsigned long long)pc.at("stale_foreign").get<uint64_t>());
   EXPECT_EQ(pc.at("stale_foreign").get<uint64_t>(), 0u);  // memory held: never reused under a lease
 }
 
@@ -374,8 +388,8 @@ TEST_P(HydraE2E, SkewedClockRatesEndLeasesEarlyOrAreCaughtByTheItemChecks) {
   for (int round = 0; round < kRounds; ++round) {
     // The reader takes an address (leased for 1 s on its clock: 4 s real) ...
     ASSERT_EQ(reader->get("slow", &v), Status::kOk);
-    const uint64_t stale_before =
-        counter(*reader, "stale_replaced") + counter(*reader, "stale_foreign");
+    const uint64_t stale_before = counter(*reader, "stale_replaced") +
+                                  counter(*reader, "stale_foreign");
     // ... and holds it for 1.6 s real while the key is rewritten: past the server's 1 s hold,
     // so the item's memory is given back and (same-size items) reused.
     const auto t0 = std::chrono::steady_clock::now();
@@ -390,12 +404,12 @@ TEST_P(HydraE2E, SkewedClockRatesEndLeasesEarlyOrAreCaughtByTheItemChecks) {
   }
   EXPECT_EQ(bad, 0u);
   auto pc = reader->protocol_counters();
-  std::printf("slow clock: %d rounds, %llu generations: %llu stale (flag cleared), %llu foreign "
-              "(memory reused), %llu hits\n",
-              kRounds, (unsigned long long)gen,
-              (unsigned long long)pc.at("stale_replaced").get<uint64_t>(),
-              (unsigned long long)pc.at("stale_foreign").get<uint64_t>(),
-              (unsigned long long)pc.at("cache_hits").get<uint64_t>());
+  std::printf(
+      "slow clock: %d rounds, %llu generations: %llu stale (flag cleared), %llu foreign "
+      "(memory reused), %llu hits\n",
+      kRounds, (unsigned long long)gen, (unsigned long long)pc.at("stale_replaced").get<uint64_t>(),
+      (unsigned long long)pc.at("stale_foreign").get<uint64_t>(),
+      (unsigned long long)pc.at("cache_hits").get<uint64_t>());
   // Same-size items reuse a freed block at once (the heap splits the first fit from the
   // front), so the old address held another version by then: caught as foreign bytes.
   EXPECT_GE(pc.at("stale_foreign").get<uint64_t>(), 1u);
@@ -448,8 +462,8 @@ TEST_P(HydraE2E, SeveralClientProcessesMatchTheirModels) {
               std::string val(v);
               if (st != Status::kOk || !value_ok(key, val)) {
                 wrong++;
-                std::fprintf(stderr, "process %d: foreign GET %s: %s, %zu bytes\n", p,
-                             key.c_str(), to_string(st), val.size());
+                std::fprintf(stderr, "process %d: foreign GET %s: %s, %zu bytes\n", p, key.c_str(),
+                             to_string(st), val.size());
                 return;
               }
               // Answers to GETs in flight together may arrive in any order: only a value
@@ -471,8 +485,9 @@ TEST_P(HydraE2E, SeveralClientProcessesMatchTheirModels) {
           } while (busy.count(key));
           busy.insert(key);
           auto it = model.find(key);
-          std::optional<std::string> expect =
-              it == model.end() ? std::nullopt : std::optional<std::string>(it->second);
+          std::optional<std::string> expect = it == model.end()
+                                                  ? std::nullopt
+                                                  : std::optional<std::string>(it->second);
           Status s;
           const int what = static_cast<int>(rng() % 3);
           if (what == 0) {
@@ -605,7 +620,7 @@ TEST_P(HydraE2E, StaleReadWhoseSlotIsFreedLaterInTheSameBatchDoesNotStall) {
     const std::string& key = stale[round];
     std::string v;
     ASSERT_EQ(writer->put(key, "old"), Status::kOk);
-    ASSERT_EQ(reader->get(key, &v), Status::kOk);  // RPC: caches the address
+    ASSERT_EQ(reader->get(key, &v), Status::kOk);     // RPC: caches the address
     ASSERT_EQ(writer->put(key, "new"), Status::kOk);  // the cached item is now stale
     done = 0;
     for (int i = 0; i < 8; ++i) put(w0[i], 1);
@@ -625,8 +640,8 @@ TEST_P(HydraE2E, StaleReadWhoseSlotIsFreedLaterInTheSameBatchDoesNotStall) {
     for (int i = 0; i < 8; ++i) put(w0[i], 2);
     std::this_thread::sleep_for(milliseconds(100));
     ASSERT_EQ(reader->flush(), Status::kOk);
-    const auto took =
-        std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0);
+    const auto took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() -
+                                                               t0);
     EXPECT_EQ(done, 8 + 8 + 1 + 8);
     EXPECT_EQ(get_st, Status::kOk) << "round " << round << ": " << to_string(get_st);
     EXPECT_EQ(got, "new");

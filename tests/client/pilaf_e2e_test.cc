@@ -94,7 +94,8 @@ TEST_P(PilafE2E, ACallbackThatStartsAnotherGetKeepsItsValue) {
     ASSERT_EQ(c->flush(), Status::kOk);
     ASSERT_TRUE(done);
     EXPECT_EQ(other, b);
-    ASSERT_EQ(seen, a) << "the callback's value was overwritten by the nested GET (round " << i << ")";
+    ASSERT_EQ(seen, a) << "the callback's value was overwritten by the nested GET (round " << i
+                       << ")";
   }
 }
 
@@ -135,10 +136,12 @@ TEST_P(PilafE2E, ModelMapUnderRandomOpsWhileTheTableGrows) {
   size_t answered = 0, wrong = 0;
   for (const auto& [k, v_model] : model) {
     const std::string want = v_model;  // (clang 14 cannot capture a structured binding)
-    ASSERT_EQ(c.get_async(k, [&, want](Status s, std::string_view v, uint64_t) {
-      answered++;
-      if (s != Status::kOk || v != want) wrong++;
-    }), Status::kOk);
+    ASSERT_EQ(c.get_async(k,
+                          [&, want](Status s, std::string_view v, uint64_t) {
+                            answered++;
+                            if (s != Status::kOk || v != want) wrong++;
+                          }),
+              Status::kOk);
   }
   ASSERT_EQ(c.flush(), Status::kOk);
   EXPECT_EQ(answered, model.size());
@@ -163,7 +166,8 @@ TEST_P(PilafE2E, ReadersRacingAWriterNeverSeeATornValue) {
   {
     auto c = Client::connect(options("pilaf"));
     for (int k = 0; k < kKeys; ++k)
-      ASSERT_EQ(c->put("hot" + std::to_string(k), value_for("hot" + std::to_string(k), 0, 64)), Status::kOk);
+      ASSERT_EQ(c->put("hot" + std::to_string(k), value_for("hot" + std::to_string(k), 0, 64)),
+                Status::kOk);
   }
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> writes{0};
@@ -237,16 +241,17 @@ TEST_P(PilafE2E, ReadersRacingAWriterNeverSeeATornValue) {
   EXPECT_GT(races(), 0u) << "no GET met the writer in 60 s, so none was tested against a race: "
                          << pc.dump();
   // Recorded for docs/pilaf.md; how many races a run meets depends on the scheduler.
-  std::printf("race: %llu GETs against %llu PUTs in %.1f s: %llu gave up (kContended), %llu "
-              "torn entries, %llu torn extents, %llu re-probes, %.2f probes and %.2f extent READs "
-              "per GET\n",
-              static_cast<unsigned long long>(gets), static_cast<unsigned long long>(writes.load()),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-              static_cast<unsigned long long>(contended),
-              static_cast<unsigned long long>(pc.at("torn_entries").get<uint64_t>()),
-              static_cast<unsigned long long>(pc.at("torn_extents").get<uint64_t>()),
-              static_cast<unsigned long long>(pc.at("reprobes").get<uint64_t>()),
-              pc.at("probes_per_get").get<double>(), pc.at("extent_reads_per_get").get<double>());
+  std::printf(
+      "race: %llu GETs against %llu PUTs in %.1f s: %llu gave up (kContended), %llu "
+      "torn entries, %llu torn extents, %llu re-probes, %.2f probes and %.2f extent READs "
+      "per GET\n",
+      static_cast<unsigned long long>(gets), static_cast<unsigned long long>(writes.load()),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+      static_cast<unsigned long long>(contended),
+      static_cast<unsigned long long>(pc.at("torn_entries").get<uint64_t>()),
+      static_cast<unsigned long long>(pc.at("torn_extents").get<uint64_t>()),
+      static_cast<unsigned long long>(pc.at("reprobes").get<uint64_t>()),
+      pc.at("probes_per_get").get<double>(), pc.at("extent_reads_per_get").get<double>());
 }
 
 // Pilaf fig. 6: 3-way cuckoo at 75% fill needs ~1.6 entry READs per lookup. A property of the
@@ -257,14 +262,17 @@ TEST_P(PilafE2E, ProbesPerGetAtThreeQuartersFill) {
   auto c = Client::connect(options("pilaf"));
   int posted = 0;
   for (int i = 0; i < kKeys; ++i)
-    ASSERT_EQ(c->put_async("fill-" + std::to_string(i), "v", [&](Status s, std::string_view, uint64_t) {
-      EXPECT_EQ(s, Status::kOk);
-      posted++;
-    }), Status::kOk);
+    ASSERT_EQ(c->put_async("fill-" + std::to_string(i), "v",
+                           [&](Status s, std::string_view, uint64_t) {
+                             EXPECT_EQ(s, Status::kOk);
+                             posted++;
+                           }),
+              Status::kOk);
   ASSERT_EQ(c->flush(), Status::kOk);
   ASSERT_EQ(posted, kKeys);
   auto st = c->stats().at("workers").at(0).at("pilaf");
-  ASSERT_EQ(st.at("growths").get<uint64_t>(), 0u) << "the table must stay at its size: " << st.dump();
+  ASSERT_EQ(st.at("growths").get<uint64_t>(), 0u)
+      << "the table must stay at its size: " << st.dump();
   EXPECT_NEAR(st.at("fill").get<double>(), 0.75, 0.001);
   auto before = c->protocol_counters();
   std::string v;
@@ -275,8 +283,8 @@ TEST_P(PilafE2E, ProbesPerGetAtThreeQuartersFill) {
   };
   const double probes = diff("entry_reads") / diff("gets");
   const double extents = diff("extent_reads") / diff("gets");
-  std::printf("75%% fill, %d keys: %.3f entry READs and %.3f extent READs per GET\n", kKeys,
-              probes, extents);
+  std::printf("75%% fill, %d keys: %.3f entry READs and %.3f extent READs per GET\n", kKeys, probes,
+              extents);
   EXPECT_GE(probes, 1.3);
   EXPECT_LE(probes, 1.9);
   // The 8-bit tag in the entry skips the record READ of slots holding other keys.
@@ -307,17 +315,21 @@ TEST_P(PilafE2E, ParallelProbesGiveTheSameAnswers) {
     std::string k = "par-" + std::to_string(i);
     auto it = model.find(k);
     std::string want = it == model.end() ? "" : it->second;
-    ASSERT_EQ(reader->get_async(k, [&, want](Status s, std::string_view v, uint64_t) {
-      answered++;
-      if (want.empty() ? s != Status::kNotFound : (s != Status::kOk || v != want)) wrong++;
-    }), Status::kOk);
+    ASSERT_EQ(reader->get_async(k,
+                                [&, want](Status s, std::string_view v, uint64_t) {
+                                  answered++;
+                                  if (want.empty() ? s != Status::kNotFound
+                                                   : (s != Status::kOk || v != want))
+                                    wrong++;
+                                }),
+              Status::kOk);
   }
   ASSERT_EQ(reader->flush(), Status::kOk);
   EXPECT_EQ(answered, 800u);
   EXPECT_EQ(wrong, 0u);
   auto pc = reader->protocol_counters();
   const uint64_t gets = pc.at("gets"), retries = pc.at("torn_entries").get<uint64_t>() +
-                                                   pc.at("reprobes").get<uint64_t>();
+                                                 pc.at("reprobes").get<uint64_t>();
   EXPECT_EQ(gets, 800u);
   if (retries == 0) {
     EXPECT_EQ(pc.at("entry_reads").get<uint64_t>(), 3 * gets);
@@ -331,10 +343,28 @@ TEST_P(PilafE2E, AClientKilledMidRequestLeavesTheServerServing) {
   start({"--max-clients", "64"});
   auto c = Client::connect(options("pilaf"));
   ASSERT_EQ(c->put("survivor", "still-here"), Status::kOk);
-  testing::Child load({FABKV_BENCH_BIN, "--server", server_->address(), "--provider",
-                       GetParam(), "--systems", "fabkv:pilaf", "--read-ratio", "0.7",
-                       "--keys", "2000", "--clients", "4", "--window", "4", "--duration", "30",
-                       "--warmup", "0", "--client-core", "-1", "--quiet"});
+  testing::Child load({FABKV_BENCH_BIN,
+                       "--server",
+                       server_->address(),
+                       "--provider",
+                       GetParam(),
+                       "--systems",
+                       "fabkv:pilaf",
+                       "--read-ratio",
+                       "0.7",
+                       "--keys",
+                       "2000",
+                       "--clients",
+                       "4",
+                       "--window",
+                       "4",
+                       "--duration",
+                       "30",
+                       "--warmup",
+                       "0",
+                       "--client-core",
+                       "-1",
+                       "--quiet"});
   // Wait until it is past loading and measuring, then kill it mid-flight.
   std::string line;
   Deadline ready = Deadline::after_ms(60000);  // sanitizer builds on a loaded CI host are slow

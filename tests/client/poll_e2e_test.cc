@@ -42,10 +42,12 @@ std::string name(const ::testing::TestParamInfo<Param>& p) {
 }
 
 std::vector<std::string> server_argv(const Param& p, const std::string& poll) {
-  std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", p.provider, "--listen",
-                                "127.0.0.1:0",    "--protocols", p.protocol, "--workers", "1",
-                                "--cores",        "-1",          "--log",    "warn",
-                                "--poll",         poll,          "--poll-spin-us", "200"};
+  std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider",  p.provider,
+                                "--listen",       "127.0.0.1:0", "--protocols",
+                                p.protocol,       "--workers",   "1",
+                                "--cores",        "-1",          "--log",
+                                "warn",           "--poll",      poll,
+                                "--poll-spin-us", "200"};
   if (p.protocol == "herd") a.insert(a.end(), {"--transport", p.transport});
   return a;
 }

@@ -40,9 +40,9 @@ class Server : public ReadyProcess {
  private:
   static std::vector<std::string> argv(const std::string& provider,
                                        const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                  "127.0.0.1:0",    "--protocols", "rfrpc", "--cores",
-                                  "-1",             "--log",       "warn", "--memory", "64M"};
+    std::vector<std::string> a = {
+        FABKV_SERVER_BIN, "--provider", provider, "--listen", "127.0.0.1:0", "--protocols", "rfrpc",
+        "--cores",        "-1",         "--log",  "warn",     "--memory",    "64M"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -71,7 +71,8 @@ class RfrpcE2E : public ::testing::TestWithParam<std::string> {
     ServerView v;
     const nlohmann::json st = c->stats();
     for (const auto& w : st.at("workers")) {
-      for (const auto& [verb, s] : w.at("verbs").items()) v.posted += s.value("posted", uint64_t{0});
+      for (const auto& [verb, s] : w.at("verbs").items())
+        v.posted += s.value("posted", uint64_t{0});
       const auto& p = w.at("protocols").at("rfrpc");
       v.results += counter(p, "results");
       v.reply_writes += counter(p, "reply_writes");
@@ -171,11 +172,12 @@ TEST_P(RfrpcE2E, OneWritePerCallAndResultsByReadOnly) {
   EXPECT_EQ(safter.posted, sbefore.posted);
   EXPECT_EQ(safter.results - sbefore.results, calls + 0u);
   EXPECT_EQ(safter.reply_writes, 0u);
-  std::printf("rfrpc %s: %.3f READs per call, failed-fetch rate %.3f (failed fetches / READs), "
-              "%.3f WRITEs per call\n",
-              GetParam().c_str(), double(d[fabric::Verb::kRead].posted) / double(calls),
-              double(delta("failed_fetches")) / double(d[fabric::Verb::kRead].posted),
-              double(d[fabric::Verb::kWrite].posted) / double(calls));
+  std::printf(
+      "rfrpc %s: %.3f READs per call, failed-fetch rate %.3f (failed fetches / READs), "
+      "%.3f WRITEs per call\n",
+      GetParam().c_str(), double(d[fabric::Verb::kRead].posted) / double(calls),
+      double(delta("failed_fetches")) / double(d[fabric::Verb::kRead].posted),
+      double(d[fabric::Verb::kWrite].posted) / double(calls));
   std::printf("rfrpc %s counters: %s\n", GetParam().c_str(), pafter.dump().c_str());
 }
 
@@ -203,8 +205,8 @@ int model_ops(Client* c, const std::string& prefix, int ops, uint64_t seed, size
     } while (busy.count(key));
     busy.insert(key);
     auto it = model.find(key);
-    std::optional<std::string> expect =
-        it == model.end() ? std::nullopt : std::optional<std::string>(it->second);
+    std::optional<std::string> expect = it == model.end() ? std::nullopt
+                                                          : std::optional<std::string>(it->second);
     Status st;
     switch (rng() % 3) {
       case 0:
@@ -422,8 +424,8 @@ TEST_P(RfrpcE2E, FetchOnlyKeepsReadingAndReplyOnlyNeverReads) {
 // waits in the worker's progress; many on shm, where a failed fetch is a ~0.1 us system call and
 // the client fetches again at once.)
 TEST_P(RfrpcE2E, BatchesMatchTheModelWithFewerOperationsPerCall) {
-  start({"--engine", "store", "--workers", "2", "--rfrpc-mode", "fetch",
-         "--rfrpc-batch-entries", "8", "--poll", "spin"});
+  start({"--engine", "store", "--workers", "2", "--rfrpc-mode", "fetch", "--rfrpc-batch-entries",
+         "8", "--poll", "spin"});
   auto c = Client::connect(options());
   EXPECT_EQ(c->layout().at("batch_entries"), 8);
   const auto before = c->counters();
@@ -454,9 +456,9 @@ TEST_P(RfrpcE2E, BatchesMatchTheModelWithFewerOperationsPerCall) {
   EXPECT_EQ(v, big);
   int done = 0;
   for (int i = 0; i < 8; ++i)
-    ASSERT_EQ(c->get_async("big", [&](Status st, std::string_view got, uint64_t) {
-      done += st == Status::kOk && got == big;
-    }), Status::kOk);
+    ASSERT_EQ(c->get_async("big", [&](Status st, std::string_view got,
+                                      uint64_t) { done += st == Status::kOk && got == big; }),
+              Status::kOk);
   ASSERT_EQ(c->flush(), Status::kOk);
   EXPECT_EQ(done, 8);
   EXPECT_GT(counter(c->protocol_counters(), "batch_overflows"), 0u);
@@ -478,8 +480,14 @@ TEST_P(RfrpcE2E, BatchSizeFollowsEquationThree) {
   auto size = [&] { return c->protocol_counters().at("batch_size").get<double>(); };
   auto resizes = [&] { return counter(c->protocol_counters(), "batch_resizes"); };
   auto seen_by_worker = [&] {
-    return c->stats().at("workers").at(0).at("protocols").at("rfrpc").at("client_batch_size")
-        .at("last").get<uint64_t>();
+    return c->stats()
+        .at("workers")
+        .at(0)
+        .at("protocols")
+        .at("rfrpc")
+        .at("client_batch_size")
+        .at("last")
+        .get<uint64_t>();
   };
   EXPECT_EQ(size(), 1.0) << "eq. 3 starts from 1";
   // Growth: quick calls until N (one step per sample at most; a call a loaded host holds past
@@ -500,9 +508,11 @@ TEST_P(RfrpcE2E, BatchSizeFollowsEquationThree) {
   for (int round = 0; round < 40 && rounds_at_one < 8; ++round) {
     ASSERT_TRUE(server_->suspend()) << "the server did not stop within 5 s";
     for (uint32_t i = 0; i < kWindow; ++i)
-      ASSERT_EQ(c->get_async("t-" + std::to_string(i), [&](Status st, std::string_view, uint64_t) {
-        wrong += st != Status::kOk && st != Status::kNotFound;
-      }), Status::kOk);
+      ASSERT_EQ(c->get_async("t-" + std::to_string(i),
+                             [&](Status st, std::string_view, uint64_t) {
+                               wrong += st != Status::kOk && st != Status::kNotFound;
+                             }),
+                Status::kOk);
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     server_->resume();
     ASSERT_EQ(c->flush(), Status::kOk);
@@ -514,7 +524,8 @@ TEST_P(RfrpcE2E, BatchSizeFollowsEquationThree) {
   }
   EXPECT_EQ(wrong, 0);
   std::string trace;
-  for (const auto& [calls, s] : steps) trace += " " + std::to_string(int(s)) + "@" + std::to_string(calls);
+  for (const auto& [calls, s] : steps)
+    trace += " " + std::to_string(int(s)) + "@" + std::to_string(calls);
   ASSERT_EQ(now, 1.0) << "the size never shrank to 1:" << trace;
   // One step down per sample: N - 1 steps of one, each a sample (give or take the round of W
   // calls it was seen in) after the one before; the first after at most a sample (the quick
@@ -531,8 +542,10 @@ TEST_P(RfrpcE2E, BatchSizeFollowsEquationThree) {
   // At 1 it stays 1, however slow the calls: 8 rounds (over two samples) without a resize.
   EXPECT_EQ(resizes() - resizes_at_n, uint64_t{kN - 1}) << trace;
   EXPECT_EQ(seen_by_worker(), 1u);
-  std::printf("eq. 3: grew 1 -> %u in %llu quick calls; shrank by one per sample:%s (size@slow "
-              "calls)\n", kN, static_cast<unsigned long long>(quick), trace.c_str());
+  std::printf(
+      "eq. 3: grew 1 -> %u in %llu quick calls; shrank by one per sample:%s (size@slow "
+      "calls)\n",
+      kN, static_cast<unsigned long long>(quick), trace.c_str());
 }
 
 // Puts every thread of process `pid` (or the caller, pid 0) on `core`.
@@ -629,11 +642,13 @@ TEST_P(RfrpcE2E, BatchedCallsUnderTheWindowNeverWait) {
   for (int round = 0; round < 50; ++round) {
     int ran = 0;
     for (int i = 0; i < 8; ++i) {
-      ASSERT_EQ(c->get_async("k", [&](Status s, std::string_view v, uint64_t) {
-        ran++;
-        EXPECT_EQ(s, Status::kOk);
-        EXPECT_EQ(v, "v");
-      }), Status::kOk);
+      ASSERT_EQ(c->get_async("k",
+                             [&](Status s, std::string_view v, uint64_t) {
+                               ran++;
+                               EXPECT_EQ(s, Status::kOk);
+                               EXPECT_EQ(v, "v");
+                             }),
+                Status::kOk);
       ASSERT_EQ(ran, 0) << "call " << i << " of round " << round << " waited for a batch slot";
     }
     ASSERT_EQ(c->flush(), Status::kOk);
@@ -651,10 +666,28 @@ TEST_P(RfrpcE2E, FabkvBenchWithBatchingClientsEndsOnTime) {
     const std::string json = ::testing::TempDir() + "rfrpc-batch-bench-" + GetParam() + "-" +
                              std::to_string(getpid()) + ".jsonl";
     std::remove(json.c_str());
-    perf::ChildProcess bench({FABKV_BENCH_BIN, "--server", server_->address(), "--provider",
-                              GetParam(), "--systems", "fabkv:rfrpc", "--keys", "2000",
-                              "--clients", "4", "--window", "8", "--duration", "1", "--warmup",
-                              "0.2", "--client-core", "-1", "--quiet", "--json", json});
+    perf::ChildProcess bench({FABKV_BENCH_BIN,
+                              "--server",
+                              server_->address(),
+                              "--provider",
+                              GetParam(),
+                              "--systems",
+                              "fabkv:rfrpc",
+                              "--keys",
+                              "2000",
+                              "--clients",
+                              "4",
+                              "--window",
+                              "8",
+                              "--duration",
+                              "1",
+                              "--warmup",
+                              "0.2",
+                              "--client-core",
+                              "-1",
+                              "--quiet",
+                              "--json",
+                              json});
     // A second of load after loading 2000 keys: far under the bound even on a loaded host.
     const int rc = bench.wait(Deadline::after_ms(60000));
     ASSERT_EQ(rc, 0) << "fabkv-bench with N = " << n

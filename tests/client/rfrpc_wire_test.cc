@@ -6,8 +6,8 @@
 // decisions (src/proto/rfrpc/hybrid.h), without a peer.
 #include <gtest/gtest.h>
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <string>
@@ -54,7 +54,8 @@ TEST(RfrpcWire, LayoutIsThePapers) {
   EXPECT_EQ(offsetof(ResultHeader, proc_time), 8u);
   EXPECT_EQ(sizeof(ResultHeader::proc_time), 2u);
   // The processing time: exact under 2048 ns, within 1/1024 above, saturating far away.
-  for (uint64_t ns : {0ull, 1ull, 300ull, 2047ull}) EXPECT_EQ(decode_proc_time(encode_proc_time(ns)), ns);
+  for (uint64_t ns : {0ull, 1ull, 300ull, 2047ull})
+    EXPECT_EQ(decode_proc_time(encode_proc_time(ns)), ns);
   for (uint64_t ns = 2048; ns < (uint64_t{1} << 40); ns = ns * 3 + 7) {
     const uint64_t back = decode_proc_time(encode_proc_time(ns));
     EXPECT_LE(back, ns);
@@ -201,8 +202,8 @@ TEST(RfrpcBatchWire, ABatchLandingInAnyByteOrderIsTakenWholeOrNotAtAll) {
     for (;;) {
       const bool was_done = landing.done();
       size_t total = 0;
-      const BatchRead r =
-          read_batch(slot.data(), slot.size(), seq, kPayload, true, &copy, &total, landing);
+      const BatchRead r = read_batch(slot.data(), slot.size(), seq, kPayload, true, &copy, &total,
+                                     landing);
       if (r == BatchRead::kWhole) {
         ASSERT_EQ(copy, std::string(a.data(), a.size() - sizeof(BatchTail))) << trial;
         BatchHeader h;
@@ -278,13 +279,13 @@ TEST(RfrpcHybrid, ACallAsLongAsRFailedFetchesIsSlow) {
 // of what R fetches cover switch back; results WRITten while fetching are no signal.
 TEST(RfrpcHybrid, FallingProcessingTimeSwitchesBack) {
   HybridSwitch h(5, true, kModeFetch);
-  h.on_fetch(20'000);  // R fetches cover 100 us
+  h.on_fetch(20'000);                                   // R fetches cover 100 us
   EXPECT_EQ(h.on_result(0, 0, 0, true), std::nullopt);  // from the ring while fetching
   h.on_result(9, 0, 0, false);
   ASSERT_EQ(h.on_result(9, 0, 0, false), std::optional<uint8_t>(kModeReply));
   EXPECT_EQ(h.on_result(0, 0, 640'000, true), std::nullopt);
-  EXPECT_EQ(h.on_result(0, 0, 40'000, true), std::nullopt);   // one quick result
-  EXPECT_EQ(h.on_result(0, 0, 60'000, true), std::nullopt);   // over 50 us: starts over
+  EXPECT_EQ(h.on_result(0, 0, 40'000, true), std::nullopt);  // one quick result
+  EXPECT_EQ(h.on_result(0, 0, 60'000, true), std::nullopt);  // over 50 us: starts over
   EXPECT_EQ(h.on_result(0, 0, 49'000, true), std::nullopt);
   EXPECT_EQ(h.on_result(0, 0, 1'000, true), std::optional<uint8_t>(kModeFetch));
   EXPECT_EQ(h.mode(), kModeFetch);
@@ -325,7 +326,8 @@ TEST(RfrpcHybrid, FixedModesNeverSwitch) {
   for (uint8_t m : {kModeFetch, kModeReply}) {
     HybridSwitch h(1, false, m);
     h.on_fetch(1);
-    for (int i = 0; i < 10; ++i) EXPECT_EQ(h.on_result(100, 1'000'000, i % 2 ? 0 : 1'000'000, false), std::nullopt);
+    for (int i = 0; i < 10; ++i)
+      EXPECT_EQ(h.on_result(100, 1'000'000, i % 2 ? 0 : 1'000'000, false), std::nullopt);
     EXPECT_EQ(h.mode(), m);
   }
 }

@@ -96,11 +96,21 @@ class SeqWrapE2E : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     const Param& p = GetParam();
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", p.provider,
-                                  "--listen", "127.0.0.1:0", "--protocols", p.c.protocol,
-                                  "--cores", "-1", "--log", "warn",
-                                  "--workers", std::to_string(kWorkers),
-                                  "--window", std::to_string(kWindow)};
+    std::vector<std::string> a = {FABKV_SERVER_BIN,
+                                  "--provider",
+                                  p.provider,
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--protocols",
+                                  p.c.protocol,
+                                  "--cores",
+                                  "-1",
+                                  "--log",
+                                  "warn",
+                                  "--workers",
+                                  std::to_string(kWorkers),
+                                  "--window",
+                                  std::to_string(kWindow)};
     if (p.c.sequencer) a.insert(a.end(), {"--data-dir", dir_.path()});
     else a.insert(a.end(), {"--memory", "64M"});
     a.insert(a.end(), p.c.server_args.begin(), p.c.server_args.end());
@@ -218,9 +228,9 @@ TEST_P(GarbageSlotE2E, AGarbageRequestIsAnsweredMalformedAtOnce) {
   ASSERT_EQ(c->put("g-2", "two"), Status::kOk);
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(c->put("g-3", "three"), Status::kMalformed);  // the third request: garbage
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   EXPECT_LT(ms, o.timeout_ms / 2) << "the error came by the timeout, not by the answer";
   std::string v;
   EXPECT_EQ(c->get("g-3", &v), Status::kNotFound);  // never executed

@@ -71,7 +71,7 @@ class SeqE2E : public ::testing::TestWithParam<Param> {
   bool tcp() const { return provider() == "tcp"; }
 
   std::vector<std::string> server_argv(std::vector<std::string> extra = {}) const {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider(), "--listen",
+    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider",  provider(), "--listen",
                                   "127.0.0.1:0",    "--protocols", protocol(), "--data-dir",
                                   dir_.path(),      "--cores",     "-1",       "--log",
                                   "warn",           "--window",    "16"};
@@ -96,12 +96,13 @@ class SeqE2E : public ::testing::TestWithParam<Param> {
     bool done = false;
   };
   std::unique_ptr<testing::Child> spawn(size_t window, size_t count) const {
-    auto p = std::make_unique<testing::Child>(std::vector<std::string>{
-        FABKV_SEQ_CLIENT_BIN, server_->address(), provider(), protocol(),
-        std::to_string(window), std::to_string(count)});
+    auto p = std::make_unique<testing::Child>(
+        std::vector<std::string>{FABKV_SEQ_CLIENT_BIN, server_->address(), provider(), protocol(),
+                                 std::to_string(window), std::to_string(count)});
     std::string line;
     if (!p->proc().read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
-      throw std::runtime_error("fabkv-seq-client did not start: " + line + "\n" + p->stderr_excerpt());
+      throw std::runtime_error("fabkv-seq-client did not start: " + line + "\n" +
+                               p->stderr_excerpt());
     return p;
   }
   // Reads the client's values until its DONE line; it must then exit 0 (no failed request).
@@ -205,7 +206,8 @@ TEST_P(SeqE2E, VerbsPerRequest) {
   const nlohmann::json s1 = c->stats();
   auto server_posted = [](const nlohmann::json& s, const char* verb) {
     uint64_t sum = 0;
-    for (const auto& w : s.at("workers")) sum += w.at("verbs").at(verb).value("posted", uint64_t{0});
+    for (const auto& w : s.at("workers"))
+      sum += w.at("verbs").at(verb).value("posted", uint64_t{0});
     return sum;
   };
   const uint64_t sends = server_posted(s1, "send") - server_posted(s0, "send");
@@ -359,8 +361,8 @@ TEST_P(SeqSpecE2E, SpeculationAcrossTheHigh32Bits) {
   EXPECT_GT(values.back(), uint64_t{1} << 32);
   const nlohmann::json pc = c->protocol_counters();
   const uint64_t miss = pc.at("misspeculated").get<uint64_t>();
-  EXPECT_GE(miss, 1u);      // the crossing
-  EXPECT_LE(miss, 8u);      // at most the window in flight when the high bits changed
+  EXPECT_GE(miss, 1u);  // the crossing
+  EXPECT_LE(miss, 8u);  // at most the window in flight when the high bits changed
   EXPECT_EQ(pc.at("speculated").get<uint64_t>() + miss, n);
   const nlohmann::json s = c->stats();
   EXPECT_EQ(s.at("workers").at(0).at("protocols").at("seq-spec").at("misspeculated"), miss);
@@ -405,8 +407,8 @@ TEST(SeqRefusals, SpecRefusesQueuesThatReorderAnswers) {
 }
 
 TEST(SeqRefusals, CliRefusesNextOnAKeyValueProtocol) {
-  perf::ChildProcess cli(
-      {"/bin/sh", "-c", std::string(FABKV_CLI_BIN) + " --protocol herd next 2>&1"});
+  perf::ChildProcess cli({"/bin/sh", "-c",
+                          std::string(FABKV_CLI_BIN) + " --protocol herd next 2>&1"});
   std::string line;
   ASSERT_TRUE(cli.read_line(&line, Deadline::after_ms(20000)));
   EXPECT_EQ(cli.wait(Deadline::after_ms(20000)), 2);

@@ -36,9 +36,19 @@ class KvServer : public ReadyProcess {
  private:
   static std::vector<std::string> argv(const std::string& provider, const std::string& protocols,
                                        const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                  "127.0.0.1:0", "--protocols", protocols,
-                                  "--cores", "-1", "--memory", "64M", "--log", "warn"};
+    std::vector<std::string> a = {FABKV_SERVER_BIN,
+                                  "--provider",
+                                  provider,
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--protocols",
+                                  protocols,
+                                  "--cores",
+                                  "-1",
+                                  "--memory",
+                                  "64M",
+                                  "--log",
+                                  "warn"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }

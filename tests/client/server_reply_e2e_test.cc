@@ -33,10 +33,18 @@ class Server : public ReadyProcess {
  private:
   static std::vector<std::string> argv(const std::string& provider,
                                        const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider",  provider,
-                                  "--listen",       "127.0.0.1:0", "--protocols",
-                                  "server-reply",   "--transport", "write",
-                                  "--cores",        "-1",          "--log",
+    std::vector<std::string> a = {FABKV_SERVER_BIN,
+                                  "--provider",
+                                  provider,
+                                  "--listen",
+                                  "127.0.0.1:0",
+                                  "--protocols",
+                                  "server-reply",
+                                  "--transport",
+                                  "write",
+                                  "--cores",
+                                  "-1",
+                                  "--log",
                                   "warn"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
@@ -172,8 +180,9 @@ TEST_P(ServerReplyE2E, EveryAnswerIsTakenAtWindowOne) {
       got = s;
       done = true;
     };
-    Status st = (i % 4 == 3) ? c->get_async(key, cb)
-                             : c->put_async(key, std::string(32, static_cast<char>('a' + i % 26)), cb);
+    Status st = (i % 4 == 3)
+                    ? c->get_async(key, cb)
+                    : c->put_async(key, std::string(32, static_cast<char>('a' + i % 26)), cb);
     ASSERT_EQ(st, Status::kOk) << "request " << i;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!done && std::chrono::steady_clock::now() < give_up) c->poll();

@@ -33,8 +33,7 @@ std::vector<char> build_answer(std::mt19937_64& rng, uint32_t seq) {
   h.epoch = static_cast<uint16_t>(rng() % 4);
   std::vector<char> a(response_bytes(h.value_len), 0);
   std::memcpy(a.data(), &h, sizeof(h));
-  for (size_t i = 0; i < h.value_len; ++i)
-    a[sizeof(h) + i] = static_cast<char>('a' + rng() % 26);
+  for (size_t i = 0; i < h.value_len; ++i) a[sizeof(h) + i] = static_cast<char>('a' + rng() % 26);
   ResponseTrailer t{seq, response_check(a.data(), h.value_len, seq)};
   std::memcpy(a.data() + trailer_offset(h.value_len), &t, sizeof(t));
   return a;

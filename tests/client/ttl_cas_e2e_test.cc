@@ -38,9 +38,9 @@ class Server : public ReadyProcess {
  private:
   static std::vector<std::string> argv(const std::string& provider,
                                        const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                  "127.0.0.1:0", "--cores", "-1", "--memory", "64M",
-                                  "--log", "warn"};
+    std::vector<std::string> a = {
+        FABKV_SERVER_BIN, "--provider", provider, "--listen", "127.0.0.1:0", "--cores", "-1",
+        "--memory",       "64M",        "--log",  "warn"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -48,8 +48,7 @@ class Server : public ReadyProcess {
 
 // Wall-clock seconds, fractional: what the server's CLOCK_REALTIME_COARSE follows on this host.
 double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 uint32_t now_s() { return static_cast<uint32_t>(wall_now()); }
 
@@ -204,12 +203,10 @@ TEST_P(TtlCas, ItemsExpireByTheServersClock) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Protocols, TtlCas,
-                         ::testing::Combine(::testing::Values("shm", "tcp"),
-                                            ::testing::ValuesIn(kModes)),
-                         [](const auto& p) {
-                           return std::get<0>(p.param) + "_" + std::get<1>(p.param).name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Protocols, TtlCas,
+    ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::ValuesIn(kModes)),
+    [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param).name; });
 
 // ---- a client whose clock is wrong -------------------------------------------------------------
 
@@ -226,8 +223,8 @@ TEST_P(SkewedClock, GetsByReadAgreeWithTheServerOnWhatHasExpired) {
   for (int skew : {-3600, 3600}) {
     testing::ClientHooks hooks;
     hooks.clock_skew_s = skew;
-    skewed.push_back(
-        testing::connect(client_options(server.address(), GetParam(), "pilaf"), hooks));
+    skewed.push_back(testing::connect(client_options(server.address(), GetParam(), "pilaf"),
+                                      hooks));
     verbs_at_start.push_back(skewed.back()->counters());
   }
   auto referee = Client::connect(client_options(server.address(), GetParam(), "pilaf-vo"));
@@ -315,8 +312,9 @@ class RestartVersions : public ::testing::TestWithParam<std::tuple<std::string, 
 
   // herd: the default engine (cache); pilaf: the pilaf engine, whose versions clients READ.
   std::unique_ptr<Server> start(const std::vector<std::string>& more = {}) {
-    std::vector<std::string> extra = {"--oplog", log_, "--workers", "2", "--protocols",
-                                      protocol() == "herd" ? "herd" : "herd,pilaf"};
+    std::vector<std::string> extra = {"--oplog",     log_,
+                                      "--workers",   "2",
+                                      "--protocols", protocol() == "herd" ? "herd" : "herd,pilaf"};
     extra.insert(extra.end(), more.begin(), more.end());
     return std::make_unique<Server>(provider(), extra);
   }
@@ -332,8 +330,8 @@ TEST_P(RestartVersions, ARestartKeepsEveryVersionAndCasWorksAcrossIt) {
   struct Seen {
     std::string value;
     uint64_t version = 0;
-    uint64_t stale = 0;            // the version before the last update (0: none)
-    std::set<uint64_t> all;        // every version this key had
+    uint64_t stale = 0;      // the version before the last update (0: none)
+    std::set<uint64_t> all;  // every version this key had
   };
   std::map<std::string, Seen> seen;
   {
@@ -434,12 +432,10 @@ TEST_P(RestartVersions, ARestartKeepsEveryVersionAndCasWorksAcrossIt) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, RestartVersions,
-                         ::testing::Combine(::testing::Values("shm", "tcp"),
-                                            ::testing::Values("herd", "pilaf")),
-                         [](const auto& p) {
-                           return std::get<0>(p.param) + "_" + std::get<1>(p.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Providers, RestartVersions,
+    ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values("herd", "pilaf")),
+    [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
 }  // namespace
 }  // namespace fabkv

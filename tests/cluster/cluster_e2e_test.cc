@@ -33,7 +33,8 @@ class ClusterE2E : public ::testing::Test {
   // n servers serving `protocols` (herd and pilaf need the pilaf engine; herd runs on it too).
   void start(size_t n, const std::string& protocols = "herd,pilaf",
              const std::vector<std::string>& extra = {}) {
-    for (size_t i = 0; i < n; ++i) servers_.push_back(std::make_unique<KvServer>("shm", protocols, extra));
+    for (size_t i = 0; i < n; ++i)
+      servers_.push_back(std::make_unique<KvServer>("shm", protocols, extra));
   }
   ClusterOptions options(const std::string& protocol = "herd") const {
     ClusterOptions o;
@@ -53,7 +54,8 @@ class ClusterE2E : public ::testing::Test {
     return Client::connect(o);
   }
   // Keys that the cluster c places on server `on` (and, with `off`, not on server off).
-  static std::vector<std::string> keys_on(Cluster& c, size_t on, size_t n, const std::string& prefix) {
+  static std::vector<std::string> keys_on(Cluster& c, size_t on, size_t n,
+                                          const std::string& prefix) {
     std::vector<std::string> out;
     for (size_t k = 0; out.size() < n && k < 100000; ++k) {
       std::string key = fmt::format("{}{}", prefix, k);
@@ -69,7 +71,8 @@ TEST_F(ClusterE2E, EveryKeyIsOnTheServerTheRingGivesAndNowhereElse) {
   Cluster c(options());
   std::vector<size_t> per(3);
   const size_t n = 3000;
-  for (size_t k = 0; k < n; ++k) ASSERT_EQ(c.put(fmt::format("p{}", k), fmt::format("v{}", k)), Status::kOk);
+  for (size_t k = 0; k < n; ++k)
+    ASSERT_EQ(c.put(fmt::format("p{}", k), fmt::format("v{}", k)), Status::kOk);
   for (size_t s = 0; s < 3; ++s) {
     auto d = direct(s);
     for (size_t k = 0; k < n; ++k) {
@@ -91,8 +94,8 @@ TEST_F(ClusterE2E, EveryKeyIsOnTheServerTheRingGivesAndNowhereElse) {
   EXPECT_EQ(requests, n);
 }
 
-// Random puts, gets, deletes, multi-puts and multi-gets through a cluster, against a std::map (keys of
-// their own per seed: the clusters of one test share servers).
+// Random puts, gets, deletes, multi-puts and multi-gets through a cluster, against a std::map (keys
+// of their own per seed: the clusters of one test share servers).
 void run_against_model(Cluster& c, uint32_t seed, size_t ops) {
   std::mt19937 rng(seed);
   std::map<std::string, std::string> model;
@@ -265,7 +268,8 @@ TEST_F(ClusterE2E, WithoutAutoEjectADeadServersKeysFailAtOnceAndStayPut) {
   for (const auto& k : on2) ASSERT_EQ(c.put(k, "v"), Status::kOk);
   servers_[2]->kill();
   std::string v;
-  for (uint32_t i = 0; i < o.server_failure_limit; ++i) EXPECT_EQ(c.get(on2[i], &v), Status::kServerGone);
+  for (uint32_t i = 0; i < o.server_failure_limit; ++i)
+    EXPECT_EQ(c.get(on2[i], &v), Status::kServerGone);
   EXPECT_TRUE(c.counters(2).ejected);
   for (const auto& k : on2) {
     EXPECT_EQ(c.server_for_key(k), 2u);  // still its key: nothing moves
@@ -306,7 +310,8 @@ TEST_F(ClusterE2E, WithTwoReplicasEveryAcknowledgedPutSurvivesAnyOneServersDeath
 }
 
 TEST_F(ClusterE2E, AServerNamedOtherwiseThanTheListIsRefusedWithBothNames) {
-  servers_.push_back(std::make_unique<KvServer>("shm", "herd", std::vector<std::string>{"--name", "cache-a"}));
+  servers_.push_back(std::make_unique<KvServer>("shm", "herd",
+                                                std::vector<std::string>{"--name", "cache-a"}));
   auto o = options();
   Cluster wrong(o);
   EXPECT_EQ(wrong.put("k", "v"), Status::kError);

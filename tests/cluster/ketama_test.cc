@@ -68,7 +68,8 @@ void expect_same_as_libmemcached(const std::vector<Srv>& servers) {
     ++per[ours];
   }
   EXPECT_EQ(differ, 0u) << "of " << keys.size() << " keys";
-  for (size_t s = 0; s < servers.size(); ++s) EXPECT_GT(per[s], 0u) << "server " << s << " got none";
+  for (size_t s = 0; s < servers.size(); ++s)
+    EXPECT_GT(per[s], 0u) << "server " << s << " got none";
 }
 
 TEST(KetamaName, PortOf11211IsLeftOut) {
@@ -86,16 +87,20 @@ TEST(KetamaHash, IsTheLittleEndianHeadOfMd5) {
 }
 
 TEST(Ketama, EqualWeightsPlaceEveryKeyAsLibmemcachedDoes) {
-  expect_same_as_libmemcached({{"10.0.0.1", 7000, 1}, {"10.0.0.2", 7000, 1}, {"10.0.0.3", 7000, 1}});
+  expect_same_as_libmemcached(
+      {{"10.0.0.1", 7000, 1}, {"10.0.0.2", 7000, 1}, {"10.0.0.3", 7000, 1}});
 }
 
 TEST(Ketama, WeightsOneTwoOnePlaceEveryKeyAsLibmemcachedDoes) {
-  expect_same_as_libmemcached({{"10.0.0.1", 7000, 1}, {"10.0.0.2", 7000, 2}, {"10.0.0.3", 7000, 1}});
+  expect_same_as_libmemcached(
+      {{"10.0.0.1", 7000, 1}, {"10.0.0.2", 7000, 2}, {"10.0.0.3", 7000, 1}});
 }
 
 TEST(Ketama, PortsOf11211AndOthersPlaceEveryKeyAsLibmemcachedDoes) {
-  expect_same_as_libmemcached({{"198.18.0.1", 11211, 1}, {"198.18.0.2", 11211, 3},
-                               {"198.18.0.3", 11311, 1}, {"cache-d", 11211, 2}});
+  expect_same_as_libmemcached({{"198.18.0.1", 11211, 1},
+                               {"198.18.0.2", 11211, 3},
+                               {"198.18.0.3", 11311, 1},
+                               {"cache-d", 11211, 2}});
 }
 
 TEST(Ketama, PointsPerServerFollowTheWeights) {
@@ -151,7 +156,8 @@ TEST(Ketama, ReplicasAreDistinctAndStartAtTheKeysServer) {
 }
 
 TEST(ClusterList, ParsesTwemproxysServerForm) {
-  auto s = parse_cluster_servers("10.0.0.1:7000, 10.0.0.2:7000:2,10.0.0.3:7000:1 cache-c,[::1]:7000:3");
+  auto s =
+      parse_cluster_servers("10.0.0.1:7000, 10.0.0.2:7000:2,10.0.0.3:7000:1 cache-c,[::1]:7000:3");
   ASSERT_EQ(s.size(), 4u);
   EXPECT_EQ(s[0].address, "10.0.0.1:7000");
   EXPECT_EQ(s[0].weight, 1u);

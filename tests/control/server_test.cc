@@ -263,8 +263,7 @@ TEST(ControlServer, BindFailureThrowsWithErrnoText) {
     ControlServer second(o, {});
     ADD_FAILURE() << "bind to a used port succeeded";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("Address already in use"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("Address already in use"), std::string::npos) << e.what();
   }
   o.host = "not an address!";
   EXPECT_THROW(ControlServer(o, {}), std::runtime_error);
@@ -288,9 +287,8 @@ TEST(ControlServer, WrongOrMissingSecretIsRejected) {
   o.secret = "open sesame";
   Fixture fx(o);
   auto with_secret = [&](const std::string& secret) {
-    return [&fx, secret] {
-      ControlClient::connect(fx.server.address(), good_hello(), 3000, secret);
-    };
+    return
+        [&fx, secret] { ControlClient::connect(fx.server.address(), good_hello(), 3000, secret); };
   };
   expect_rejected(with_secret("open sesamE"), Status::kBadSecret, "wrong secret");
   expect_rejected(with_secret(""), Status::kBadSecret,
@@ -548,8 +546,8 @@ TEST(ControlServer, OnCloseFiresWhenClientProcessDies) {
     uint16_t port = 0;
     if (read(to_child[0], &port, sizeof port) != sizeof port) _exit(2);
     try {
-      ControlClient c =
-          ControlClient::connect("127.0.0.1:" + std::to_string(port), good_hello(), 3000);
+      ControlClient c = ControlClient::connect("127.0.0.1:" + std::to_string(port), good_hello(),
+                                               3000);
       uint64_t id = c.session_id();
       if (write(to_parent[1], &id, sizeof id) != sizeof id) _exit(3);
       pause();  // killed by the parent while connected
@@ -583,8 +581,8 @@ TEST(ControlServer, StopClosesSessionsAndFiresOnClose) {
   fx->server.stop();
   EXPECT_EQ(fx->closes.count(id), 1u);  // fired before stop() returned
   EXPECT_TRUE(wait_until([&] { return !c.alive(); }));
-  expect_rejected([&] { c.request(std::vector<uint8_t>{1}, 1000); },
-                  Status::kConnectionFailed, "closed");
+  expect_rejected([&] { c.request(std::vector<uint8_t>{1}, 1000); }, Status::kConnectionFailed,
+                  "closed");
   fx->server.stop();  // idempotent
 }
 
@@ -599,7 +597,9 @@ TEST(ControlServer, ClientDeathDoesNotKillServerWithSigpipe) {
     auto req = encode_frame(FrameType::kRequest, std::vector<uint8_t>(200000, 1));
     h.insert(h.end(), req.begin(), req.end());
     (void)::send(raw.get(), h.data(), h.size(), MSG_NOSIGNAL);
-    struct linger lg{1, 0};  // close with RST
+    struct linger lg {
+      1, 0
+    };  // close with RST
     setsockopt(raw.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   }
   expect_good_handshake(fx);
@@ -895,8 +895,8 @@ TEST(ControlServer, Version1PeersAreRefusedWithBothVersions) {
   });
   expect_rejected(
       [&] {
-        ControlClient::connect("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), good_hello(),
-                               3000, "open sesame");
+        ControlClient::connect("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), good_hello(), 3000,
+                               "open sesame");
       },
       Status::kBadVersion, "server speaks version 1");
   v1_server.join();

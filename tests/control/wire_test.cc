@@ -204,8 +204,7 @@ void expect_every_truncation_rejected(const std::vector<uint8_t>& frame, Parse p
 }
 
 TEST(ControlWire, EveryTruncationIsRejected) {
-  expect_every_truncation_rejected(encode(sample_hello()),
-                                   [](auto s) { return parse_hello(s); });
+  expect_every_truncation_rejected(encode(sample_hello()), [](auto s) { return parse_hello(s); });
   expect_every_truncation_rejected(encode(Hello{}), [](auto s) { return parse_hello(s); });
   expect_every_truncation_rejected(encode(sample_welcome()),
                                    [](auto s) { return parse_welcome(s); });
@@ -214,8 +213,7 @@ TEST(ControlWire, EveryTruncationIsRejected) {
                                    [](auto s) { return parse_error(s); });
   expect_every_truncation_rejected(encode(sample_challenge()),
                                    [](auto s) { return parse_challenge(s); });
-  expect_every_truncation_rejected(encode(sample_proof()),
-                                   [](auto s) { return parse_proof(s); });
+  expect_every_truncation_rejected(encode(sample_proof()), [](auto s) { return parse_proof(s); });
 }
 
 TEST(ControlWire, TrailingBytesAreRejected) {
@@ -341,8 +339,8 @@ TEST(ControlWire, FieldLimitsAreEnforced) {
 // parses must re-encode to the same bytes.
 TEST(ControlWire, RandomGarbageNeverCrashes) {
   std::mt19937_64 rng(12345);
-  const auto seeds = {encode(sample_hello()), encode(sample_welcome()),
-                      encode(sample_challenge()), encode(sample_proof())};
+  const auto seeds = {encode(sample_hello()), encode(sample_welcome()), encode(sample_challenge()),
+                      encode(sample_proof())};
   size_t parsed = 0;
   for (int iter = 0; iter < 20000; ++iter) {
     std::vector<uint8_t> f;
@@ -465,9 +463,9 @@ TEST(ControlSplitHostPort, AcceptsV4V6AndNames) {
 TEST(ControlSplitHostPort, RejectsGarbage) {
   std::string h;
   uint16_t p = 0;
-  for (const char* bad : {"", ":", "host", "host:", ":80", "host:65536", "host:8x", "host:-1",
-                          "::1:80", "[::1]", "[::1]80", "[::1]:", "[]:80", "[host]:80",
-                          "a:1:2", "host:123456", "[::1:80"}) {
+  for (const char* bad :
+       {"", ":", "host", "host:", ":80", "host:65536", "host:8x", "host:-1", "::1:80", "[::1]",
+        "[::1]80", "[::1]:", "[]:80", "[host]:80", "a:1:2", "host:123456", "[::1:80"}) {
     EXPECT_FALSE(split_host_port(bad, &h, &p)) << bad;
   }
 }

@@ -49,10 +49,15 @@ class FabricAccess : public ::testing::TestWithParam<std::string> {
     conn_ = std::make_unique<Connection>(GetParam(), *server_);
     // Warm the connection so that failures below are about access, not connection set-up.
     std::string text;
-    ASSERT_EQ(attempt(*conn_, [&] {
-      return conn_->ep->read(conn_->local->local(0, 8), conn_->peer, conn_->readonly.at(0),
-                             conn_->readonly.key, nullptr);
-    }, &text), Outcome::kSucceeded) << text;
+    ASSERT_EQ(attempt(
+                  *conn_,
+                  [&] {
+                    return conn_->ep->read(conn_->local->local(0, 8), conn_->peer,
+                                           conn_->readonly.at(0), conn_->readonly.key, nullptr);
+                  },
+                  &text),
+              Outcome::kSucceeded)
+        << text;
   }
   bool is_shm() const { return GetParam() == "shm"; }
 
@@ -72,30 +77,41 @@ class FabricAccess : public ::testing::TestWithParam<std::string> {
 TEST_P(FabricAccess, ReadOfWriteOnlyRegion) {
   auto& c = *conn_;
   std::string text;
-  Outcome o = attempt(c, [&] {
-    return c.ep->read(c.local->local(0, 64), c.peer, c.writeonly.at(0), c.writeonly.key, nullptr);
-  }, &text);
-  EXPECT_EQ(o, Outcome::kSucceeded) << name(o) << ": does " << GetParam()
-                                     << " enforce remote rights now? " << text;
+  Outcome o = attempt(
+      c,
+      [&] {
+        return c.ep->read(c.local->local(0, 64), c.peer, c.writeonly.at(0), c.writeonly.key,
+                          nullptr);
+      },
+      &text);
+  EXPECT_EQ(o, Outcome::kSucceeded)
+      << name(o) << ": does " << GetParam() << " enforce remote rights now? " << text;
 }
 
 TEST_P(FabricAccess, WriteToReadOnlyRegion) {
   auto& c = *conn_;
   std::string text;
-  Outcome o = attempt(c, [&] {
-    return c.ep->write(c.local->local(0, 64), c.peer, c.readonly.at(0), c.readonly.key, nullptr);
-  }, &text);
-  EXPECT_EQ(o, Outcome::kSucceeded) << name(o) << ": does " << GetParam()
-                                     << " enforce remote rights now? " << text;
+  Outcome o = attempt(
+      c,
+      [&] {
+        return c.ep->write(c.local->local(0, 64), c.peer, c.readonly.at(0), c.readonly.key,
+                           nullptr);
+      },
+      &text);
+  EXPECT_EQ(o, Outcome::kSucceeded)
+      << name(o) << ": does " << GetParam() << " enforce remote rights now? " << text;
 }
 
 TEST_P(FabricAccess, ReadPastRegionEnd) {
   auto& c = *conn_;
   std::string text;
-  Outcome o = attempt(c, [&] {
-    return c.ep->read(c.local->local(0, 4096), c.peer, c.readonly.at(c.readonly.length - 64),
-                      c.readonly.key, nullptr);
-  }, &text);
+  Outcome o = attempt(
+      c,
+      [&] {
+        return c.ep->read(c.local->local(0, 4096), c.peer, c.readonly.at(c.readonly.length - 64),
+                          c.readonly.key, nullptr);
+      },
+      &text);
   // shm: the bytes past the end are whatever is mapped there, or EFAULT if nothing is.
   if (is_shm()) EXPECT_TRUE(o == Outcome::kSucceeded || is_error(o)) << name(o);
   else EXPECT_TRUE(is_error(o)) << name(o);
@@ -104,10 +120,13 @@ TEST_P(FabricAccess, ReadPastRegionEnd) {
 TEST_P(FabricAccess, WrongKey) {
   auto& c = *conn_;
   std::string text;
-  Outcome o = attempt(c, [&] {
-    return c.ep->read(c.local->local(0, 64), c.peer, c.readonly.at(0), c.readonly.key + 0x5151,
-                      nullptr);
-  }, &text);
+  Outcome o = attempt(
+      c,
+      [&] {
+        return c.ep->read(c.local->local(0, 64), c.peer, c.readonly.at(0), c.readonly.key + 0x5151,
+                          nullptr);
+      },
+      &text);
   if (is_shm()) EXPECT_EQ(o, Outcome::kSucceeded) << name(o) << " " << text;
   else EXPECT_TRUE(is_error(o)) << name(o);
 }
@@ -120,9 +139,13 @@ TEST_P(FabricAccess, DeadPeerGivesAnErrorWithinTheDeadlineNotAHang) {
   bool failed = false;
   for (int i = 0; i < 200 && !failed; ++i) {
     std::string text;
-    Outcome o = attempt(c, [&] {
-      return c.ep->read(c.local->local(0, 64), c.peer, c.readonly.at(0), c.readonly.key, nullptr);
-    }, &text, 1000);
+    Outcome o = attempt(
+        c,
+        [&] {
+          return c.ep->read(c.local->local(0, 64), c.peer, c.readonly.at(0), c.readonly.key,
+                            nullptr);
+        },
+        &text, 1000);
     failed = o != Outcome::kSucceeded;
   }
   auto took = std::chrono::steady_clock::now() - start;
@@ -155,10 +178,13 @@ TEST(FabricDeadPeer, InjectedWritesQueuedToADeadPeerNeverCrashTheSurvivor) {
       inj.signaled = false;
       inj.inlined = true;
       std::vector<Completion> got;
-      ASSERT_EQ(c.post([&] {
-        return c.ep->write(c.local->local(0, 8), c.peer, c.target.at(c.area), c.target.key,
-                           nullptr, inj);
-      }, &got), 0);
+      ASSERT_EQ(c.post(
+                    [&] {
+                      return c.ep->write(c.local->local(0, 8), c.peer, c.target.at(c.area),
+                                         c.target.key, nullptr, inj);
+                    },
+                    &got),
+                0);
       server.kill();
       // A second of bursts: unsignaled WRITEs report nothing when they succeed, and on shm
       // (cross-memory attach into a dead process) not when they fail either.
@@ -180,8 +206,8 @@ TEST(FabricDeadPeer, InjectedWritesQueuedToADeadPeerNeverCrashTheSurvivor) {
       }
       // Alive, and a signaled READ now fails: refused (the queue to the dead peer stays full
       // on shm), an error completion, or none within a second. Never a success.
-      const long ret = c.ep->read(c.local->local(0, 8), c.peer, c.target.at(c.area),
-                                  c.target.key, nullptr);
+      const long ret = c.ep->read(c.local->local(0, 8), c.peer, c.target.at(c.area), c.target.key,
+                                  nullptr);
       bool read_failed = ret != 0;
       if (ret == 0) {
         std::vector<Completion> done;

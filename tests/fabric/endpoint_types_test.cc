@@ -141,7 +141,9 @@ class MsgEndpoint : public ::testing::Test {
     Deadline d = Deadline::after_ms(10000);
     while (done < static_cast<size_t>(n) && !d.expired()) {
       while (posted < n && posted - static_cast<int>(done) < window) {
-        ASSERT_EQ(post(*ep_, [&] { return make(posted); }, &got), 0);
+        ASSERT_EQ(post(
+                      *ep_, [&] { return make(posted); }, &got),
+                  0);
         posted++;
       }
       Completion c[16];
@@ -164,8 +166,8 @@ TEST_F(MsgEndpoint, WriteReadSendAndWriteImmAcrossProcessesWithExactCounters) {
   constexpr int kOps = 64, kSize = 64;
   for (int i = 0; i < kOps * kSize; ++i) buf[i] = static_cast<char>(i * 13 + 5);
   run_ops(kOps, 8, [&](int i) {
-    return ep_->write(local_->local(i * kSize, kSize), fabric::kNoPeer,
-                      remote_.at(i * kSize), remote_.key, nullptr);
+    return ep_->write(local_->local(i * kSize, kSize), fabric::kNoPeer, remote_.at(i * kSize),
+                      remote_.key, nullptr);
   });
   // READ everything back into another part of the buffer: the data must be intact.
   char* back = buf + 256 * 1024;
@@ -190,8 +192,11 @@ TEST_F(MsgEndpoint, WriteReadSendAndWriteImmAcrossProcessesWithExactCounters) {
     for (size_t k = 0; k < len; ++k) msg[k] = static_cast<char>(m * 31 + k);
     std::vector<Completion> got;
     fabric::OpContext sctx;
-    ASSERT_EQ(post(*ep_, [&] { return ep_->send(local_->local(128 * 1024, len), fabric::kNoPeer,
-                                                &sctx); }, &got), 0);
+    ASSERT_EQ(post(
+                  *ep_,
+                  [&] { return ep_->send(local_->local(128 * 1024, len), fabric::kNoPeer, &sctx); },
+                  &got),
+              0);
     send_bytes += len;
     ASSERT_TRUE(wait_for(*ep_, 2, &got)) << "echo " << m << " did not come back";
     const Completion* rc = nullptr;
@@ -276,8 +281,10 @@ TEST_F(MsgEndpoint, SurvivorSeesTheDeadPeerWithinADeadline) {
   fabric::OpContext rctx;
   ASSERT_EQ(ep_->recv(local_->local(0, 4096), &rctx), 0);
   std::vector<Completion> got;
-  ASSERT_EQ(post(*ep_, [&] { return ep_->send(local_->local(4096, 32), fabric::kNoPeer,
-                                              nullptr); }, &got), 0);
+  ASSERT_EQ(post(
+                *ep_, [&] { return ep_->send(local_->local(4096, 32), fabric::kNoPeer, nullptr); },
+                &got),
+            0);
   ASSERT_TRUE(wait_for(*ep_, 2, &got));
   for (const auto& c : got) ASSERT_EQ(c.error, 0) << c.error_text;
   got.clear();
@@ -374,7 +381,9 @@ TEST(DgramEndpoint, DatagramsEchoBetweenProcessesAndOversizedOnesAreRefused) {
     for (size_t k = 0; k < len; ++k) msg[k] = static_cast<char>(m * 17 + k * 3);
     std::vector<Completion> got;
     fabric::OpContext sctx;
-    ASSERT_EQ(post(ep, [&] { return ep.send(buf.local(0, len), to, &sctx); }, &got), 0);
+    ASSERT_EQ(post(
+                  ep, [&] { return ep.send(buf.local(0, len), to, &sctx); }, &got),
+              0);
     bytes += len;
     ASSERT_TRUE(wait_for(ep, 2, &got)) << "datagram " << m << " (" << len << " B) not echoed";
     const Completion* rc = nullptr;
@@ -399,7 +408,8 @@ TEST(DgramEndpoint, DatagramsEchoBetweenProcessesAndOversizedOnesAreRefused) {
   {
     std::vector<Completion> got;
     fabric::OpContext big;
-    long r = post(ep, [&] { return ep.send(buf.local(0, max + 1), to, &big); }, &got);
+    long r = post(
+        ep, [&] { return ep.send(buf.local(0, max + 1), to, &big); }, &got);
     bool refused = r != 0;
     if (!refused) {
       ASSERT_TRUE(wait_for(ep, 1, &got)) << "the oversized send neither failed nor completed";
@@ -413,7 +423,9 @@ TEST(DgramEndpoint, DatagramsEchoBetweenProcessesAndOversizedOnesAreRefused) {
     std::vector<Completion> got;
     fabric::OpContext sctx;
     std::memcpy(buf.data(), "after", 5);
-    ASSERT_EQ(post(ep, [&] { return ep.send(buf.local(0, 5), to, &sctx); }, &got), 0);
+    ASSERT_EQ(post(
+                  ep, [&] { return ep.send(buf.local(0, 5), to, &sctx); }, &got),
+              0);
     ASSERT_TRUE(wait_for(ep, 2, &got)) << "the endpoint stopped working after the refusal";
     for (const auto& c : got) {
       ASSERT_EQ(c.error, 0) << c.error_text;

@@ -99,8 +99,7 @@ int serve(Endpoint& ep, Fabric& fabric, PeerAddr peer, Stdin& in) {
     for (size_t k = 0; k < n; ++k) {
       if (more[k].error == 0 && more[k].context >= &sctx[0] && more[k].context <= &sctx[kSlots - 1])
         send_busy[more[k].context->tag] = false;
-      else
-        pending.push_back(std::move(more[k]));
+      else pending.push_back(std::move(more[k]));
     }
   };
   auto handle = [&](const Completion& c) -> bool {
@@ -115,7 +114,8 @@ int serve(Endpoint& ep, Fabric& fabric, PeerAddr peer, Stdin& in) {
       return true;
     }
     bool is_rx_slot = c.context >= &rctx[0] && c.context <= &rctx[kSlots - 1];
-    if (c.has_data && c.verb == Verb::kWrite) say("IMM " + std::to_string(c.data) + " " + std::to_string(c.len));
+    if (c.has_data && c.verb == Verb::kWrite)
+      say("IMM " + std::to_string(c.data) + " " + std::to_string(c.len));
     if (!is_rx_slot) return true;
     size_t i = c.context->tag;
     if (c.verb == Verb::kRecv) {

@@ -69,8 +69,8 @@ TEST_P(FabricOps, WritesArriveIntactAndAreCountedExactly) {
   // READ it all back into another part of our buffer and compare.
   char* back = buf + 512 * 1024;
   run_ops(1000, 16, [&](int i) {
-    return c.ep->read(c.local->local(512 * 1024 + i * 64, 64), c.peer,
-                      c.target.at(c.area + i * 64), c.target.key, nullptr);
+    return c.ep->read(c.local->local(512 * 1024 + i * 64, 64), c.peer, c.target.at(c.area + i * 64),
+                      c.target.key, nullptr);
   });
   EXPECT_EQ(std::memcmp(buf, back, 64000), 0);
   auto d2 = c.ep->counters().snapshot() - before;
@@ -100,16 +100,22 @@ TEST_P(FabricOps, InlinedAndUnsignaledWritesAreCountedAsSuch) {
     po.inlined = true;
     po.signaled = false;
     std::memcpy(c.local->data() + i * 8, &i, sizeof(i));
-    ASSERT_EQ(c.post([&] {
-      return c.ep->write(c.local->local(i * 8, 8), c.peer, c.target.at(c.area + i * 8),
-                         c.target.key, nullptr, po);
-    }, &got), 0);
+    ASSERT_EQ(c.post(
+                  [&] {
+                    return c.ep->write(c.local->local(i * 8, 8), c.peer,
+                                       c.target.at(c.area + i * 8), c.target.key, nullptr, po);
+                  },
+                  &got),
+              0);
   }
   fabric::OpContext last;
-  ASSERT_EQ(c.post([&] {
-    return c.ep->write(c.local->local(72, 8), c.peer, c.target.at(c.area + 72), c.target.key,
-                       &last);
-  }, &got), 0);
+  ASSERT_EQ(c.post(
+                [&] {
+                  return c.ep->write(c.local->local(72, 8), c.peer, c.target.at(c.area + 72),
+                                     c.target.key, &last);
+                },
+                &got),
+            0);
   ASSERT_TRUE(c.wait(1, &got));
   c.ep->progress_for(std::chrono::milliseconds(50), &got);
   ASSERT_EQ(got.size(), 1u) << "unsignaled operations must not complete";
@@ -128,10 +134,13 @@ TEST_P(FabricOps, DoorbellBatchWithMoreCompletesEveryPost) {
   for (int i = 0; i < 8; ++i) {
     fabric::PostOptions po;
     po.more = i < 7;  // FI_MORE on all but the last: one doorbell for the batch
-    ASSERT_EQ(c.post([&] {
-      return c.ep->write(c.local->local(i * 32, 32), c.peer, c.target.at(c.area + i * 32),
-                         c.target.key, &ctx[i], po);
-    }, &got), 0);
+    ASSERT_EQ(c.post(
+                  [&] {
+                    return c.ep->write(c.local->local(i * 32, 32), c.peer,
+                                       c.target.at(c.area + i * 32), c.target.key, &ctx[i], po);
+                  },
+                  &got),
+              0);
   }
   ASSERT_TRUE(c.wait(8, &got));
   for (const auto& g : got) EXPECT_EQ(g.error, 0) << g.error_text;
@@ -140,13 +149,10 @@ TEST_P(FabricOps, DoorbellBatchWithMoreCompletesEveryPost) {
 TEST_P(FabricOps, SendsAreSeenAsInboundReceivesByThePeer) {
   auto& c = *conn_;
   auto before = c.server_counters();
-  run_ops(100, 8, [&](int i) {
-    return c.ep->send(c.local->local(i * 48, 48), c.peer, nullptr);
-  });
+  run_ops(100, 8, [&](int i) { return c.ep->send(c.local->local(i * 48, 48), c.peer, nullptr); });
   // Header-only SEND: zero payload bytes, 8 bytes of immediate data.
-  run_ops(10, 1, [&](int i) {
-    return c.ep->send_imm(c.local->local(0, 0), 1000 + i, c.peer, nullptr);
-  });
+  run_ops(10, 1,
+          [&](int i) { return c.ep->send_imm(c.local->local(0, 0), 1000 + i, c.peer, nullptr); });
   auto mine = c.ep->counters().snapshot();
   EXPECT_EQ(mine[Verb::kSend].posted, 110u);
   EXPECT_EQ(mine[Verb::kSend].bytes, 4800u);
@@ -208,9 +214,8 @@ TEST_P(FabricOps, PeersJoiningWhileSendsWaitForReceivesLeaveTheTargetRunning) {
   auto& c = *conn_;
   auto before = c.server_counters();
   constexpr uint64_t kFlood = 20000;
-  run_ops(kFlood, 256, [&](int i) {
-    return c.ep->send(c.local->local((i % 1024) * 32, 32), c.peer, nullptr);
-  });
+  run_ops(kFlood, 256,
+          [&](int i) { return c.ep->send(c.local->local((i % 1024) * 32, 32), c.peer, nullptr); });
   std::vector<std::unique_ptr<Connection>> joiners;
   for (int j = 0; j < 4; ++j) joiners.push_back(std::make_unique<Connection>(GetParam(), *server_));
   // The target is still there and receives every message.
@@ -232,8 +237,8 @@ TEST_P(FabricOps, FetchAddAndCompareSwapAreAtomic) {
   std::vector<uint64_t> seen;
   for (int i = 0; i < 50; ++i) {
     run_ops(1, 1, [&](int) {
-      return c.ep->fetch_add(c.local->local(0, 8), c.local->local(8, 8), c.peer,
-                             c.counters.at(40), c.counters.key, nullptr);
+      return c.ep->fetch_add(c.local->local(0, 8), c.local->local(8, 8), c.peer, c.counters.at(40),
+                             c.counters.key, nullptr);
     });
     uint64_t old = 0;
     std::memcpy(&old, b + 8, 8);
@@ -285,7 +290,8 @@ TEST_P(FabricOps, MultiRecvBufferTakesManyMessages) {
     perf::store_u64(req, seq);
     perf::store_u32(req + perf::kEchoHeader, index);
     perf::store_u64(req + 64 - perf::kEchoTrailer, seq);
-    ASSERT_EQ(c.post([&] { return c.ep->send(c.local->local(r * 64, 64), c.peer, nullptr); }, &got), 0);
+    ASSERT_EQ(c.post([&] { return c.ep->send(c.local->local(r * 64, 64), c.peer, nullptr); }, &got),
+              0);
   }
   Deadline d = Deadline::after_ms(5000);
   std::vector<uint64_t> seqs;
@@ -331,8 +337,7 @@ TEST_P(FabricOps, MultiRecvBufferIsReleasedOnlyWhenLessThanTheMinimumIsLeft) {
     perf::store_u64(req, r + 1);
     perf::store_u32(req + perf::kEchoHeader, index);
     perf::store_u64(req + 64 - perf::kEchoTrailer, r + 1);
-    ASSERT_EQ(c.post([&] { return c.ep->send(c.local->local(r * 64, 64), c.peer, nullptr); },
-                     &got),
+    ASSERT_EQ(c.post([&] { return c.ep->send(c.local->local(r * 64, 64), c.peer, nullptr); }, &got),
               0);
   }
   size_t messages = 0, in_first = 0;

@@ -54,8 +54,8 @@ struct Connection {
     hello.service = perf::kService;
     hello.provider = fabric->provider_name();
     hello.fabric_address = ep->name();
-    hello.payload = perf::json_bytes(
-        {{"spec", perf::to_json(spec)}, {"region", perf::region_to_json(local->remote())}});
+    hello.payload = perf::json_bytes({{"spec", perf::to_json(spec)},
+                                      {"region", perf::region_to_json(local->remote())}});
     ctl.emplace(control::ControlClient::connect(server.address(), hello, 5000));
     const auto& w = ctl->welcome();
     peer = ep->insert_peer(w.fabric_addresses.at(0));
@@ -95,6 +95,5 @@ struct Connection {
         .at("counters");
   }
 };
-
 
 }  // namespace fabkv::testing

@@ -77,8 +77,7 @@ int main(int argc, char** argv) {
         while (std::chrono::steady_clock::now() < end) {
           size_t n = ep.poll(c);
           for (size_t i = 0; i < n; ++i) {
-            if (c[i].error != 0)
-              std::fprintf(stderr, "completion error: %s\n", c[i].error_text);
+            if (c[i].error != 0) std::fprintf(stderr, "completion error: %s\n", c[i].error_text);
             if (c[i].inbound) ++inbound;
             if (c[i].inbound && c[i].verb == fabric::Verb::kRecv && c[i].context != nullptr) {
               auto* ctx = c[i].context;
@@ -108,7 +107,8 @@ int main(int argc, char** argv) {
             }
         } while (woke == fabric::Waiter::Woke::kPending && std::chrono::steady_clock::now() < end);
         auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::steady_clock::now() - start).count();
+                      std::chrono::steady_clock::now() - start)
+                      .count();
         const char* names[] = {"pending", "fabric", "wake", "timeout"};
         say(std::string("BLOCKED ") + names[static_cast<int>(woke)] + " " + std::to_string(us));
       } else if (cmd == "REMOTE") {

@@ -101,8 +101,7 @@ class Progress : public ::testing::TestWithParam<std::string> {
   bool post_alone(const std::function<long()>& post, int ms = 300) {
     Deadline d = Deadline::after_ms(ms);
     long ret;
-    for (int tries = 0; (ret = post()) == fabric::kAgain && (tries < 1000 || !d.expired());
-         ++tries)
+    for (int tries = 0; (ret = post()) == fabric::kAgain && (tries < 1000 || !d.expired()); ++tries)
       reap();
     EXPECT_TRUE(ret == 0 || ret == fabric::kAgain) << fabric::error_text(ret);
     return ret == 0;
@@ -192,9 +191,11 @@ TEST_P(Progress, FirstOperationToANewPeerWaitsForTheTarget) {
 // target must read and send the data.
 TEST_P(Progress, WarmRead) {
   warm_up();
-  Alone a = alone([&] {
-    return ep_->read(mem_->local(65536, 64), target_, region_.at(4096), region_.key, nullptr);
-  }, 4096, 64, 0x22);
+  Alone a = alone(
+      [&] {
+        return ep_->read(mem_->local(65536, 64), target_, region_.at(4096), region_.key, nullptr);
+      },
+      4096, 64, 0x22);
   EXPECT_TRUE(a.accepted);
   EXPECT_EQ(a.completed, shm());
   EXPECT_EQ(mem_->data()[65536 + 63] == 0x22, shm());
@@ -221,10 +222,12 @@ TEST_P(Progress, WarmWrite) {
 TEST_P(Progress, WriteWithImmediateLandsWhenTheTargetPolls) {
   warm_up();
   std::memset(mem_->data() + 12288, 0x44, 64);
-  Alone a = alone([&] {
-    return ep_->write_imm(mem_->local(12288, 64), 7, target_, region_.at(12288), region_.key,
-                          nullptr);
-  }, 12288, 64, 0x44);
+  Alone a = alone(
+      [&] {
+        return ep_->write_imm(mem_->local(12288, 64), 7, target_, region_.at(12288), region_.key,
+                              nullptr);
+      },
+      12288, 64, 0x44);
   EXPECT_TRUE(a.accepted);
   EXPECT_TRUE(a.completed);
   EXPECT_FALSE(a.landed);
@@ -235,8 +238,7 @@ TEST_P(Progress, WriteWithImmediateLandsWhenTheTargetPolls) {
 // Row "0-byte SEND": the initiator completes alone; the target sees it when it polls.
 TEST_P(Progress, HeaderOnlySendIsSeenWhenTheTargetPolls) {
   warm_up();
-  Alone a = alone([&] { return ep_->send_imm(mem_->local(0, 0), 9, target_, nullptr); },
-                  0, 0, 0);
+  Alone a = alone([&] { return ep_->send_imm(mem_->local(0, 0), 9, target_, nullptr); }, 0, 0, 0);
   EXPECT_TRUE(a.accepted);
   EXPECT_TRUE(a.completed);
   EXPECT_EQ(with_target([](uint64_t inbound) { return inbound >= 1; }), 1u);
@@ -247,10 +249,12 @@ TEST_P(Progress, FetchAddIsAppliedByTheTarget) {
   warm_up();
   const uint64_t one = 1;
   std::memcpy(mem_->data() + 16384, &one, 8);
-  Alone a = alone([&] {
-    return ep_->fetch_add(mem_->local(16384, 8), mem_->local(16392, 8), target_,
-                          region_.at(20480), region_.key, nullptr);
-  }, 20480, 1, 1);
+  Alone a = alone(
+      [&] {
+        return ep_->fetch_add(mem_->local(16384, 8), mem_->local(16392, 8), target_,
+                              region_.at(20480), region_.key, nullptr);
+      },
+      20480, 1, 1);
   EXPECT_TRUE(a.accepted);
   EXPECT_FALSE(a.completed);
   EXPECT_FALSE(a.landed);

@@ -222,9 +222,9 @@ TEST(VerbCounters, JsonHasEveryVerbAndFieldWithExactValues) {
   nlohmann::json j = vc.snapshot().to_json();
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j.size(), fabric::kVerbKinds);
-  const std::vector<std::string> fields = {"posted",    "bytes",  "signaled", "inlined",
-                                           "with_imm",  "completed", "errors", "inbound",
-                                           "inbound_bytes"};
+  const std::vector<std::string> fields = {"posted",  "bytes",    "signaled",
+                                           "inlined", "with_imm", "completed",
+                                           "errors",  "inbound",  "inbound_bytes"};
   for (const char* v : {"read", "write", "send", "recv", "atomic"}) {
     ASSERT_TRUE(j.contains(v)) << v;
     EXPECT_EQ(j[v].size(), fields.size()) << v;
@@ -359,7 +359,8 @@ TEST(LatencyHistogram, JsonRoundTripIsLossless) {
   EXPECT_EQ(back.min_ns(), h.min_ns());
   EXPECT_EQ(back.max_ns(), h.max_ns());
   EXPECT_DOUBLE_EQ(back.mean_ns(), h.mean_ns());
-  for (double q : {0.0, 0.25, 0.5, 0.9, 0.999, 1.0}) EXPECT_EQ(back.quantile_ns(q), h.quantile_ns(q));
+  for (double q : {0.0, 0.25, 0.5, 0.9, 0.999, 1.0})
+    EXPECT_EQ(back.quantile_ns(q), h.quantile_ns(q));
   EXPECT_EQ(back.to_json(), j);
   // Sparse: only non-empty buckets are written.
   size_t nonempty = j["b"].size();
@@ -453,7 +454,8 @@ TEST(ShmStaleRegions, LeftoversOfAnEarlierProcessWithOurPidAreRemoved) {
   fo.quiet = true;
   auto f = fabric::Fabric::open(fo);
   std::vector<std::unique_ptr<fabric::Endpoint>> eps;
-  for (int i = 0; i < 4; ++i) ASSERT_NO_THROW(eps.push_back(std::make_unique<fabric::Endpoint>(*f)));
+  for (int i = 0; i < 4; ++i)
+    ASSERT_NO_THROW(eps.push_back(std::make_unique<fabric::Endpoint>(*f)));
   eps.clear();
   for (const auto& n : names)
     EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + n)) << n << " outlived its endpoint";
@@ -477,9 +479,9 @@ std::unique_ptr<fabric::Fabric> open_quiet(const std::string& provider) {
 // Issue #24: libfabric 2.1's rxm AV takes the length implied by whatever name it is handed as
 // its own address length (docs/fault-isolation.md, "A client of another fabric"): one shm name
 // made every later tcp address "too large for AV", and a tcp server refused every client after
-// one that came on shm. shm, the other way round, took a tcp name as a string and inserted it. A name
-// of the other provider is refused before libfabric sees it, and the AV takes the next
-// correct one.
+// one that came on shm. shm, the other way round, took a tcp name as a string and inserted it. A
+// name of the other provider is refused before libfabric sees it, and the AV takes the next correct
+// one.
 TEST(AddressVector, AnotherProvidersNameIsRefusedAndTheNextCorrectOneIsTaken) {
   for (const auto& [mine, theirs] : {std::pair{"tcp", "shm"}, std::pair{"shm", "tcp"}}) {
     SCOPED_TRACE(std::string(mine) + " endpoint, " + theirs + " name");
@@ -523,8 +525,7 @@ TEST(AddressVector, GarbageNamesAreRefusedAndTheAvStaysUsable) {
     };
     if (std::string(provider) == "tcp")
       bad.push_back({"a real name cut short", {good.begin(), good.end() - 1}});
-    else
-      bad.push_back({"a name of another scheme", {'f', 'i', '_', 'x', ':', '/', '/', '1', 0}});
+    else bad.push_back({"a name of another scheme", {'f', 'i', '_', 'x', ':', '/', '/', '1', 0}});
     for (const auto& [what, name] : bad)
       EXPECT_THROW(ep.insert_peer(name), fabric::FabricError) << what;
     EXPECT_NO_THROW(ep.insert_peer(good));

@@ -19,8 +19,7 @@ TEST(Version, LibraryVersionIsTheRunTimeLibfabric2) {
                              << fabric::library_version();
   const std::string lib = fabric::library_version();
   EXPECT_TRUE(std::regex_match(lib, std::regex(R"(2\.[0-9]+\.[0-9]+.*)"))) << lib;
-  EXPECT_EQ(lib.rfind(std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v)) + ".", 0),
-            0u)
+  EXPECT_EQ(lib.rfind(std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v)) + ".", 0), 0u)
       << lib << " disagrees with fi_version()";
   EXPECT_STREQ(fabric::fabkv_version(), FABKV_VERSION);
   EXPECT_EQ(fabric::version_line(), std::string("fabkv ") + FABKV_VERSION + ", libfabric " + lib);

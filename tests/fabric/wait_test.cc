@@ -123,8 +123,8 @@ TEST(Wait, TcpHasADescriptorAndBlockingOnItIsFree) {
 class Wakeups : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    peer_ = std::make_unique<testing::Child>(
-        std::vector<std::string>{FABKV_PROGRESS_PEER_BIN, GetParam(), "waitable"});
+    peer_ = std::make_unique<testing::Child>(std::vector<std::string>{FABKV_PROGRESS_PEER_BIN,
+                                                                      GetParam(), "waitable"});
     std::string name = expect("NAME ");
     std::istringstream region(expect("REGION "));
     ASSERT_NE(name, "?") << "the target did not start";

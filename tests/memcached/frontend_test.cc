@@ -90,9 +90,9 @@ TEST_P(TextProtocol, StorageRetrievalAndArithmetic) {
   std::vector<std::string> names;
   for (std::string l = c.line(); l != "END" && l[0] != '<'; l = c.line())
     names.push_back(l.substr(5, l.find(' ', 5) - 5));
-  for (const char* want : {"pid", "uptime", "curr_connections", "curr_items", "get_hits",
-                           "get_misses", "evictions", "cmd_get", "cmd_set", "total_items",
-                           "bytes", "threads", "rejected_connections"})
+  for (const char* want :
+       {"pid", "uptime", "curr_connections", "curr_items", "get_hits", "get_misses", "evictions",
+        "cmd_get", "cmd_set", "total_items", "bytes", "threads", "rejected_connections"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
   c.send("quit\r\n");
   EXPECT_TRUE(c.closed_by_peer());
@@ -180,14 +180,16 @@ TEST_P(SameData, MemcachedAndHerdSeeEachOthersWrites) {
   auto herd = Client::connect(o);
   McConn c(server.port());
   for (int i = 0; i < 100; ++i)
-    ASSERT_EQ(c.cmd(fmt::format("set m{} 3 0 {}\r\n{}\r\n", i, 4 + i / 10, std::string(4 + i / 10, 'a' + i % 26))),
+    ASSERT_EQ(c.cmd(fmt::format("set m{} 3 0 {}\r\n{}\r\n", i, 4 + i / 10,
+                                std::string(4 + i / 10, 'a' + i % 26))),
               "STORED");
   for (int i = 0; i < 100; ++i) {
     std::string v;
     ASSERT_EQ(herd->get(fmt::format("m{}", i), &v), Status::kOk) << i;
     EXPECT_EQ(v, std::string(4 + i / 10, 'a' + i % 26));
   }
-  for (int i = 0; i < 100; ++i) ASSERT_EQ(herd->put(fmt::format("h{}", i), fmt::format("herd-{}", i)), Status::kOk);
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(herd->put(fmt::format("h{}", i), fmt::format("herd-{}", i)), Status::kOk);
   for (int i = 0; i < 100; ++i) {
     const std::string v = fmt::format("herd-{}", i);
     ASSERT_EQ(c.cmd(fmt::format("get h{}\r\n", i)), fmt::format("VALUE h{} 0 {}", i, v.size()));
@@ -229,7 +231,8 @@ TEST(BadInput, GarbageAndBadLinesGetErrorsAndTheConnectionServesOn) {
   EXPECT_EQ(c.cmd("set " + std::string(251, 'k') + " 0 0 3\r\nget\r\n"),
             "CLIENT_ERROR bad command line format");
   EXPECT_EQ(c.cmd("set " + std::string(250, 'k') + " 0 0 3\r\nabc\r\n"), "STORED");
-  EXPECT_EQ(c.cmd("delete k 5\r\n"), "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
+  EXPECT_EQ(c.cmd("delete k 5\r\n"),
+            "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
   // The data block is shorter than declared: what follows is taken as data ("abc\r\nget s"),
   // the block's end is not "\r\n" ("ho"), and the rest of the line ("rt") is a line of its own,
   // as memcached reads it.
@@ -263,7 +266,8 @@ TEST(BadInput, TooLargeValueIsSwallowedAndOneMebibyteWorks) {
   EXPECT_EQ(c.bytes(mib.size() + 2), mib + "\r\n");
   EXPECT_EQ(c.line(), "END");
   // One byte more: refused, the block skipped, and (as memcached) the old value dropped.
-  EXPECT_EQ(c.cmd("set big 0 0 1048577\r\n" + mib + "v\r\n"), "SERVER_ERROR object too large for cache");
+  EXPECT_EQ(c.cmd("set big 0 0 1048577\r\n" + mib + "v\r\n"),
+            "SERVER_ERROR object too large for cache");
   EXPECT_EQ(c.cmd("get big\r\n"), "END");
   // A huge declared size: refused at once; the bytes that follow are skipped as they come.
   EXPECT_EQ(c.cmd("set huge 0 0 3000000\r\n"), "SERVER_ERROR object too large for cache");

@@ -27,13 +27,15 @@ namespace fabkv::testing {
 class McServer {
  public:
   explicit McServer(std::vector<std::string> extra) {
-    std::vector<std::string> argv = {FABKV_SERVER_BIN, "--listen", "127.0.0.1:0", "--memcached",
-                                     "127.0.0.1:0", "--cores", "-1", "--log", "warn"};
+    std::vector<std::string> argv = {
+        FABKV_SERVER_BIN, "--listen", "127.0.0.1:0", "--memcached", "127.0.0.1:0",
+        "--cores",        "-1",       "--log",       "warn"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     child_ = std::make_unique<Child>(argv);
     std::string line;
     if (!child_->proc().read_line(&line, Deadline::after_ms(20000)) || line.rfind("READY ", 0) != 0)
-      throw std::runtime_error("fabkv-server did not start: " + line + "\n" + child_->stderr_excerpt());
+      throw std::runtime_error("fabkv-server did not start: " + line + "\n" +
+                               child_->stderr_excerpt());
     address_ = line.substr(6);
     if (!child_->proc().read_line(&line, Deadline::after_ms(20000)) ||
         line.rfind("MEMCACHED ", 0) != 0)
@@ -44,9 +46,7 @@ class McServer {
   ~McServer() { stop(); }
   const std::string& address() const { return address_; }
   uint16_t port() const { return port_; }
-  bool running() {
-    return child_ && child_->proc().wait(Deadline::after_ms(0)) < 0;
-  }
+  bool running() { return child_ && child_->proc().wait(Deadline::after_ms(0)) < 0; }
   // SIGTERM; returns the exit status (perf::ChildProcess::wait's; a test failure unless 0
   // within 20 s).
   int stop() {

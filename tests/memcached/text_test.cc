@@ -26,9 +26,10 @@ TEST(TextParser, StorageCommandWithDataBlock) {
 }
 
 TEST(TextParser, EveryPrefixNeedsMore) {
-  const std::string cmds[] = {"set k 5 100 3\r\nabc\r\n", "get a b c\r\n", "cas k 0 0 1 99\r\nx\r\n",
-                              "incr k 5\r\n", "ms k 2 F3 T0\r\nhi\r\n", "gat 10 a b\r\n",
-                              "flush_all 0\r\n", "mg k v c f\r\n"};
+  const std::string cmds[] = {"set k 5 100 3\r\nabc\r\n", "get a b c\r\n",
+                              "cas k 0 0 1 99\r\nx\r\n",  "incr k 5\r\n",
+                              "ms k 2 F3 T0\r\nhi\r\n",   "gat 10 a b\r\n",
+                              "flush_all 0\r\n",          "mg k v c f\r\n"};
   for (const std::string& full : cmds) {
     TextCommand cmd;
     for (size_t n = 0; n < full.size(); ++n) {
@@ -160,7 +161,9 @@ TEST(BinaryParser, PrefixesNeedMoreAndBadKeysAreInvalid) {
   p += "key";
   binary::Packet pk;
   for (size_t n = 1; n < p.size(); ++n)
-    EXPECT_EQ(binary::parse(std::string_view(p).substr(0, n), 100, &pk).status, binary::Parse::kNeedMore) << n;
+    EXPECT_EQ(binary::parse(std::string_view(p).substr(0, n), 100, &pk).status,
+              binary::Parse::kNeedMore)
+        << n;
   binary::ParseResult r = binary::parse(p, 100, &pk);
   ASSERT_EQ(r.status, binary::Parse::kPacket);
   EXPECT_EQ(pk.key, "key");

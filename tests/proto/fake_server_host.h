@@ -46,8 +46,8 @@ class FakeServerHost final : public ServerHost {
     fo.provider = "shm";
     fo.quiet = true;
     fabric_ = fabric::Fabric::open(fo);
-    recv_size_ = fabric::lock_free_capacity(
-        *fabric_, sizeof(rpc::ResponseHeader) + settings_.max_value);
+    recv_size_ = fabric::lock_free_capacity(*fabric_,
+                                            sizeof(rpc::ResponseHeader) + settings_.max_value);
     store::EngineOptions eo;
     eo.memory_bytes = size_t{4} << 20;
     eo.max_value_size = settings_.max_value;

@@ -10,12 +10,12 @@
 #include <random>
 #include <string>
 
+#include "fake_server_host.h"
 #include "proto/herd/options.h"
 #include "proto/registry.h"
 #include "proto/rpc/request.h"
 #include "proto/rpc/server.h"
 #include "proto/rpc/wire.h"
-#include "fake_server_host.h"
 
 namespace fabkv::rpc {
 namespace {
@@ -61,8 +61,8 @@ class RpcServerTest : public ::testing::Test {
 
   char* slot(uint32_t seq) const {
     const proto::ServerSettings& s = host_->settings();
-    return region_ + slot_offset(kClient, s.rpc.window, s.rpc.slot_size,
-                                 seq_slot(seq, s.rpc.window));
+    return region_ +
+           slot_offset(kClient, s.rpc.window, s.rpc.slot_size, seq_slot(seq, s.rpc.window));
   }
 
   static std::string request(uint32_t seq, OpCode op, std::string_view key,

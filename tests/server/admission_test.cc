@@ -45,8 +45,8 @@ class Admission : public ::testing::TestWithParam<std::string> {
   }
 
   CliRun cli(const std::string& provider, const std::vector<std::string>& command) {
-    std::vector<std::string> a = {"--server", server_->address(), "--provider", provider,
-                                  "--timeout-ms", "3000"};
+    std::vector<std::string> a = {"--server", server_->address(), "--provider",
+                                  provider,   "--timeout-ms",     "3000"};
     a.insert(a.end(), command.begin(), command.end());
     return run_cli(a);
   }
@@ -169,9 +169,9 @@ TEST_P(Admission, RefusedClientsLeaveTheirSlotsFree) {
   auto other = fabric::Fabric::open(fo);
   fabric::Endpoint other_ep(*other);
   for (int i = 0; i < 5; ++i)
-    EXPECT_THROW(
-        control::ControlClient::connect(server_->address(), hello_with(other_ep.name()), 5000),
-        control::ControlError);
+    EXPECT_THROW(control::ControlClient::connect(server_->address(), hello_with(other_ep.name()),
+                                                 5000),
+                 control::ControlError);
   std::unique_ptr<Client> a, b;
   ASSERT_NO_THROW(a = good_client());
   ASSERT_NO_THROW(b = good_client());
@@ -200,8 +200,7 @@ TEST(AdmissionSecret, FabkvCliProvesTheSecretOrIsToldWhy) {
   };
   CliRun ok = cli(with_secret, {"--secret", "open sesame"});
   EXPECT_EQ(ok.rc, 0) << ok.out;
-  for (const auto& [secret, reason] :
-       std::vector<std::pair<std::vector<std::string>, std::string>>{
+  for (const auto& [secret, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--secret", "open sesamE"}, "wrong secret"},
            {{}, "this server requires a secret and none was sent"}}) {
     CliRun r = cli(with_secret, secret);

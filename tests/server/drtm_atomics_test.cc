@@ -16,8 +16,8 @@ bool has(const std::string& s, const char* part) { return s.find(part) != std::s
 TEST(DrtmAtomics, ShmAndTcpServeDrtmWhateverTheDeviceSays) {
   // The worker applies every atomic in its own polls there: nothing to ask.
   for (const char* p : {"shm", "tcp", "tcp;ofi_rxm", "udp;ofi_rxd"})
-    for (AtomicScope s : {AtomicScope::kUnknown, AtomicScope::kNone, AtomicScope::kDevice,
-                          AtomicScope::kGlobal})
+    for (AtomicScope s :
+         {AtomicScope::kUnknown, AtomicScope::kNone, AtomicScope::kDevice, AtomicScope::kGlobal})
       EXPECT_EQ(atomics_refusal(p, "", s), "") << p;
 }
 
@@ -31,8 +31,7 @@ TEST(DrtmAtomics, VerbsServesDrtmOnlyWithGlobalAtomics) {
     EXPECT_TRUE(has(none, "IBV_ATOMIC_NONE") && has(none, "mlx5_0")) << none;
     // Not known to be global is refused too: libfabric does not report it.
     const std::string unknown = atomics_refusal(p, "", AtomicScope::kUnknown);
-    EXPECT_TRUE(has(unknown, "unknown") && has(unknown, "libfabric does not report it"))
-        << unknown;
+    EXPECT_TRUE(has(unknown, "unknown") && has(unknown, "libfabric does not report it")) << unknown;
   }
   EXPECT_EQ(atomics_refusal("xverbs", "", AtomicScope::kUnknown), "");  // a layer named verbs only
 }

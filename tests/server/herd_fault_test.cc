@@ -188,15 +188,16 @@ TEST_P(HerdSendFaults, GarbageMessagesAreDroppedAndReceiveBuffersRecycled) {
   std::mt19937_64 rng(7);
   for (auto& b : junk) b = static_cast<char>(rng());
   rpc::store<uint16_t>(junk + 4, 999);  // a client index that does not exist
-  c.send_raw(0, junk, 10);               // shorter than a header
-  const int kMessages = 9000;            // > the worker's two 4 MiB receive buffers
+  c.send_raw(0, junk, 10);              // shorter than a header
+  const int kMessages = 9000;           // > the worker's two 4 MiB receive buffers
   for (int i = 0; i < kMessages; ++i) c.send_raw(0, junk, sizeof(junk));
   // A well-formed request still gets through.
   char req[256];
   size_t n = c.build(1, OpCode::kPut, "after-junk", "ok", req);
   c.send_raw(c.worker_of("after-junk"), req, n);
   auto r = c.response(20000);
-  ASSERT_TRUE(r.has_value()) << "the worker stopped taking messages: " << c.stats()["workers"][0].dump();
+  ASSERT_TRUE(r.has_value()) << "the worker stopped taking messages: "
+                             << c.stats()["workers"][0].dump();
   EXPECT_EQ(r->h.status, static_cast<uint8_t>(WireStatus::kOk));
   // The request may have gone to another worker than the junk: worker 0 can still be working
   // through its messages. Wait (bounded) until every message is counted.

@@ -24,9 +24,8 @@ class HerdProcesses : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     server_ = std::make_unique<ServerProcess>(
-        GetParam().provider,
-        std::vector<std::string>{"--engine", "store", "--workers", "2", "--transport",
-                                 GetParam().transport});
+        GetParam().provider, std::vector<std::string>{"--engine", "store", "--workers", "2",
+                                                      "--transport", GetParam().transport});
   }
   // Starts `fabkv-herd-test-client MODE`, waits for its "READY <index> <epoch>", runs
   // `before_kill` (which may wait for what the test needs to be in flight), SIGKILLs it and
@@ -46,13 +45,15 @@ class HerdProcesses : public ::testing::TestWithParam<Param> {
     // The server notices (control connection closed) and every worker lets the index go.
     auto worker_active = [](const nlohmann::json& st) {
       uint64_t n = 0;
-      for (const auto& w : st.at("workers")) n = std::max<uint64_t>(n, w.at("active_clients").get<uint64_t>());
+      for (const auto& w : st.at("workers"))
+        n = std::max<uint64_t>(n, w.at("active_clients").get<uint64_t>());
       return n;
     };
     Deadline d = Deadline::after_ms(10000);
     do {
       *stats = bystander.stats();
-    } while ((stats->at("clients").at("departed").get<uint64_t>() < 1 || worker_active(*stats) > 1) &&
+    } while ((stats->at("clients").at("departed").get<uint64_t>() < 1 ||
+              worker_active(*stats) > 1) &&
              !d.expired());
     return {idx, epoch};
   }
@@ -63,9 +64,9 @@ TEST_P(HerdProcesses, ManyClientsMatchTheirModels) {
   std::vector<std::unique_ptr<Child>> clients;
   // 3 clients + 2 busy-polling workers already oversubscribe 2 cores: keep the runs short.
   for (int i = 0; i < 3; ++i)
-    clients.push_back(std::make_unique<Child>(std::vector<std::string>{
-        FABKV_TEST_CLIENT_BIN, "stress", server_->address(), GetParam().provider,
-        std::to_string(1000 + i), "400"}));
+    clients.push_back(std::make_unique<Child>(
+        std::vector<std::string>{FABKV_TEST_CLIENT_BIN, "stress", server_->address(),
+                                 GetParam().provider, std::to_string(1000 + i), "400"}));
   for (auto& c : clients) EXPECT_TRUE(c->ends_as(0, 120000));
 }
 
@@ -108,7 +109,8 @@ TEST_P(HerdProcesses, AReusedIndexNeverSeesItsPredecessorsAnswers) {
   });
   ASSERT_TRUE(premise(at_kill))
       << "the worker had not taken the victim's indirect PUTs (tcp: with one READ outstanding) "
-         "at the kill: " << at_kill.dump();
+         "at the kill: "
+      << at_kill.dump();
   EXPECT_EQ(worker_sum(at_kill, "read_errors"), 0u) << at_kill.dump();
   RawClient next(GetParam().provider, server_->address(), "write");
   ASSERT_EQ(next.client, idx);
@@ -140,12 +142,13 @@ TEST_P(HerdProcesses, AReusedIndexNeverSeesItsPredecessorsAnswers) {
     EXPECT_GE(read_errors, 1u) << st.dump();
     EXPECT_EQ(read_errors + engine_puts(st), indirect) << st.dump();
   }
-  std::printf("index reuse %s: victim's indirect PUTs taken %lu (at the kill %lu, carried out "
-              "%lu), READ errors %lu, stale answers dropped %lu\n", GetParam().provider.c_str(),
-              static_cast<unsigned long>(indirect),
-              static_cast<unsigned long>(worker_sum(at_kill, "indirect")),
-              static_cast<unsigned long>(engine_puts(at_kill)),
-              static_cast<unsigned long>(read_errors), static_cast<unsigned long>(stale));
+  std::printf(
+      "index reuse %s: victim's indirect PUTs taken %lu (at the kill %lu, carried out "
+      "%lu), READ errors %lu, stale answers dropped %lu\n",
+      GetParam().provider.c_str(), static_cast<unsigned long>(indirect),
+      static_cast<unsigned long>(worker_sum(at_kill, "indirect")),
+      static_cast<unsigned long>(engine_puts(at_kill)), static_cast<unsigned long>(read_errors),
+      static_cast<unsigned long>(stale));
 }
 
 TEST_P(HerdProcesses, KilledClientIsReclaimedAndOthersSeeNoError) {

@@ -72,8 +72,9 @@ std::vector<Op> small_ops(size_t n, size_t first = 0) {
   std::vector<Op> ops;
   for (size_t i = first; i < first + n; i++) {
     if (i % 5 == 4) ops.push_back(Op{false, "key-" + std::to_string(i - 1), "", 0, 0});
-    else ops.push_back(Op{true, "key-" + std::to_string(i), "value-" + std::to_string(i), i + 1,
-                          static_cast<uint32_t>(i % 3 == 0 ? 0 : 1700000000 + i)});
+    else
+      ops.push_back(Op{true, "key-" + std::to_string(i), "value-" + std::to_string(i), i + 1,
+                       static_cast<uint32_t>(i % 3 == 0 ? 0 : 1700000000 + i)});
   }
   return ops;
 }
@@ -189,8 +190,7 @@ TEST_F(OpLogTest, RoundTripReproducesTheModel) {
     calls++;
     if (rec.op == OpLog::Op::kPut)
       replayed[std::string(rec.key)] = Item{std::string(rec.value), rec.version, rec.expire_at};
-    else
-      replayed.erase(std::string(rec.key));
+    else replayed.erase(std::string(rec.key));
   });
   EXPECT_EQ(r.records, ops.size());
   EXPECT_EQ(calls, ops.size());
@@ -405,8 +405,8 @@ TEST_F(OpLogTest, BackpressureWaitsForTheWriterAndDropsNothing) {
   Gate gate;
   std::vector<Op> ops;
   for (size_t i = 0; i < 100; i++)
-    ops.push_back(Op{true, "key-" + std::to_string(i), std::string(1000, char('a' + i % 26)),
-                     i + 1, 0});
+    ops.push_back(Op{true, "key-" + std::to_string(i), std::string(1000, char('a' + i % 26)), i + 1,
+                     0});
   {
     OpLog log(path_, OpLog::Options{.max_pending_bytes = 8 << 10, .before_write = gate.hook()});
     std::thread worker([&] {
@@ -470,7 +470,8 @@ TEST_F(OpLogTest, FailedWritesAreRetriedWithoutLossOrDuplicates) {
     Limits() {
       struct sigaction ignore {};
       ignore.sa_handler = SIG_IGN;
-      ok = ::getrlimit(RLIMIT_FSIZE, &saved) == 0 && ::sigaction(SIGXFSZ, &ignore, &old_action) == 0;
+      ok = ::getrlimit(RLIMIT_FSIZE, &saved) == 0 &&
+           ::sigaction(SIGXFSZ, &ignore, &old_action) == 0;
     }
     ~Limits() {
       ::setrlimit(RLIMIT_FSIZE, &saved);
@@ -495,7 +496,7 @@ TEST_F(OpLogTest, FailedWritesAreRetriedWithoutLossOrDuplicates) {
   {
     OpLog log(path_, OpLog::Options{.before_write = gate.hook()});
     for (const Op& op : ops) append(log, op);  // ~10.5 KB in one or two batches
-    ASSERT_TRUE(limits.cap(4096));              // a batch fits only partly
+    ASSERT_TRUE(limits.cap(4096));             // a batch fits only partly
     gate.open();
     EXPECT_TRUE(eventually([&] { return log.stats().write_errors >= 2; }));
     EXPECT_LE(file_size(), 4096u);
@@ -510,7 +511,6 @@ TEST_F(OpLogTest, FailedWritesAreRetriedWithoutLossOrDuplicates) {
   EXPECT_FALSE(r.result.torn_tail);
   EXPECT_EQ(file_size(), total_size(ops));
 }
-
 
 // ---- sync modes and positions ----------------------------------------------------------------
 
@@ -666,7 +666,7 @@ TEST_F(OpLogTest, RewriteKeepsTheLiveItemsAndBoundsTheFiles) {
         model.clear();
       } else {
         const uint32_t expire = what < 15 ? now - 10 : what < 20 ? now + 3600 : 0;
-        Op op{true, k, std::string(50 + rng() % 50, static_cast<char>('a' + rng() % 26)),
+        Op op{true,      k,      std::string(50 + rng() % 50, static_cast<char>('a' + rng() % 26)),
               version++, expire, static_cast<uint32_t>(rng())};
         append(log, op);
         if (expire != 0 && expire <= now) model.erase(k);  // the rewrite may leave it out
@@ -726,8 +726,8 @@ TEST_F(OpLogTest, ARewriteCutShortAtEitherStepReplaysTheSame) {
   fs::create_directory(before);
   auto snapshot = [&] {
     for (const auto& e : fs::directory_iterator(dir_))
-      if (e.is_regular_file()) fs::copy_file(e.path(), before / e.path().filename(),
-                                             fs::copy_options::overwrite_existing);
+      if (e.is_regular_file())
+        fs::copy_file(e.path(), before / e.path().filename(), fs::copy_options::overwrite_existing);
   };
   std::atomic<bool> taken{false};
   OpLog::Options o{.rewrite_percentage = 100, .rewrite_min_size = 8 << 10};
@@ -748,23 +748,25 @@ TEST_F(OpLogTest, ARewriteCutShortAtEitherStepReplaysTheSame) {
   ASSERT_TRUE(taken.load());
   auto items = [&](const std::string& stem) {
     std::map<std::string, std::string> m;
-    OpLog::replay(stem, [&](const OpLog::Record& r) { m[std::string(r.key)] = std::string(r.value); });
+    OpLog::replay(stem,
+                  [&](const OpLog::Record& r) { m[std::string(r.key)] = std::string(r.value); });
     return m;
   };
   const std::string old_stem = (before / "worker.log").string();
   // (1) Killed before the rename: the snapshot holds the old segments and a .tmp base.
   bool had_tmp = false;
-  for (const auto& e : fs::directory_iterator(before)) had_tmp |= e.path().string().ends_with(".base.tmp");
+  for (const auto& e : fs::directory_iterator(before))
+    had_tmp |= e.path().string().ends_with(".base.tmp");
   ASSERT_TRUE(had_tmp);
-  {
-    OpLog reopened(old_stem, OpLog::Options{}, nullptr);
-  }
-  for (const auto& e : fs::directory_iterator(before)) EXPECT_FALSE(e.path().string().ends_with(".tmp"));
+  { OpLog reopened(old_stem, OpLog::Options{}, nullptr); }
+  for (const auto& e : fs::directory_iterator(before))
+    EXPECT_FALSE(e.path().string().ends_with(".tmp"));
   // The snapshot was taken at the first rewrite: every key it has carries a value the run
   // wrote for that key.
   const auto early = items(old_stem);
   EXPECT_FALSE(early.empty());
-  for (const auto& [k, v] : early) EXPECT_EQ(std::stoi(v.substr(1)) % 30, std::stoi(k.substr(1))) << k;
+  for (const auto& [k, v] : early)
+    EXPECT_EQ(std::stoi(v.substr(1)) % 30, std::stoi(k.substr(1))) << k;
   // (2) Killed after the rename, before the old segments went: put them back beside the base.
   auto count = [&](const char* suffix) {
     size_t n = 0;
@@ -786,8 +788,9 @@ TEST_F(OpLogTest, ARewriteCutShortAtEitherStepReplaysTheSame) {
 
 // ---- replay into an engine ------------------------------------------------------------------
 
-// What a worker does with its log (Worker's constructor, src/server/worker.cc): every logged PUT goes back into
-// the engine with its logged version (PutOptions::restore_version), every DELETE is applied.
+// What a worker does with its log (Worker's constructor, src/server/worker.cc): every logged PUT
+// goes back into the engine with its logged version (PutOptions::restore_version), every DELETE is
+// applied.
 OpLog::ReplayResult replay_into(const std::string& stem, store::Engine& e) {
   return OpLog::replay(stem, [&](const OpLog::Record& r) {
     if (r.op == OpLog::Op::kPut) {
@@ -903,7 +906,8 @@ TEST_P(OpLogReplayTest, ARestartRestoresCasVersionsAndNewVersionsNeverCollide) {
     if (cur.version == version) {
       uint64_t nv = 0;
       ASSERT_EQ(third->put(k, "cas", store::PutOptions{.expected_version = version}, &nv),
-                store::Status::kOk) << k;
+                store::Status::kOk)
+          << k;
       EXPECT_GT(nv, version);
       cas_ok++;
     }
@@ -912,7 +916,8 @@ TEST_P(OpLogReplayTest, ARestartRestoresCasVersionsAndNewVersionsNeverCollide) {
     store::ItemView cur;
     if (third->get(k, cur) != store::Status::kOk) continue;
     EXPECT_EQ(third->put(k, "stale", store::PutOptions{.expected_version = version - 1}),
-              store::Status::kVersionMismatch) << k;
+              store::Status::kVersionMismatch)
+        << k;
     cas_stale++;
   }
   EXPECT_GT(cas_ok, 10u);

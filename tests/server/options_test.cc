@@ -87,8 +87,10 @@ TEST(ServerOptions, LoadsTomlAndRejectsUnknownKeys) {
   // Unknown inside a table: the table's keys.
   e = toml_error("[rpc]\nwindow = 4\nwindoww = 4\n");
   EXPECT_NE(e.find(":3:"), std::string::npos) << e;
-  EXPECT_NE(e.find("unknown setting 'windoww' in [rpc] (known: window, slot_size, queues, batching)"),
-            std::string::npos) << e;
+  EXPECT_NE(
+      e.find("unknown setting 'windoww' in [rpc] (known: window, slot_size, queues, batching)"),
+      std::string::npos)
+      << e;
   EXPECT_NE(toml_error("[farm]\nwindow = 4\n"), "");
   // A syntax error: the file's line.
   e = toml_error("workers = [\n");
@@ -172,8 +174,9 @@ TEST(ServerOptions, FlagsParseAndOverrideTheFile) {
   resolve_defaults(&o);
   EXPECT_EQ(o.oplog_sync, "always");
   o = ServerOptions();
-  parse(&o, {"--oplog-sync", "no", "--oplog-rewrite-percentage", "50",
-             "--oplog-rewrite-min-size", "1M"},
+  parse(&o,
+        {"--oplog-sync", "no", "--oplog-rewrite-percentage", "50", "--oplog-rewrite-min-size",
+         "1M"},
         "oplog = \"/tmp/x\"\n");
   resolve_defaults(&o);
   EXPECT_EQ(o.oplog_sync, "no");
@@ -214,7 +217,8 @@ TEST(ServerOptions, PollModeAndBudgets) {
   EXPECT_EQ(o.poll.spin_us, 0u);
   EXPECT_EQ(o.poll.sleep_us, 200u);
   o = ServerOptions();
-  parse(&o, {"--poll-spin-us", "30"}, "poll = \"spin\"\npoll_spin_us = 500\npoll_sleep_us = 2000\n");
+  parse(&o, {"--poll-spin-us", "30"},
+        "poll = \"spin\"\npoll_spin_us = 500\npoll_sleep_us = 2000\n");
   EXPECT_EQ(o.poll.mode, PollMode::kSpin) << "the file";
   EXPECT_EQ(o.poll.spin_us, 30u) << "the flag wins";
   EXPECT_EQ(o.poll.sleep_us, 2000u);

@@ -16,9 +16,9 @@
 #include "control/client.h"
 #include "fabric/endpoint.h"
 #include "perf/process.h"
+#include "proto/json.h"
 #include "proto/registry.h"
 #include "proto/rpc/wire.h"
-#include "proto/json.h"
 #include "store/hash.h"
 #include "support/ready_process.h"
 
@@ -34,8 +34,9 @@ class ServerProcess : public ReadyProcess {
  private:
   static std::vector<std::string> argv(const std::string& provider,
                                        const std::vector<std::string>& extra) {
-    std::vector<std::string> a = {FABKV_SERVER_BIN, "--provider", provider, "--listen",
-                                  "127.0.0.1:0", "--memory", "64M", "--cores", "-1"};
+    std::vector<std::string> a = {
+        FABKV_SERVER_BIN, "--provider", provider,  "--listen", "127.0.0.1:0",
+        "--memory",       "64M",        "--cores", "-1"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -49,8 +50,9 @@ struct RawResponse {
 class RawClient {
  public:
   // `extra` adds fields to the Hello payload (hydradb: its "ring").
-  RawClient(const std::string& provider, const std::string& server, const std::string& transport = "",
-            const std::string& protocol = "herd", const nlohmann::json& extra = {}) {
+  RawClient(const std::string& provider, const std::string& server,
+            const std::string& transport = "", const std::string& protocol = "herd",
+            const nlohmann::json& extra = {}) {
     fabric::FabricOptions fo;
     fo.provider = provider;
     fo.quiet = true;
@@ -140,7 +142,8 @@ class RawClient {
                 size_t len) {
     std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
     post([&] {
-      return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), r.at(off), r.key, &wctx_);
+      return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), r.at(off), r.key,
+                        &wctx_);
     });
   }
 
@@ -149,7 +152,8 @@ class RawClient {
     std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
     uint64_t raddr = regions_.at(w).at(rpc::slot_offset(client, window, slot_size, slot));
     post([&] {
-      return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), raddr, regions_.at(w).key, &wctx_);
+      return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), raddr,
+                        regions_.at(w).key, &wctx_);
     });
   }
   void send_raw(uint32_t w, const char* bytes, size_t len) {
@@ -169,8 +173,9 @@ class RawClient {
     fabric::OpContext ctx;
     long ret;
     Deadline d = Deadline::after_ms(5000);
-    while ((ret = ep_->read(buf_->local(3 * 1024 * 1024, len), workers_.at(w), raddr, rkey, &ctx)) ==
-               fabric::kAgain && !d.expired())
+    while ((ret = ep_->read(buf_->local(3 * 1024 * 1024, len), workers_.at(w), raddr, rkey,
+                            &ctx)) == fabric::kAgain &&
+           !d.expired())
       reap();
     if (ret != 0) return static_cast<int>(-ret);
     fabric::Completion c[8];
@@ -207,7 +212,8 @@ class RawClient {
       }
       if (n == 0) n = ep_->poll(c);
       for (size_t i = 0; i < n; ++i) {
-        if (c[i].error != 0) throw std::runtime_error(std::string("completion error: ") + c[i].error_text);
+        if (c[i].error != 0)
+          throw std::runtime_error(std::string("completion error: ") + c[i].error_text);
         if (c[i].inbound && c[i].verb == fabric::Verb::kRecv) {
           size_t slot = c[i].context->tag;
           const char* at = buf_->data() + slot * recv_size;
@@ -226,7 +232,8 @@ class RawClient {
 
   nlohmann::json stats() {
     std::string q = R"({"op":"stats"})";
-    auto b = ctl_->request(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(q.data()), q.size()), 5000);
+    auto b = ctl_->request(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(q.data()), q.size()), 5000);
     return nlohmann::json::parse(b.begin(), b.end());
   }
 

@@ -63,7 +63,8 @@ TEST(RequestWire, ARequestLandingInAnyByteOrderIsWholeOnlyWhenItIs) {
       if (r == SlotRead::kWhole) {
         ASSERT_EQ(0, std::memcmp(&h, &want, sizeof(h))) << "trial " << trial;
         const size_t body = request_body_bytes(h.flags, h.key_len, h.value_len);
-        ASSERT_EQ(0, std::memcmp(slot + sizeof(h), a.data() + sizeof(h), body)) << "trial " << trial;
+        ASSERT_EQ(0, std::memcmp(slot + sizeof(h), a.data() + sizeof(h), body))
+            << "trial " << trial;
         break;
       }
       ASSERT_FALSE(was_done) << "trial " << trial << ": whole, yet read as " << static_cast<int>(r);

@@ -50,7 +50,8 @@ class RfrpcFaults : public ::testing::TestWithParam<std::string> {
   }
   static uint64_t worker_stat(const nlohmann::json& s, const char* name) {
     uint64_t n = 0;
-    for (const auto& w : s.at("workers")) n += w.at("protocols").at("rfrpc").at(name).get<uint64_t>();
+    for (const auto& w : s.at("workers"))
+      n += w.at("protocols").at("rfrpc").at(name).get<uint64_t>();
     return n;
   }
   // A PUT then a GET through raw slots, the results fetched by READ.

@@ -63,9 +63,12 @@ int stress(const std::string& server, const std::string& provider, uint64_t seed
     uint32_t w = c.worker_of(key);
     uint32_t s = ++seq[w];
     int what = static_cast<int>(rng() % 10);
-    rpc::OpCode op = what < 5 ? rpc::OpCode::kGet : what < 9 ? rpc::OpCode::kPut : rpc::OpCode::kDel;
+    rpc::OpCode op = what < 5   ? rpc::OpCode::kGet
+                     : what < 9 ? rpc::OpCode::kPut
+                                : rpc::OpCode::kDel;
     std::string value;
-    if (op == rpc::OpCode::kPut) value = std::string(1 + rng() % 300, static_cast<char>('a' + rng() % 26));
+    if (op == rpc::OpCode::kPut)
+      value = std::string(1 + rng() % 300, static_cast<char>('a' + rng() % 26));
     size_t n = c.build(s, op, key, value, req);
     if (c.layout.at("transport") == "send") c.send_raw(w, req, n);
     else c.write_slot(w, s - 1, req, n);

@@ -36,7 +36,8 @@ drtm::ItemRead client_read(const drtm::Engine& e, std::string_view key, drtm::It
   const uint16_t tag = drtm::key_place(key, r.main_buckets).tag;
   for (int hops = 0; hops < 64; ++hops) {
     drtm::Bucket bk;
-    if (!drtm::read_bucket(r.table + b * sizeof(drtm::Bucket), b, &bk)) return drtm::ItemRead::kTorn;
+    if (!drtm::read_bucket(r.table + b * sizeof(drtm::Bucket), b, &bk))
+      return drtm::ItemRead::kTorn;
     for (const drtm::BucketSlot& s : bk.slots) {
       if (s.bytes == 0 || drtm::slot_tag(s) != tag) continue;
       copy->assign(reinterpret_cast<const char*>(r.items) + drtm::slot_offset(s),

@@ -170,8 +170,8 @@ TEST_P(EngineTest, RestoredVersionsAreKeptAndNeverHandedOutAgain) {
   };
   // Sparse and not starting at the counter: a log whose earlier records were dropped (a put
   // that no longer fits) or a server that ran a long time.
-  const Logged log[] = {{"a", 7, 0}, {"b", 9, 0}, {"a", 40, clock_.now + 100}, {"c", 41, 0},
-                        {"b", 1000, 0}};
+  const Logged log[] = {
+      {"a", 7, 0}, {"b", 9, 0}, {"a", 40, clock_.now + 100}, {"c", 41, 0}, {"b", 1000, 0}};
   for (const Logged& l : log) {
     uint64_t got = 0;
     PutOptions p;

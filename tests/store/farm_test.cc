@@ -209,11 +209,12 @@ TEST(FarmEngine, FillBeforeTheFirstGrowth) {
     ++n;
   }
   const double fill = static_cast<double>(n - 1) / static_cast<double>(buckets);
-  std::printf("H = 6, %llu buckets: first growth at key %llu, fill %.3f; %llu displacement "
-              "chains moved %llu keys\n",
-              static_cast<unsigned long long>(buckets), static_cast<unsigned long long>(n),
-              fill, static_cast<unsigned long long>(e.farm_stats().displacements),
-              static_cast<unsigned long long>(e.farm_stats().moved_keys));
+  std::printf(
+      "H = 6, %llu buckets: first growth at key %llu, fill %.3f; %llu displacement "
+      "chains moved %llu keys\n",
+      static_cast<unsigned long long>(buckets), static_cast<unsigned long long>(n), fill,
+      static_cast<unsigned long long>(e.farm_stats().displacements),
+      static_cast<unsigned long long>(e.farm_stats().moved_keys));
   EXPECT_GT(fill, 0.3);
   EXPECT_LT(fill, 0.9);
   EXPECT_EQ(e.check(), "");

@@ -234,7 +234,8 @@ TEST(HydraEngine, PropertyAgainstModelWithReaders) {
           ASSERT_EQ(iv.value, it->second.value);
           ASSERT_EQ(iv.version, it->second.version);
           bool known = false;
-          for (const Address& a : addresses) known = known || (a.location == loc && a.retired_at == 0 && a.key == key);
+          for (const Address& a : addresses)
+            known = known || (a.location == loc && a.retired_at == 0 && a.key == key);
           if (!known) addresses.push_back(Address{key, loc, iv.version, iv.value.size()});
         }
       }
@@ -265,10 +266,12 @@ TEST(HydraEngine, PropertyAgainstModelWithReaders) {
     ASSERT_EQ(e.check(), "");
     EXPECT_GT(e.hydra_stats().reclaimed, 0u) << "the test never let a hold end";
     EXPECT_GT(current_reads, 0u) << "seed " << seed;
-    EXPECT_GT(replaced_reads, 0u) << "seed " << seed << ": no address was READ after its "
-                                                     "item was replaced";
+    EXPECT_GT(replaced_reads, 0u) << "seed " << seed
+                                  << ": no address was READ after its "
+                                     "item was replaced";
     std::printf("seed %llu: %llu READs of current items, %llu of replaced ones\n",
-                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(current_reads),
+                static_cast<unsigned long long>(seed),
+                static_cast<unsigned long long>(current_reads),
                 static_cast<unsigned long long>(replaced_reads));
   }
 }

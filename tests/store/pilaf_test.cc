@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "proto/pilaf/layout.h"
 #include "proto/pilaf/engine.h"
+#include "proto/pilaf/layout.h"
 #include "test_util.h"
 
 namespace fabkv::store {
@@ -256,7 +256,8 @@ TEST(PilafEngine, SmallCapClampsTheFirstGeneration) {
 
 TEST(PilafLayout, ClientRulesFindWhatTheEngineStores) {
   pilaf::Engine e(opts(size_t{16} << 20), tiny(1024, size_t{64} << 10));
-  for (int i = 0; i < 500; ++i) ASSERT_EQ(e.put(key_of(i), "value-" + std::to_string(i)), Status::kOk);
+  for (int i = 0; i < 500; ++i)
+    ASSERT_EQ(e.put(key_of(i), "value-" + std::to_string(i)), Status::kOk);
   for (int i = 0; i < 500; i += 3) ASSERT_EQ(e.del(key_of(i)), Status::kOk);
   const pilaf::Generation& g = e.current();
   for (int i = 0; i < 500; ++i) {
@@ -311,9 +312,12 @@ TEST(PilafLayout, TornEntryAndChangedRecordAreDetected) {
 struct HookLog {
   std::vector<std::pair<char, uint32_t>> events;  // ('L' live | 'R' release, generation)
   pilaf::Hooks hooks() {
-    return pilaf::Hooks{
-        [this](const pilaf::Generation& g) { events.emplace_back('L', g.generation); },
-        [this](const pilaf::Generation& g) { events.emplace_back('R', g.generation); }};
+    return pilaf::Hooks{[this](const pilaf::Generation& g) {
+                          events.emplace_back('L', g.generation);
+                        },
+                        [this](const pilaf::Generation& g) {
+                          events.emplace_back('R', g.generation);
+                        }};
   }
 };
 
@@ -387,7 +391,7 @@ TEST(PilafGrowth, ExtentGrowthKeepsEveryKey) {
   e.reap_retired();  // grace 0: all go, each released after it went live's successor
   EXPECT_EQ(e.pilaf_stats().retired_live, 0u);
   const std::vector<std::pair<char, uint32_t>> want{{'L', 1}, {'L', 2}, {'L', 3}, {'L', 4},
-                                                     {'R', 1}, {'R', 2}, {'R', 3}};
+                                                    {'R', 1}, {'R', 2}, {'R', 3}};
   EXPECT_EQ(log.events, want);
   ItemView v;
   for (int i = 0; i < next; ++i) ASSERT_EQ(e.get(key_of(i), v), Status::kOk);
@@ -459,11 +463,12 @@ TEST(PilafCuckoo, ProbesPerLookupAt75PercentFill) {
     max = std::max(max, r.entry_reads);
   }
   const double mean = static_cast<double>(total) / keys.size();
-  std::printf("pilaf: %zu keys in %llu slots (75%%): %.3f entry reads per GET, max %d; "
-              "%llu cuckoo paths, %llu keys moved\n",
-              keys.size(), static_cast<unsigned long long>(kEntries), mean, max,
-              static_cast<unsigned long long>(e.pilaf_stats().paths),
-              static_cast<unsigned long long>(e.pilaf_stats().moved_keys));
+  std::printf(
+      "pilaf: %zu keys in %llu slots (75%%): %.3f entry reads per GET, max %d; "
+      "%llu cuckoo paths, %llu keys moved\n",
+      keys.size(), static_cast<unsigned long long>(kEntries), mean, max,
+      static_cast<unsigned long long>(e.pilaf_stats().paths),
+      static_cast<unsigned long long>(e.pilaf_stats().moved_keys));
   EXPECT_GE(mean, 1.3);
   EXPECT_LE(mean, 1.9);
   EXPECT_LE(max, 3);

@@ -41,7 +41,7 @@ std::vector<std::string> make_keys(int n, std::mt19937_64& rng) {
     const size_t len = rng() % 8 == 0 ? 1 + rng() % kMaxKeySize : 1 + rng() % 24;
     std::string k(len, '\0');
     for (auto& c : k) c = static_cast<char>(rng());  // any bytes, including 0
-    k += std::to_string(i);  // unique
+    k += std::to_string(i);                          // unique
     if (k.size() > kMaxKeySize) k = k.substr(k.size() - kMaxKeySize);
     keys.push_back(std::move(k));
   }
@@ -286,7 +286,8 @@ TEST(PipelineProperty, EveryBatchLengthCompletesEachRequestOnceInOrder) {
     for (size_t gap = 1; gap <= 5; ++gap) {
       for (size_t n = 0; n <= keys.size(); ++n) {
         std::vector<Request> reqs;
-        for (size_t i = 0; i < n; ++i) reqs.push_back({Op::kGet, hash_key(keys[i]), keys[i], {}, {}});
+        for (size_t i = 0; i < n; ++i)
+          reqs.push_back({Op::kGet, hash_key(keys[i]), keys[i], {}, {}});
         size_t next = 0;
         e->run_batch(
             reqs,

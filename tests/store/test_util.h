@@ -11,7 +11,8 @@
 namespace fabkv::store::testing {
 
 #ifdef FABKV_SANITIZED
-inline constexpr int kScale = 4;  // ASan/UBSan: several times slower; keep the suite well under 3 min
+inline constexpr int kScale =
+    4;  // ASan/UBSan: several times slower; keep the suite well under 3 min
 #else
 inline constexpr int kScale = 20;
 #endif

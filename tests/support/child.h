@@ -123,8 +123,8 @@ class Child {
     failure << name_ << " (pid " << pid() << ") ";
     if (status < 0) failure << "was still running " << ms << " ms later (killed now)";
     else failure << "ended with " << ending_text(status);
-    return failure << " where " << ending_text(expected)
-                   << " was expected; its stderr:\n" << stderr_excerpt();
+    return failure << " where " << ending_text(expected) << " was expected; its stderr:\n"
+                   << stderr_excerpt();
   }
   // SIGKILLs it on purpose (a crash, a victim): it must die of that signal, not of something
   // it met before (a sanitizer's abort, an exit of its own).

@@ -180,7 +180,8 @@ class DrtmClient final : public proto::ClientProtocol {
         rpc::RpcClient::bad_layout(fmt::format("drtm.table.{} is smaller than its buckets", i));
     }
     ep_ = &host_.endpoint();
-    max_item_ = item_bytes(static_cast<uint16_t>(store::kMaxKeySize), capacity_for(rpc_.max_value()));
+    max_item_ = item_bytes(static_cast<uint16_t>(store::kMaxKeySize),
+                           capacity_for(rpc_.max_value()));
     record_at_ = sizeof(Bucket) + pad8(max_item_);
     atomics_at_ = record_at_ + pad8(record_bytes(capacity_for(rpc_.max_value())));
     slot_bytes_ = (atomics_at_ + 3 * sizeof(uint64_t) + kAlign - 1) & ~(kAlign - 1);
@@ -252,7 +253,8 @@ class DrtmClient final : public proto::ClientProtocol {
     if (all || rpc_.in_flight() > 0) ran += rpc_.expire(all);
     const auto now = Clock::now();
     for (Op& op : ops_) {
-      if (op.zombie && (all || now >= op.deadline + std::chrono::milliseconds(options_.timeout_ms))) {
+      if (op.zombie &&
+          (all || now >= op.deadline + std::chrono::milliseconds(options_.timeout_ms))) {
         // Its last post never came back: free it.
         op = reset(op);
         continue;
@@ -332,9 +334,9 @@ class DrtmClient final : public proto::ClientProtocol {
 
   template <class Post>
   bool post(Op& op, Post&& p) {
-    long ret = fabric::post_with_retry(p, [&] { host_.reap(); },
-                                       Deadline::after_ms(options_.timeout_ms),
-                                       [&] { return host_.alive(); });
+    long ret = fabric::post_with_retry(
+        p, [&] { host_.reap(); }, Deadline::after_ms(options_.timeout_ms),
+        [&] { return host_.alive(); });
     if (ret != 0) {
       finish(op, host_.alive(true) ? Status::kError : Status::kServerGone);
       return false;
@@ -423,8 +425,8 @@ class DrtmClient final : public proto::ClientProtocol {
       op.cb = nullptr;
       Callback if_refused = user;  // rpc_.submit drops what it refuses
       submitting_ = true;
-      Status st = rpc_.submit(r, [this, index, user = std::move(user)](
-                                     Status s, std::string_view v, uint64_t ver) {
+      Status st = rpc_.submit(r, [this, index, user = std::move(user)](Status s, std::string_view v,
+                                                                       uint64_t ver) {
         Op& o = ops_[index];
         in_flight_--;
         o = reset(o);
@@ -639,9 +641,9 @@ class DrtmClient final : public proto::ClientProtocol {
       op.compare |= 1;  // our locked word, which the release expects
       counters_.writes++;
       const Map& m = maps_[op.worker];
-      const uint64_t raddr = m.items.at(
-          op.loc.offset + record_offset(static_cast<uint16_t>(op.key.size()), op.loc.capacity,
-                                        static_cast<uint32_t>(v & 1)));
+      const uint64_t raddr =
+          m.items.at(op.loc.offset + record_offset(static_cast<uint16_t>(op.key.size()),
+                                                   op.loc.capacity, static_cast<uint32_t>(v & 1)));
       fabric::PostOptions po;
       // The release may only follow once the record is in the worker's memory (on tcp a WRITE
       // completes at its initiator before it lands).
@@ -742,8 +744,9 @@ class DrtmClient final : public proto::ClientProtocol {
 std::unique_ptr<proto::ClientProtocol> make_client(proto::ClientHost& host,
                                                    const proto::ClientSettings& options) {
   if (!options.transport.empty() && options.transport != "send")
-    throw ClientError(Status::kError, "fabkv: drtm sends what needs the worker as messages: "
-                                      "transport must be send");
+    throw ClientError(Status::kError,
+                      "fabkv: drtm sends what needs the worker as messages: "
+                      "transport must be send");
   return std::make_unique<DrtmClient>(host, options);
 }
 

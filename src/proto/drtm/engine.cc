@@ -44,8 +44,8 @@ Engine::Engine(const store::EngineOptions& opts, const EngineConfig& dopts)
   regions_.overflow_buckets = buckets / 4;
   regions_.main_buckets = buckets - regions_.overflow_buckets;
   regions_.table_bytes = buckets * kBucketBytes;
-  table_mem_ =
-      std::make_unique<store::PartitionMemory>(regions_.table_bytes, opts.huge_pages, true);
+  table_mem_ = std::make_unique<store::PartitionMemory>(regions_.table_bytes, opts.huge_pages,
+                                                        true);
   items_mem_ = std::make_unique<store::PartitionMemory>(opts.memory_bytes - regions_.table_bytes,
                                                         opts.huge_pages, opts.prefault);
   regions_.table = table_mem_->base();
@@ -92,7 +92,8 @@ Engine::Where Engine::find(std::string_view key) const {
       const char* it = item_at(drtm::slot_offset(sl));
       ItemHead h;
       std::memcpy(&h, it, sizeof(h));
-      if (h.key_len == key.size() && std::memcmp(it + sizeof(ItemHead), key.data(), key.size()) == 0)
+      if (h.key_len == key.size() &&
+          std::memcmp(it + sizeof(ItemHead), key.data(), key.size()) == 0)
         return Where{true, i, s, sl};
     }
     if (b->next == 0) break;
@@ -307,10 +308,9 @@ store::Status Engine::del(store::KeyHash, std::string_view key) {
   char* it = item_at(drtm::slot_offset(w.s));
   drtm::ItemValue cur;
   const uint64_t lw = drtm::load_lock(it);
-  const bool live = drtm::is_locked(lw) ||
-                    (drtm::read_item(it, w.s.bytes, key, w.s.incarnation, &cur) ==
-                         drtm::ItemRead::kValue &&
-                     !expired(cur.expire_at));
+  const bool live = drtm::is_locked(lw) || (drtm::read_item(it, w.s.bytes, key, w.s.incarnation,
+                                                            &cur) == drtm::ItemRead::kValue &&
+                                            !expired(cur.expire_at));
   if (drtm::is_locked(lw)) add_st(locked_seen_);
   set_slot(w.bucket, w.slot, BucketSlot{});
   retire(drtm::slot_offset(w.s));
@@ -334,12 +334,8 @@ void Engine::run_batch(std::span<const store::Request> reqs, store::CompletionFn
         }
         break;
       }
-      case store::Op::kPut:
-        r.status = put(q.hash, q.key, q.value, q.put, &r.version);
-        break;
-      case store::Op::kDel:
-        r.status = del(q.hash, q.key);
-        break;
+      case store::Op::kPut: r.status = put(q.hash, q.key, q.value, q.put, &r.version); break;
+      case store::Op::kDel: r.status = del(q.hash, q.key); break;
     }
     done(i, r);
   }
@@ -384,5 +380,9 @@ std::string Engine::check() const {
 std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
   return std::make_unique<Engine>(spec.store);
 }
+
+// proto/registry.h, clients_write_engine: DrTM-KV clients PUT by CAS and WRITE straight into the
+// items (docs/drtm.md).
+bool clients_write_items() { return true; }
 
 }  // namespace fabkv::drtm

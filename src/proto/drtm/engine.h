@@ -84,12 +84,12 @@ class Engine final : public store::Engine {
   const Regions& regions() const { return regions_; }
 
   struct DrtmStats {
-    uint64_t in_place = 0;        // PUTs the worker wrote under the item's lock
-    uint64_t superseded = 0;      // PUTs that replaced the key's item (locked, or too small)
-    uint64_t locked_seen = 0;     // worker PUT/DELETEs that found a client holding the lock
-    uint64_t retired_live = 0;    // retired items not yet freed
-    uint64_t overflow_used = 0;   // overflow buckets linked into chains
-    uint64_t torn_gets = 0;       // worker GETs that never found a whole record (verbs only)
+    uint64_t in_place = 0;       // PUTs the worker wrote under the item's lock
+    uint64_t superseded = 0;     // PUTs that replaced the key's item (locked, or too small)
+    uint64_t locked_seen = 0;    // worker PUT/DELETEs that found a client holding the lock
+    uint64_t retired_live = 0;   // retired items not yet freed
+    uint64_t overflow_used = 0;  // overflow buckets linked into chains
+    uint64_t torn_gets = 0;      // worker GETs that never found a whole record (verbs only)
     // The worker's own CAS on a lock word that found it changed since its load: a client's
     // atomic applied in between. 0 on shm and tcp, where the worker applies the clients'
     // atomics itself, between its own accesses (docs/drtm.md "Who applies the atomics").
@@ -144,5 +144,7 @@ class Engine final : public store::Engine {
 
 // The engine the registry builds for --engine drtm (proto/engines.cc).
 std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec);
+// Do clients change items without the worker (proto/registry.h, clients_write_engine)?
+bool clients_write_items();
 
 }  // namespace fabkv::drtm

@@ -82,9 +82,12 @@ class DrtmServer final : public rpc::RpcServer {
   nlohmann::json stats() const override {
     nlohmann::json j = RpcServer::stats();
     const drtm::Engine::DrtmStats s = engine_->drtm_stats();
-    j["drtm"] = {{"in_place", s.in_place},         {"superseded", s.superseded},
-                 {"locked_seen", s.locked_seen},   {"retired_live", s.retired_live},
-                 {"overflow_used", s.overflow_used}, {"torn_gets", s.torn_gets},
+    j["drtm"] = {{"in_place", s.in_place},
+                 {"superseded", s.superseded},
+                 {"locked_seen", s.locked_seen},
+                 {"retired_live", s.retired_live},
+                 {"overflow_used", s.overflow_used},
+                 {"torn_gets", s.torn_gets},
                  {"own_cas_failures", s.own_cas_failures}};
     return j;
   }

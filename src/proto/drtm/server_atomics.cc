@@ -43,12 +43,11 @@ const char* to_string(AtomicScope s) {
 
 }  // namespace
 
-std::string atomics_refusal(std::string_view provider, std::string_view device,
-                            AtomicScope scope) {
+std::string atomics_refusal(std::string_view provider, std::string_view device, AtomicScope scope) {
   // shm, tcp (and rxm over tcp): the worker applies every atomic in its own polls.
   if (!over_verbs(provider) || scope == AtomicScope::kGlobal) return "";
-  const std::string dev =
-      device.empty() ? std::string("the verbs device") : fmt::format("verbs device {}", device);
+  const std::string dev = device.empty() ? std::string("the verbs device")
+                                         : fmt::format("verbs device {}", device);
   if (scope == AtomicScope::kUnknown)
     return fmt::format(
         "drtm needs global atomics (IBV_ATOMIC_GLOB), and whether {} has them is unknown: "

@@ -47,7 +47,7 @@ namespace fabkv::drtm {
 
 inline constexpr uint32_t kLayoutVersion = 1;
 inline constexpr uint64_t kHashSeed = 0x4d54724d54724d44ull;  // "DrTMDrTM"-ish: not the partition's
-inline constexpr uint64_t kHeadSeed = 0x6b76647274;            // seeds the item head's check
+inline constexpr uint64_t kHeadSeed = 0x6b76647274;           // seeds the item head's check
 
 // ---- lock word -----------------------------------------------------------------------------
 // [ version: 40 bits ][ incarnation: 23 bits ][ locked: 1 bit ]. The item's incarnation is in
@@ -108,8 +108,8 @@ struct KeyPlace {
 inline KeyPlace key_place(std::string_view key, uint64_t main_buckets) {
   const uint64_t h = XXH3_64bits_withSeed(key.data(), key.size(), kHashSeed);
   // Multiply-shift onto [0, main_buckets): any bucket count works, not only powers of two.
-  const uint64_t b = static_cast<uint64_t>((static_cast<unsigned __int128>(h & 0xffffffffu) *
-                                            main_buckets) >> 32);
+  const uint64_t b =
+      static_cast<uint64_t>((static_cast<unsigned __int128>(h & 0xffffffffu) * main_buckets) >> 32);
   return {b, static_cast<uint16_t>(h >> 48)};
 }
 
@@ -122,13 +122,13 @@ inline bool read_bucket(const void* copy, uint64_t index, Bucket* out) {
 // ---- items ---------------------------------------------------------------------------------
 
 struct ItemHead {
-  uint64_t lock;          // the lock word (above); the only field that changes after creation
-  uint32_t incarnation;   // nonzero, new for every item the worker creates
-  uint32_t capacity;      // value bytes in each record (a multiple of 8)
-  uint16_t key_len;       // 1..250
+  uint64_t lock;         // the lock word (above); the only field that changes after creation
+  uint32_t incarnation;  // nonzero, new for every item the worker creates
+  uint32_t capacity;     // value bytes in each record (a multiple of 8)
+  uint16_t key_len;      // 1..250
   uint16_t reserved0;
   uint32_t reserved1;
-  uint64_t head_check;    // head_check(): over incarnation..reserved1 and the key
+  uint64_t head_check;  // head_check(): over incarnation..reserved1 and the key
 };
 static_assert(sizeof(ItemHead) == 32 && alignof(ItemHead) == 8);
 
@@ -161,8 +161,8 @@ inline constexpr uint32_t capacity_of(size_t bytes, uint16_t key_len) {
 
 inline uint64_t head_check(const ItemHead& h, std::string_view key) {
   constexpr size_t kFrom = offsetof(ItemHead, incarnation), kTo = offsetof(ItemHead, head_check);
-  const uint64_t fields =
-      XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom, kTo - kFrom, kHeadSeed);
+  const uint64_t fields = XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom,
+                                               kTo - kFrom, kHeadSeed);
   return XXH3_64bits_withSeed(key.data(), key.size(), fields);
 }
 inline uint64_t record_check(const RecordHead& r, const void* value, uint64_t head) {
@@ -201,8 +201,8 @@ struct NothingLands {
 // there: tests/store/drtm_test.cc). The worker calls it on live memory, where on shm and tcp
 // nothing changes between its loads (docs/drtm.md, "Who applies the atomics").
 template <class Landing = NothingLands>
-inline ItemRead read_item(const char* copy, size_t len, std::string_view key,
-                          uint32_t incarnation, ItemValue* out, Landing&& landing = {}) {
+inline ItemRead read_item(const char* copy, size_t len, std::string_view key, uint32_t incarnation,
+                          ItemValue* out, Landing&& landing = {}) {
   if (len < sizeof(ItemHead)) return ItemRead::kTorn;
   const uint64_t word = load_lock(copy);
   if (word == kRetired) return ItemRead::kRetired;
@@ -228,8 +228,7 @@ inline ItemRead read_item(const char* copy, size_t len, std::string_view key,
   landing();
   // Live memory (the worker's own reads on verbs, where the NIC may move the lock meanwhile):
   // the record is current only if the lock word still says so.
-  if (load_lock(copy) != word)
-    return ItemRead::kTorn;
+  if (load_lock(copy) != word) return ItemRead::kTorn;
   out->version = v;
   out->expire_at = r.expire_at;
   out->capacity = h.capacity;
@@ -240,8 +239,8 @@ inline ItemRead read_item(const char* copy, size_t len, std::string_view key,
 
 // Builds the record a PUT writes (head + value) at `out` (record_bytes(value.size()) bytes
 // at least); returns its length.
-inline size_t build_record(char* out, uint64_t version, uint32_t expire_at,
-                           std::string_view value, uint64_t head) {
+inline size_t build_record(char* out, uint64_t version, uint32_t expire_at, std::string_view value,
+                           uint64_t head) {
   RecordHead r{};
   r.version = version;
   r.expire_at = expire_at;

@@ -4,8 +4,8 @@
 
 #include "proto/farm/handshake.h"
 #include "proto/farm/layout.h"
-#include "proto/handshake.h"
 #include "proto/farm/reader.h"
+#include "proto/handshake.h"
 #include "proto/registry.h"
 #include "proto/rpc/client.h"
 #include "proto/rpc/handshake.h"
@@ -107,8 +107,8 @@ class FarmClient final : public proto::ClientProtocol {
     fo.max_record = record_bytes(store::kMaxKeySize, max_value_);
     fo.timeout_ms = options_.timeout_ms;
     fo.grace_ms = farm.grace_ms;
-    reader_ = std::make_unique<FarmReader>(
-        host_, fo, std::move(maps), [this](std::vector<FarmMap>* m) { return refresh(m); });
+    reader_ = std::make_unique<FarmReader>(host_, fo, std::move(maps),
+                                           [this](std::vector<FarmMap>* m) { return refresh(m); });
   }
 
   // The engines' current generations ({"op": "farm-layout"}).
@@ -139,7 +139,7 @@ class FarmClient final : public proto::ClientProtocol {
   proto::ClientSettings options_;
   proto::Id id_;
   std::unique_ptr<proto::ClientProtocol> rpc_;  // server-reply's client: PUT and DELETE
-  std::unique_ptr<FarmReader> reader_;         // GETs by READ
+  std::unique_ptr<FarmReader> reader_;          // GETs by READ
   uint32_t workers_ = 0;
   size_t max_value_ = 0;
 };

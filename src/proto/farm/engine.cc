@@ -256,8 +256,8 @@ bool Engine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool live) {
 
 void Engine::remove_at(Gen& g, uint64_t b) {
   const BucketHeader h = g.header_of(b);
-  const uint64_t off =
-      h.flags == farm::kIndirect ? g.pointer_of(b).extent_offset : store::Heap::kNil;
+  const uint64_t off = h.flags == farm::kIndirect ? g.pointer_of(b).extent_offset
+                                                  : store::Heap::kNil;
   std::memset(g.bucket(b), 0, bucket_bytes_);  // readers see it empty (or torn: retry)...
   g.home_of[b] = kNoHome;
   publish();
@@ -450,8 +450,8 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
 
     // 2. The bucket; 3. (update of an indirect item) the old record goes back to the heap.
     if (f.ok) {
-      const uint64_t old_off =
-          old.flags == farm::kIndirect ? g.pointer_of(f.bucket).extent_offset : store::Heap::kNil;
+      const uint64_t old_off = old.flags == farm::kIndirect ? g.pointer_of(f.bucket).extent_offset
+                                                            : store::Heap::kNil;
       std::memcpy(g.bucket(f.bucket), b, bucket_bytes_);
       publish();
       if (old_off != store::Heap::kNil) {
@@ -570,8 +570,8 @@ std::string Engine::check() const {
   for (uint64_t s = 0; s < farm::table_buckets(g.info.homes); ++s) {
     const std::string at = "bucket " + std::to_string(s);
     farm::Bucket b;
-    const farm::BucketState st =
-        farm::check_bucket(reinterpret_cast<const char*>(g.bucket(s)), bucket_bytes_, &b);
+    const farm::BucketState st = farm::check_bucket(reinterpret_cast<const char*>(g.bucket(s)),
+                                                    bucket_bytes_, &b);
     if (st == farm::BucketState::kEmpty) {
       if (g.home_of[s] != kNoHome) return at + " empty but has a home";
       continue;
@@ -618,5 +618,9 @@ std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
   c.retire_grace_ms = o.grace_ms;
   return std::make_unique<Engine>(spec.store, c);
 }
+
+// proto/registry.h, clients_write_engine: clients only READ the table; every write is a request the
+// worker executes.
+bool clients_write_items() { return false; }
 
 }  // namespace fabkv::farm

@@ -179,5 +179,7 @@ class Engine final : public store::Engine {
 // The engine the registry builds for --engine farm (proto/engines.cc), from the [farm] knobs
 // (proto/farm/options.h); farm-var's buckets hold pointers only.
 std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec);
+// Do clients change items without the worker (proto/registry.h, clients_write_engine)?
+bool clients_write_items();
 
 }  // namespace fabkv::farm

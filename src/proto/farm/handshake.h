@@ -16,13 +16,13 @@ namespace fabkv::farm {
 struct TableGeneration {
   static constexpr const char* kKey = "farm";  // and "farm_grace_ms": FarmOptions::grace_ms
   uint32_t generation = 0;
-  uint64_t homes = 0;         // home buckets (layout.h)
+  uint64_t homes = 0;  // home buckets (layout.h)
   size_t bucket_bytes = 0;
-  uint32_t neighbourhood = 0; // H: layout.h's kNeighbourhood, so a client can refuse another
-  uint32_t version = 0;       // layout.h's kLayoutVersion
+  uint32_t neighbourhood = 0;  // H: layout.h's kNeighbourhood, so a client can refuse another
+  uint32_t version = 0;        // layout.h's kLayoutVersion
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TableGeneration, generation, homes, bucket_bytes,
-                                   neighbourhood, version)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TableGeneration, generation, homes, bucket_bytes, neighbourhood,
+                                   version)
 
 using FarmLayout = read_table::PublishedTables<TableGeneration>;
 

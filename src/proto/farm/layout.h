@@ -103,10 +103,10 @@ struct BucketHeader {
   uint64_t version;    // the item's CAS version (an indirect record carries it too)
   uint32_t expire_at;  // absolute Unix seconds, 0 = never
   uint32_t value_len;
-  uint8_t key_len;     // 1..250
-  uint8_t flags;       // kInline | kIndirect | kRetired
+  uint8_t key_len;  // 1..250
+  uint8_t flags;    // kInline | kIndirect | kRetired
   uint16_t reserved;
-  uint32_t tag;        // 32 bits of the key's hash: filters before a record READ
+  uint32_t tag;  // 32 bits of the key's hash: filters before a record READ
 };
 static_assert(sizeof(BucketHeader) == 32);
 

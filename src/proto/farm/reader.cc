@@ -12,14 +12,14 @@ size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 nlohmann::json FarmCounters::to_json() const {
   const double g = gets ? static_cast<double>(gets) : 1.0;
   nlohmann::json j = ReaderCounters::to_json();
-  j.update({{"neighbourhood_reads", neighbourhood_reads},
-            {"record_reads", record_reads},
-            {"torn_buckets", torn_buckets},
-            {"torn_records", torn_records},
-            {"reads_per_get",
-             static_cast<double>(neighbourhood_reads + record_reads + header_reads + clock_reads) /
-                 g},
-            {"retries_per_get", static_cast<double>(torn_buckets + torn_records + reprobes) / g}});
+  j.update(
+      {{"neighbourhood_reads", neighbourhood_reads},
+       {"record_reads", record_reads},
+       {"torn_buckets", torn_buckets},
+       {"torn_records", torn_records},
+       {"reads_per_get",
+        static_cast<double>(neighbourhood_reads + record_reads + header_reads + clock_reads) / g},
+       {"retries_per_get", static_cast<double>(torn_buckets + torn_records + reprobes) / g}});
   return j;
 }
 
@@ -29,8 +29,8 @@ enum class FarmStep : uint8_t { kNeighbourhood, kRecord, kHeader, kClock };
 
 struct FarmOp : read_table::GetOp<1> {
   KeyHome kh{};
-  Bucket bucket{};      // the candidate: its views point into this op's neighbourhood copy
-  uint32_t skip = 0;    // indirect candidates whose record held another key
+  Bucket bucket{};    // the candidate: its views point into this op's neighbourhood copy
+  uint32_t skip = 0;  // indirect candidates whose record held another key
   FarmStep step = FarmStep::kNeighbourhood;
   // kClock: the answer waiting for the server's clock.
   std::string_view value;
@@ -90,8 +90,7 @@ size_t FarmReader::search(FarmOp& op) {
       }
       op.step = FarmStep::kRecord;
       counters_.record_reads++;
-      post(op, 0, nb_bytes_ + kAlign, m.extents.at(p.extent_offset), p.record_bytes,
-           m.extents.key);
+      post(op, 0, nb_bytes_ + kAlign, m.extents.at(p.extent_offset), p.record_bytes, m.extents.key);
       return 0;
     }
     case Search::kTorn:
@@ -99,11 +98,8 @@ size_t FarmReader::search(FarmOp& op) {
       if (size_t ran = retry(op, &counters_.torn_buckets)) return ran;
       read_neighbourhood(op);
       return 0;
-    case Search::kRetired:
-      return restart_after_refresh(op);
-    case Search::kMiss:
-      read_header(op, FarmStep::kHeader);
-      return 0;
+    case Search::kRetired: return restart_after_refresh(op);
+    case Search::kMiss: read_header(op, FarmStep::kHeader); return 0;
   }
   return 0;
 }
@@ -121,13 +117,11 @@ size_t FarmReader::answer(FarmOp& op, std::string_view value, uint64_t version,
 
 size_t FarmReader::advance(FarmOp& op) {
   switch (op.step) {
-    case FarmStep::kNeighbourhood:
-      search(op);
-      break;
+    case FarmStep::kNeighbourhood: search(op); break;
     case FarmStep::kRecord: {
       std::string_view k, v;
-      if (!check_record(op.bucket, copy(op, nb_bytes_ + kAlign), op.bucket.pointer.record_bytes,
-                        &k, &v)) {
+      if (!check_record(op.bucket, copy(op, nb_bytes_ + kAlign), op.bucket.pointer.record_bytes, &k,
+                        &v)) {
         // The record was freed and reused under us: READ the neighbourhood again.
         if (retry(op, &counters_.torn_records) == 0) start(op);
         break;

@@ -31,10 +31,10 @@ struct FarmMap : read_table::TableMap {
 };
 
 struct FarmCounters : read_table::ReaderCounters {
-  uint64_t neighbourhood_reads = 0; // READs of H buckets (one range each: no wrap-around)
-  uint64_t record_reads = 0;        // READs of an out-of-line record
-  uint64_t torn_buckets = 0;        // a neighbourhood with a torn bucket and no match: READ again
-  uint64_t torn_records = 0;        // a record that failed its check: neighbourhood again
+  uint64_t neighbourhood_reads = 0;  // READs of H buckets (one range each: no wrap-around)
+  uint64_t record_reads = 0;         // READs of an out-of-line record
+  uint64_t torn_buckets = 0;         // a neighbourhood with a torn bucket and no match: READ again
+  uint64_t torn_records = 0;         // a record that failed its check: neighbourhood again
   nlohmann::json to_json() const;
 };
 
@@ -45,8 +45,7 @@ class FarmReader final : public read_table::Reader<FarmMap, FarmOp, FarmCounters
  public:
   using Options = read_table::ReaderOptions;
 
-  FarmReader(proto::ClientHost& host, const Options& o, std::vector<FarmMap> maps,
-             Refresh refresh);
+  FarmReader(proto::ClientHost& host, const Options& o, std::vector<FarmMap> maps, Refresh refresh);
   ~FarmReader() override;
 
  private:

@@ -76,21 +76,21 @@ class FarmServer final : public proto::ServerProtocol {
     const auto fs = engine_->farm_stats();
     const auto r = tables_.live();
     const uint64_t buckets = table_buckets(r.info.homes);
-    j["farm"] = {
-        {"generation", r.info.generation},
-        {"homes", r.info.homes},
-        {"bucket_bytes", r.info.bucket_bytes},
-        {"inline_bytes", engine_->inline_bytes()},
-        {"pointers_only", engine_->pointers_only()},
-        {"extent_bytes", r.extents.length},
-        {"used_buckets", fs.used_buckets},
-        {"fill",
-         buckets ? static_cast<double>(fs.used_buckets) / static_cast<double>(buckets) : 0.0},
-        {"indirect_items", fs.indirect_items},
-        {"growths", fs.growths},
-        {"displacements", fs.displacements},
-        {"moved_keys", fs.moved_keys},
-        {"retired_live", fs.retired_live}};
+    j["farm"] = {{"generation", r.info.generation},
+                 {"homes", r.info.homes},
+                 {"bucket_bytes", r.info.bucket_bytes},
+                 {"inline_bytes", engine_->inline_bytes()},
+                 {"pointers_only", engine_->pointers_only()},
+                 {"extent_bytes", r.extents.length},
+                 {"used_buckets", fs.used_buckets},
+                 {"fill", buckets
+                              ? static_cast<double>(fs.used_buckets) / static_cast<double>(buckets)
+                              : 0.0},
+                 {"indirect_items", fs.indirect_items},
+                 {"growths", fs.growths},
+                 {"displacements", fs.displacements},
+                 {"moved_keys", fs.moved_keys},
+                 {"retired_live", fs.retired_live}};
     return j;
   }
 
@@ -112,8 +112,8 @@ class FarmServer final : public proto::ServerProtocol {
 
  private:
   proto::ServerHost& worker_;
-  std::unique_ptr<proto::ServerProtocol> rpc_;  // server-reply's side: the message path
-  Engine* engine_ = nullptr;                    // the worker owns it
+  std::unique_ptr<proto::ServerProtocol> rpc_;    // server-reply's side: the message path
+  Engine* engine_ = nullptr;                      // the worker owns it
   read_table::Registrations<Generation> tables_;  // before the engine unmaps them
 };
 

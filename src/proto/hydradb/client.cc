@@ -153,20 +153,21 @@ class HydraClient final : public proto::ClientProtocol {
   nlohmann::json counters() const override {
     const Counters& c = counters_;
     nlohmann::json j = {{"gets", c.gets},
-            {"cache_hits", c.cache_hits},
-            {"cache_misses", c.cache_misses},
-            {"lease_expired", c.lease_expired},
-            {"stale_replaced", c.stale_replaced},
-            {"stale_foreign", c.stale_foreign},
-            {"late_reads", c.late_reads},
-            {"reads", c.reads},
-            {"read_errors", c.read_errors},
-            {"read_timeouts", c.read_timeouts},
-            {"rpc_gets", c.rpc_gets},
-            {"leases", c.leases},
-            {"deferred_gets", c.deferred_gets},
-            {"cache_entries", static_cast<uint64_t>(cache_.size())},
-            {"hit_rate", c.gets ? static_cast<double>(c.cache_hits) / static_cast<double>(c.gets)
+                        {"cache_hits", c.cache_hits},
+                        {"cache_misses", c.cache_misses},
+                        {"lease_expired", c.lease_expired},
+                        {"stale_replaced", c.stale_replaced},
+                        {"stale_foreign", c.stale_foreign},
+                        {"late_reads", c.late_reads},
+                        {"reads", c.reads},
+                        {"read_errors", c.read_errors},
+                        {"read_timeouts", c.read_timeouts},
+                        {"rpc_gets", c.rpc_gets},
+                        {"leases", c.leases},
+                        {"deferred_gets", c.deferred_gets},
+                        {"cache_entries", static_cast<uint64_t>(cache_.size())},
+                        {"hit_rate",
+                         c.gets ? static_cast<double>(c.cache_hits) / static_cast<double>(c.gets)
                                 : 0.0}};
     rpc_.counters(&j);
     return j;
@@ -192,8 +193,8 @@ class HydraClient final : public proto::ClientProtocol {
     std::string key;
     Cached entry;
     Clock::time_point deadline{};
-    bool busy = false;     // a GET uses it (or its READ is still out: zombie)
-    bool zombie = false;   // the callback ran (timeout); waiting for the READ to come back
+    bool busy = false;    // a GET uses it (or its READ is still out: zombie)
+    bool zombie = false;  // the callback ran (timeout); waiting for the READ to come back
   };
 
   static uint64_t steady_ns() {
@@ -340,8 +341,7 @@ class HydraClient final : public proto::ClientProtocol {
   Status rpc_get(const proto::ClientRequest& r, Callback&& cb) {
     counters_.rpc_gets++;
     Callback wrapped = [this, key = std::string(r.key), sent = now_ns(),
-                                cb = std::move(cb)](Status st, std::string_view v,
-                                                    uint64_t version) {
+                        cb = std::move(cb)](Status st, std::string_view v, uint64_t version) {
       if (st == Status::kOk) learn(key, sent, v.size(), version);
       cb(st, v, version);
     };

@@ -138,7 +138,7 @@ class Engine final : public store::Engine {
   store::layout::StoreBucket* buckets_ = nullptr;
   uint64_t bucket_mask_ = 0;
   std::deque<std::unique_ptr<store::layout::StoreBucket>> pool_;  // extension buckets; next = i + 1
-  std::vector<uint64_t> free_ext_;                         // unused extension numbers
+  std::vector<uint64_t> free_ext_;                                // unused extension numbers
   store::Heap heap_;
   std::deque<Held> held_;  // in retirement order, so until_ns is ascending
   uint64_t hold_ns_;
@@ -154,5 +154,7 @@ class Engine final : public store::Engine {
 // The engine the registry builds for --engine hydradb (proto/engines.cc): a replaced item's
 // memory is held for the lease the server grants plus its margin ([hydradb] knobs).
 std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec);
+// Do clients change items without the worker (proto/registry.h, clients_write_engine)?
+bool clients_write_items();
 
 }  // namespace fabkv::hydradb

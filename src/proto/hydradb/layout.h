@@ -45,9 +45,9 @@ struct ItemHeader {
   uint64_t check;      // item_check(): over the bytes from expire_at to the value's end
   uint32_t expire_at;  // absolute Unix seconds, 0 = never
   uint32_t value_len;
-  uint16_t key_len;    // 1..250
-  uint16_t layout;     // kLayoutVersion
-  uint32_t reserved;   // 0
+  uint16_t key_len;   // 1..250
+  uint16_t layout;    // kLayoutVersion
+  uint32_t reserved;  // 0
 };
 static_assert(sizeof(ItemHeader) == 40 && alignof(ItemHeader) == 8);
 inline constexpr size_t kCheckedFrom = offsetof(ItemHeader, expire_at);

@@ -56,8 +56,8 @@ class HydraServer final : public rpc::RpcServer {
     welcome(rpc::Transport::kWrite, out);
     const size_t ring_size = ring_bytes(worker_.settings().workers, window_, max_value_);
     out->layout.update(nlohmann::json(rpc::RingLayout{ring_size}));
-    out->layout.update(nlohmann::json(
-        HydradbLayout{kWireVersion, kLayoutVersion, worker_.settings().hydradb.lease_ms}));
+    out->layout.update(nlohmann::json(HydradbLayout{kWireVersion, kLayoutVersion,
+                                                    worker_.settings().hydradb.lease_ms}));
     const fabric::RemoteRegion r = items_mr_->remote();
     out->regions.push_back({fmt::format("hydradb.items.{}", worker_.index()), r.addr, r.length,
                             r.key, static_cast<uint32_t>(r.access)});

@@ -82,8 +82,8 @@ inline uint32_t response_check(const void* answer, size_t value_len, uint32_t se
 template <class Landing = rpc::NothingLands>
 inline bool read_answer(char* slot, uint32_t seq, size_t max_value, std::string* copy,
                         Landing&& landing = {}) {
-  if (std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot)).load(std::memory_order_acquire) !=
-      seq)
+  if (std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot))
+          .load(std::memory_order_acquire) != seq)
     return false;
   landing();
   uint32_t value_len;

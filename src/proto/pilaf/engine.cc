@@ -570,4 +570,8 @@ std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
   return std::make_unique<Engine>(spec.store, c);
 }
 
+// proto/registry.h, clients_write_engine: clients only READ the table; every write is a message the
+// worker executes.
+bool clients_write_items() { return false; }
+
 }  // namespace fabkv::pilaf

@@ -83,9 +83,9 @@ using Hooks = read_table::Hooks<Generation>;
 
 // The client's lookup rules (layout.h, bottom) run on local memory: for tests and tools.
 struct Lookup {
-  bool found = false;     // key present (expired items count as found; check expire_at)
-  bool retired = false;   // met a retired marker: the generation is stale
-  uint32_t probes = 0;    // entry reads, retries included
+  bool found = false;    // key present (expired items count as found; check expire_at)
+  bool retired = false;  // met a retired marker: the generation is stale
+  uint32_t probes = 0;   // entry reads, retries included
   uint64_t version = 0;
   uint32_t expire_at = 0;
   uint32_t clock = 0;      // TableHeader.clock as last read: judge expire_at by this
@@ -202,5 +202,7 @@ class Engine final : public store::Engine {
 // The engine the registry builds for --engine pilaf (proto/engines.cc), sized by the [pilaf]
 // knobs (proto/pilaf/options.h).
 std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec);
+// Do clients change items without the worker (proto/registry.h, clients_write_engine)?
+bool clients_write_items();
 
 }  // namespace fabkv::pilaf

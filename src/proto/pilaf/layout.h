@@ -38,7 +38,7 @@
 namespace fabkv::pilaf {
 
 inline constexpr uint32_t kLayoutVersion = 2;
-inline constexpr const char* kProtocol = "pilaf";     // GETs by READ, PUT/DEL by SEND
+inline constexpr const char* kProtocol = "pilaf";       // GETs by READ, PUT/DEL by SEND
 inline constexpr const char* kProtocolVo = "pilaf-vo";  // Pilaf sec. 5.1: everything by SEND
 inline constexpr uint32_t kWays = 3;                    // Pilaf sec. 3.4: 3-way cuckoo
 
@@ -58,11 +58,11 @@ inline constexpr uint32_t kStateRetired = 1;  // a newer generation replaced thi
 // `state` and `clock` (16 bytes at offset 16) to confirm a "not found" (see lookup rules
 // below) and to learn the server's clock for expiry.
 struct TableHeader {
-  uint64_t magic;         // kTableMagic
-  uint32_t version;       // kLayoutVersion
-  uint32_t generation;    // bumped by every growth (the "epoch" of the issue)
-  uint64_t moves;         // seqlock over cuckoo displacements: odd while a path is being moved
-  uint32_t state;         // kStateLive | kStateRetired
+  uint64_t magic;       // kTableMagic
+  uint32_t version;     // kLayoutVersion
+  uint32_t generation;  // bumped by every growth (the "epoch" of the issue)
+  uint64_t moves;       // seqlock over cuckoo displacements: odd while a path is being moved
+  uint32_t state;       // kStateLive | kStateRetired
   // The owner's expiry clock (Unix seconds, the clock its engine compares expire_at with),
   // refreshed by the live table's owner at least every few milliseconds while it runs (the
   // engine's reap_retired(), which a worker calls every 1024 poll rounds). A retired table's
@@ -112,8 +112,8 @@ struct Entry {
   uint8_t tag;             // key_tag(key): filters probes before the extent READ
   uint8_t flags;           // kInUse | kRetired
   uint8_t reserved;
-  uint64_t kv_crc;         // crc64 of the whole record
-  uint64_t entry_crc;      // crc64 of bytes [0, 24) of this entry
+  uint64_t kv_crc;     // crc64 of the whole record
+  uint64_t entry_crc;  // crc64 of bytes [0, 24) of this entry
 };
 static_assert(sizeof(Entry) == 32, "Pilaf sec. 3.3: fixed 32-byte entries");
 inline constexpr size_t kEntryCrcBytes = offsetof(Entry, entry_crc);

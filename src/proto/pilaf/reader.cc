@@ -122,8 +122,7 @@ void PilafReader::evaluate(PilafOp& op, uint32_t from) {
         // The table was replaced by a larger generation: learn it and start over.
         restart_after_refresh(op);
         return;
-      case pilaf::EntryState::kEmpty:
-        continue;
+      case pilaf::EntryState::kEmpty: continue;
       case pilaf::EntryState::kUsed:
         if (!pilaf::may_hold(e, op.key, op.slots.tag)) continue;
         if (kRecordAt + e.kv_size > slot_bytes_ || e.extent_offset + e.kv_size > m.extents.length) {
@@ -152,9 +151,7 @@ size_t PilafReader::found(PilafOp& op, const pilaf::Record& rec) {
 size_t PilafReader::advance(PilafOp& op) {
   const char* rec_buf = copy(op, kRecordAt);
   switch (op.step) {
-    case PilafStep::kEntries:
-      evaluate(op, op.probe);
-      break;
+    case PilafStep::kEntries: evaluate(op, op.probe); break;
     case PilafStep::kRecord: {
       pilaf::Record rec;
       if (!pilaf::check_record(op.entry, rec_buf, op.entry.kv_size, &rec)) {
@@ -202,13 +199,9 @@ size_t PilafReader::advance(PilafOp& op) {
 
 size_t PilafReader::on_record(PilafOp& op, const pilaf::Record& rec) {
   switch (judge(op.worker, rec.header.expire_at)) {
-    case Expiry::kLive:
-      return found(op, rec);
-    case Expiry::kExpired:
-      counters_.expired++;
-      return finish(op, Status::kNotFound);
-    case Expiry::kUnsure:
-      break;
+    case Expiry::kLive: return found(op, rec);
+    case Expiry::kExpired: counters_.expired++; return finish(op, Status::kNotFound);
+    case Expiry::kUnsure: break;
   }
   // Too close to call from what we know: READ the server's clock (moves, state, clock), then
   // answer (PilafStep::kClock). A READ that cannot be posted ends the GET with kError.

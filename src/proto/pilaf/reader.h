@@ -32,11 +32,11 @@ struct PilafMap : read_table::TableMap {
 };
 
 struct PilafCounters : read_table::ReaderCounters {
-  uint64_t entry_reads = 0;     // probes: 32-byte entry READs
-  uint64_t hit_entry_reads = 0; // ... of GETs that found their key (Pilaf fig. 6's measure)
-  uint64_t extent_reads = 0;    // record READs
-  uint64_t torn_entries = 0;    // entry CRC mismatch: READ again (Pilaf fig. 9)
-  uint64_t torn_extents = 0;    // record CRC mismatch: entry READ again (Pilaf fig. 9)
+  uint64_t entry_reads = 0;      // probes: 32-byte entry READs
+  uint64_t hit_entry_reads = 0;  // ... of GETs that found their key (Pilaf fig. 6's measure)
+  uint64_t extent_reads = 0;     // record READs
+  uint64_t torn_entries = 0;     // entry CRC mismatch: READ again (Pilaf fig. 9)
+  uint64_t torn_extents = 0;     // record CRC mismatch: entry READ again (Pilaf fig. 9)
   nlohmann::json to_json() const;
 };
 
@@ -46,9 +46,9 @@ class PilafReader final : public read_table::Reader<PilafMap, PilafOp, PilafCoun
  public:
   struct Options : read_table::ReaderOptions {
     bool parallel_probes = false;  // READ h1, h2, h3 at once
-    // TEST ONLY (proto::ClientTestHooks::clock_skew_s): seconds added to this client's wall clock. The
-    // reader judges expire_at by the server's clock (TableHeader.clock) and reads its own
-    // wall clock only for a server that does not publish one (layout v1).
+    // TEST ONLY (proto::ClientTestHooks::clock_skew_s): seconds added to this client's wall clock.
+    // The reader judges expire_at by the server's clock (TableHeader.clock) and reads its own wall
+    // clock only for a server that does not publish one (layout v1).
     int64_t clock_skew_s = 0;
   };
 

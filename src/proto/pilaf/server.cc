@@ -9,10 +9,10 @@
 
 #include "fabric/memory_region.h"
 #include "proto/handshake.h"
-#include "proto/pilaf/handshake.h"
-#include "proto/rpc/server.h"
 #include "proto/pilaf/engine.h"
+#include "proto/pilaf/handshake.h"
 #include "proto/read_table/registrations.h"
+#include "proto/rpc/server.h"
 
 namespace fabkv::pilaf {
 

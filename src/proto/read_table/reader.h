@@ -44,7 +44,7 @@ struct TableMap {
 
 // What every reader counts; a protocol's counters add what its READs are.
 struct ReaderCounters {
-  uint64_t gets = 0;              // GETs finished by READs
+  uint64_t gets = 0;  // GETs finished by READs
   uint64_t hits = 0;
   uint64_t header_reads = 0;      // miss confirmations (TableHeader.moves)
   uint64_t clock_reads = 0;       // TableHeader.clock READs to judge an expiry
@@ -58,8 +58,8 @@ struct ReaderCounters {
 };
 
 struct ReaderOptions {
-  uint32_t ops = 4;           // GETs in flight at most
-  size_t max_record = 0;      // largest record the table can point to
+  uint32_t ops = 4;       // GETs in flight at most
+  size_t max_record = 0;  // largest record the table can point to
   int timeout_ms = 2000;
   uint32_t max_retries = 64;  // torn READs + re-reads + layout refreshes per GET
   // How long the server keeps a replaced generation registered (the layout's "<p>_grace_ms").
@@ -84,7 +84,7 @@ struct GetOp {
   uint32_t worker = 0, retries = 0;
   uint32_t pending = 0;                  // READs into our buffer not yet completed
   uint64_t moves_before = ~uint64_t{0};  // TableHeader.moves seen before this GET's READs
-  bool busy = false;       // a GET is using this op
+  bool busy = false;                     // a GET is using this op
   bool zombie = false;     // the callback ran (timeout); waiting for its READs to come back
   bool failed = false;     // a READ of the current step failed
   bool refreshed = false;  // already fetched the layout once after a READ error

@@ -43,15 +43,16 @@ namespace {
 constexpr uint64_t kReplyPatienceNs = 20'000'000;
 
 uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   Clock::now().time_since_epoch())
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count());
 }
 
 class RfrpcClient final : public proto::ClientProtocol {
  public:
   explicit RfrpcClient(proto::ClientHost& host)
-      : host_(host), rpc_(host, rpc::ClientConfig{"rfrpc.requests", false}),
+      : host_(host),
+        rpc_(host, rpc::ClientConfig{"rfrpc.requests", false}),
         ring_(host, rpc_, proto::Id::rfrpc, &ring_bytes) {}
 
   void hello(nlohmann::json* payload) override { ring_.hello(payload); }
@@ -85,13 +86,16 @@ class RfrpcClient final : public proto::ClientProtocol {
       if (result_offset(rpc_.client(), window_, max_value_, window_) + slot_bytes_ >
               results_.back().length ||
           (size_t{rpc_.client()} + 1) * sizeof(ModeFlag) > modes_.back().length)
-        rpc::RpcClient::bad_layout(fmt::format("rfrpc regions of worker {} have no room for "
-                                               "client {}", i, rpc_.client()));
+        rpc::RpcClient::bad_layout(
+            fmt::format("rfrpc regions of worker {} have no room for "
+                        "client {}",
+                        i, rpc_.client()));
     }
     fetch_buf_ = std::make_unique<fabric::RegisteredBuffer>(
         host_.fabric(), size_t{workers_} * window_ * slot_bytes_, fabric::Access::kLocalOnly);
-    mode_buf_ = std::make_unique<fabric::RegisteredBuffer>(
-        host_.fabric(), size_t{workers_} * sizeof(ModeFlag), fabric::Access::kLocalOnly);
+    mode_buf_ = std::make_unique<fabric::RegisteredBuffer>(host_.fabric(),
+                                                           size_t{workers_} * sizeof(ModeFlag),
+                                                           fabric::Access::kLocalOnly);
     fetches_ = std::vector<Fetch>(size_t{workers_} * window_);
     for (size_t i = 0; i < fetches_.size(); ++i) {
       fetches_[i].ctx.user = &kFetchMarker;
@@ -168,22 +172,23 @@ class RfrpcClient final : public proto::ClientProtocol {
     const Counters& k = counters_;
     uint32_t in_reply = 0;
     for (const HybridSwitch& p : paths_) in_reply += p.mode() == kModeReply;
-    nlohmann::json j = {{"calls", k.calls},
-            {"fetch_reads", k.reads},
-            {"failed_fetches", k.failed},
-            {"second_reads", k.second_reads},
-            {"torn_fetches", k.torn},
-            {"bad_results", k.bad},
-            {"ring_results", k.ring},
-            {"switches_to_reply", k.to_reply},
-            {"switches_to_fetch", k.to_fetch},
-            {"patience_reads", k.patience},
-            {"fetch_errors", k.errors},
-            {"workers_in_reply_mode", in_reply},
-            // Gauges, as doubles (summing tools add up only the unsigned counters above).
-            {"fetch_rtt_us", paths_.empty() ? 0.0 : double(paths_[0].fetch_rtt_ns()) / 1000.0},
-            {"last_proc_us",
-             last_proc_.empty() ? 0.0 : double(decode_proc_time(last_proc_[0])) / 1000.0}};
+    nlohmann::json j = {
+        {"calls", k.calls},
+        {"fetch_reads", k.reads},
+        {"failed_fetches", k.failed},
+        {"second_reads", k.second_reads},
+        {"torn_fetches", k.torn},
+        {"bad_results", k.bad},
+        {"ring_results", k.ring},
+        {"switches_to_reply", k.to_reply},
+        {"switches_to_fetch", k.to_fetch},
+        {"patience_reads", k.patience},
+        {"fetch_errors", k.errors},
+        {"workers_in_reply_mode", in_reply},
+        // Gauges, as doubles (summing tools add up only the unsigned counters above).
+        {"fetch_rtt_us", paths_.empty() ? 0.0 : double(paths_[0].fetch_rtt_ns()) / 1000.0},
+        {"last_proc_us",
+         last_proc_.empty() ? 0.0 : double(decode_proc_time(last_proc_[0])) / 1000.0}};
     rpc_.counters(&j);
     if (batcher_) batcher_->counters(&j);
     return j;
@@ -195,14 +200,14 @@ class RfrpcClient final : public proto::ClientProtocol {
   // One per (worker, request slot): the fetch of the call in that slot.
   struct Fetch {
     fabric::OpContext ctx;
-    uint32_t seq = 0;        // the call being fetched (0: none yet)
-    uint32_t read_seq = 0;   // the call the READ in flight was posted for
-    bool reading = false;    // a READ is in flight (into this slot's fetch buffer)
-    bool done = false;       // the call's result was taken
-    bool reply_wait = false; // started in server-reply mode: wait for the ring first
-    uint32_t fails = 0;      // fetches that found the result not ready
-    size_t have = 0;         // bytes of the slot fetched so far
-    size_t read_end = 0;     // where the READ in flight ends
+    uint32_t seq = 0;         // the call being fetched (0: none yet)
+    uint32_t read_seq = 0;    // the call the READ in flight was posted for
+    bool reading = false;     // a READ is in flight (into this slot's fetch buffer)
+    bool done = false;        // the call's result was taken
+    bool reply_wait = false;  // started in server-reply mode: wait for the ring first
+    uint32_t fails = 0;       // fetches that found the result not ready
+    size_t have = 0;          // bytes of the slot fetched so far
+    size_t read_end = 0;      // where the READ in flight ends
     uint64_t started_ns = 0, posted_ns = 0;
   };
   struct Counters {
@@ -242,8 +247,8 @@ class RfrpcClient final : public proto::ClientProtocol {
     }
     if (f.reading) return 0;
     if (f.reply_wait) {
-      const uint64_t patience = std::max<uint64_t>(
-          kReplyPatienceNs, 4 * decode_proc_time(last_proc_[w]));
+      const uint64_t patience = std::max<uint64_t>(kReplyPatienceNs,
+                                                   4 * decode_proc_time(last_proc_[w]));
       if (now_ns() - f.started_ns < patience) return 0;
       f.reply_wait = false;
       counters_.patience++;
@@ -257,8 +262,8 @@ class RfrpcClient final : public proto::ClientProtocol {
     Fetch& f = fetches_[i];
     const uint32_t w = static_cast<uint32_t>(i / window_);
     fabric::LocalBuffer dst = fetch_buf_->local(i * slot_bytes_ + off, len);
-    const uint64_t raddr =
-        results_[w].at(result_offset(rpc_.client(), window_, max_value_, f.seq) + off);
+    const uint64_t raddr = results_[w].at(result_offset(rpc_.client(), window_, max_value_, f.seq) +
+                                          off);
     const long ret = ep_->read(dst, rpc_.peer(w), raddr, results_[w].key, &f.ctx);
     if (ret != 0) {
       // Full queue (kAgain) or an error: the next poll() starts this fetch again.
@@ -291,8 +296,7 @@ class RfrpcClient final : public proto::ClientProtocol {
     const char* buf = fetch_buf_->data() + i * slot_bytes_;
     size_t total = 0;
     switch (read_result(buf, f.have, f.seq, max_value_, &copy_for_take(), &total)) {
-      case ResultRead::kWhole:
-        return take(w, f, false);
+      case ResultRead::kWhole: return take(w, f, false);
       case ResultRead::kNeedMore:
         // RF-RPC sec. 3.2: the result is larger than F; one more READ for the rest.
         counters_.second_reads++;
@@ -338,8 +342,8 @@ class RfrpcClient final : public proto::ClientProtocol {
       counters_.ring++;
       // Cleared: the slot's next result (seq + W) can never be confused with this one anyway,
       // but a cleared status costs the next poll one load.
-      std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(
-                                    ring_.data() + ring_offset(w, window_, max_value_, f.seq)))
+      std::atomic_ref<uint32_t>(
+          *reinterpret_cast<uint32_t*>(ring_.data() + ring_offset(w, window_, max_value_, f.seq)))
           .store(0, std::memory_order_relaxed);
     }
     f.done = true;
@@ -363,8 +367,8 @@ class RfrpcClient final : public proto::ClientProtocol {
   // RF-RPC sec. 3.2's switch, per worker (proto/rfrpc/hybrid.h).
   void note(uint32_t w, const Fetch& f, uint16_t proc, bool from_ring) {
     last_proc_[w] = proc;
-    const std::optional<uint8_t> flip = paths_[w].on_result(
-        f.fails, now_ns() - f.started_ns, decode_proc_time(proc), from_ring);
+    const std::optional<uint8_t> flip = paths_[w].on_result(f.fails, now_ns() - f.started_ns,
+                                                            decode_proc_time(proc), from_ring);
     if (!flip) return;
     set_mode(w, *flip);
     if (*flip == kModeReply) counters_.to_reply++;
@@ -389,10 +393,10 @@ class RfrpcClient final : public proto::ClientProtocol {
       fabric::PostOptions po;
       po.inlined = sizeof(ModeFlag) <= ep_->inject_size();
       po.signaled = !po.inlined;
-      const long ret = ep_->write(
-          mode_buf_->local(size_t{w} * sizeof(ModeFlag), sizeof(ModeFlag)), rpc_.peer(w),
-          modes_[w].at(size_t{rpc_.client()} * sizeof(ModeFlag)), modes_[w].key,
-          po.signaled ? &mode_ctx_ : nullptr, po);
+      const long ret = ep_->write(mode_buf_->local(size_t{w} * sizeof(ModeFlag), sizeof(ModeFlag)),
+                                  rpc_.peer(w),
+                                  modes_[w].at(size_t{rpc_.client()} * sizeof(ModeFlag)),
+                                  modes_[w].key, po.signaled ? &mode_ctx_ : nullptr, po);
       if (ret == 0) {
         dirty_[w] = false;
       } else {
@@ -419,13 +423,13 @@ class RfrpcClient final : public proto::ClientProtocol {
   proto::ClientHost& host_;
   rpc::RpcClient rpc_;
   fabric::Endpoint* ep_ = nullptr;
-  rpc::AnswerRing ring_;  // the worker WRITEs answers here
+  rpc::AnswerRing ring_;                                 // the worker WRITEs answers here
   std::unique_ptr<fabric::RegisteredBuffer> fetch_buf_;  // READs land here, a slot per fetch
   std::unique_ptr<fabric::RegisteredBuffer> mode_buf_;   // the flags we WRITE
   std::vector<fabric::RemoteRegion> results_, modes_;    // by worker
   std::vector<Fetch> fetches_;
   std::vector<HybridSwitch> paths_;  // by worker
-  std::vector<uint16_t> last_proc_;   // by worker: the last result's processing time
+  std::vector<uint16_t> last_proc_;  // by worker: the last result's processing time
   std::vector<bool> dirty_;
   bool modes_dirty_ = false;
   fabric::OpContext mode_ctx_ = mode_context();

@@ -17,9 +17,9 @@ namespace fabkv::rfrpc {
 namespace {
 
 uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   Clock::now().time_since_epoch())
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count());
 }
 
 // Eq. 3 looks at the latencies of this many calls before each step.
@@ -42,13 +42,17 @@ Batcher::Batcher(proto::ClientHost& host, rpc::RpcClient& rpc, const Config& con
     bresults_.push_back(rpc::RpcClient::region_of(welcome, fmt::format("rfrpc.bresults.{}", w)));
     if (batch_offset(rpc_.client() + 1, slots_, 0, bslot_) > batches_.back().length ||
         batch_offset(rpc_.client() + 1, slots_, 0, rslot_) > bresults_.back().length)
-      rpc::RpcClient::bad_layout(fmt::format("rfrpc batch regions of worker {} have no room "
-                                             "for client {}", w, rpc_.client()));
+      rpc::RpcClient::bad_layout(
+          fmt::format("rfrpc batch regions of worker {} have no room "
+                      "for client {}",
+                      w, rpc_.client()));
   }
-  tx_ = std::make_unique<fabric::RegisteredBuffer>(
-      host_.fabric(), size_t{workers_} * slots_ * bslot_, fabric::Access::kLocalOnly);
-  rx_ = std::make_unique<fabric::RegisteredBuffer>(
-      host_.fabric(), size_t{workers_} * slots_ * rslot_, fabric::Access::kLocalOnly);
+  tx_ = std::make_unique<fabric::RegisteredBuffer>(host_.fabric(),
+                                                   size_t{workers_} * slots_ * bslot_,
+                                                   fabric::Access::kLocalOnly);
+  rx_ = std::make_unique<fabric::RegisteredBuffer>(host_.fabric(),
+                                                   size_t{workers_} * slots_ * rslot_,
+                                                   fabric::Access::kLocalOnly);
   workers_state_ = std::vector<WorkerState>(workers_);
   for (uint32_t w = 0; w < workers_; ++w) {
     workers_state_[w].flights = std::vector<Flight>(slots_);
@@ -190,8 +194,8 @@ size_t Batcher::send(uint32_t w) {
   ws.posting = true;
   const long ret = fabric::post_with_retry(
       [&] {
-        return ep_->write(tx_->local((size_t{w} * slots_ + b) * bslot_, len), rpc_.peer(w),
-                          raddr, batches_[w].key, po.signaled ? &f.tx_ctx : nullptr, po);
+        return ep_->write(tx_->local((size_t{w} * slots_ + b) * bslot_, len), rpc_.peer(w), raddr,
+                          batches_[w].key, po.signaled ? &f.tx_ctx : nullptr, po);
       },
       [&] { host_.drive(); }, d, [&] { return host_.alive(); });
   ws.posting = false;
@@ -214,10 +218,9 @@ void Batcher::post_read(uint32_t w, uint32_t b, size_t off, size_t len) {
   if (len == 0)
     len = std::min(rslot_, sizeof(BatchHeader) +
                                f.entries.size() * entry_bytes(sizeof(rpc::ResponseHeader) + 40));
-  const long ret = ep_->read(
-      rx_->local((size_t{w} * slots_ + b) * rslot_ + off, len), rpc_.peer(w),
-      bresults_[w].at(batch_offset(rpc_.client(), slots_, b, rslot_) + off), bresults_[w].key,
-      &f.rx_ctx);
+  const long ret = ep_->read(rx_->local((size_t{w} * slots_ + b) * rslot_ + off, len), rpc_.peer(w),
+                             bresults_[w].at(batch_offset(rpc_.client(), slots_, b, rslot_) + off),
+                             bresults_[w].key, &f.rx_ctx);
   if (ret != 0) {
     if (ret != fabric::kAgain) counters_.errors++;
     f.have = 0;
@@ -245,21 +248,16 @@ size_t Batcher::complete(fabric::Completion& c) {
   if (!f.busy || f.read_seq != f.seq) return 0;
   f.have = f.read_end;
   size_t total = 0;
-  switch (read_batch(rx_slot(w, b), f.have, f.seq, rslot_ - sizeof(BatchHeader) - 8, false,
-                     &copy_, &total)) {
-    case BatchRead::kWhole:
-      return deliver(w, b);
+  switch (read_batch(rx_slot(w, b), f.have, f.seq, rslot_ - sizeof(BatchHeader) - 8, false, &copy_,
+                     &total)) {
+    case BatchRead::kWhole: return deliver(w, b);
     case BatchRead::kNeedMore:
       counters_.second_reads++;
       post_read(w, b, f.have, total - f.have);
       return 0;
-    case BatchRead::kEmpty:
-      counters_.failed++;
-      break;
+    case BatchRead::kEmpty: counters_.failed++; break;
     case BatchRead::kLanding:
-    case BatchRead::kBadSize:
-      counters_.torn++;
-      break;
+    case BatchRead::kBadSize: counters_.torn++; break;
   }
   f.fails++;
   f.have = 0;
@@ -337,8 +335,9 @@ size_t Batcher::deliver(uint32_t w, uint32_t b) {
       if (cb) cb(Status::kMalformed, {}, 0);
       continue;
     }
-    if (cb) cb(rpc::from_wire(r.status), std::string_view(items[i].at + sizeof(r), r.value_len),
-               r.version);
+    if (cb)
+      cb(rpc::from_wire(r.status), std::string_view(items[i].at + sizeof(r), r.value_len),
+         r.version);
   }
   return ran;
 }
@@ -437,7 +436,7 @@ void Batcher::counters(nlohmann::json* out) const {
   (*out)["batch_resizes"] = k.resized;
   (*out)["batch_errors"] = k.errors;
   (*out)["batch_seq_wraps"] = k.seq_wraps;  // batch numbers and entry numbers back to 1
-  (*out)["batch_size"] = double(size_);  // a gauge (a double: summing tools skip it)
+  (*out)["batch_size"] = double(size_);     // a gauge (a double: summing tools skip it)
 }
 
 }  // namespace fabkv::rfrpc

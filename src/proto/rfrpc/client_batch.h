@@ -70,9 +70,9 @@ class Batcher {
   };
   struct Flight {
     fabric::OpContext tx_ctx, rx_ctx;
-    bool busy = false;     // a batch in this slot awaits its results
-    bool dead = false;     // given up on (timeout): freed when its results come or later
-    uint32_t seq = 0;      // the batch's number in this slot
+    bool busy = false;  // a batch in this slot awaits its results
+    bool dead = false;  // given up on (timeout): freed when its results come or later
+    uint32_t seq = 0;   // the batch's number in this slot
     uint32_t read_seq = 0;
     bool reading = false;
     size_t have = 0, read_end = 0;
@@ -110,13 +110,12 @@ class Batcher {
   std::unique_ptr<fabric::RegisteredBuffer> tx_, rx_;
   std::vector<WorkerState> workers_state_;
   std::string copy_;
-  uint32_t size_ = 1;  // the batch size in use (N, or eq. 3's)
+  uint32_t size_ = 1;             // the batch size in use (N, or eq. 3's)
   uint64_t seen_ = 0, over_ = 0;  // eq. 3's sample: calls and those over llimit
 
   struct Counters {
     uint64_t batches = 0, batched = 0, reads = 0, failed = 0, second_reads = 0, torn = 0,
-             overflows = 0, bad = 0, timeouts_sent = 0, resized = 0, errors = 0,
-             seq_wraps = 0;
+             overflows = 0, bad = 0, timeouts_sent = 0, resized = 0, errors = 0, seq_wraps = 0;
   };
   Counters counters_;
 };

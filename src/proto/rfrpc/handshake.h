@@ -12,10 +12,10 @@
 namespace fabkv::rfrpc {
 
 struct RfrpcLayout {
-  uint32_t rfrpc_wire = 0;  // wire.h's kWireVersion
-  uint32_t fetch_size = 0;  // F: bytes of the first READ of a result
-  uint32_t retries = 0;     // R: READs before the worker is asked to reply instead
-  std::string mode;         // "hybrid", "fetch" or "reply"
+  uint32_t rfrpc_wire = 0;     // wire.h's kWireVersion
+  uint32_t fetch_size = 0;     // F: bytes of the first READ of a result
+  uint32_t retries = 0;        // R: READs before the worker is asked to reply instead
+  std::string mode;            // "hybrid", "fetch" or "reply"
   uint32_t batch_entries = 0;  // 0: no batching (client_batch.h)
   uint32_t batch_bytes = 2048;
   uint32_t batch_timeout_us = 100;

@@ -97,7 +97,7 @@ class HybridSwitch {
   uint32_t calm_needed_ = kInARow;
   uint32_t fetch_calls_ = 0;   // calls fetched since the last switch back
   bool flipped_back_ = false;  // a switch back to fetching has happened
-  uint64_t fetch_rtt_ns_ = 0;     // quickest first READ seen
+  uint64_t fetch_rtt_ns_ = 0;  // quickest first READ seen
 };
 
 }  // namespace fabkv::rfrpc

@@ -38,9 +38,9 @@ namespace fabkv::rfrpc {
 namespace {
 
 uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   Clock::now().time_since_epoch())
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+          .count());
 }
 
 class RfrpcServer final : public rpc::RpcServer {
@@ -56,8 +56,9 @@ class RfrpcServer final : public rpc::RpcServer {
     if (o_.batch_entries > 0) {
       bslot_ = batch_slot_bytes(o_.batch_bytes);
       rslot_ = batch_slot_bytes(result_batch_payload(o_.batch_bytes));
-      batches_ = std::make_unique<fabric::RegisteredBuffer>(
-          worker_.fabric(), size_t{max_clients_} * window_ * bslot_, fabric::Access::kRemoteWrite);
+      batches_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(),
+                                                            size_t{max_clients_} * window_ * bslot_,
+                                                            fabric::Access::kRemoteWrite);
       bresults_ = std::make_unique<fabric::RegisteredBuffer>(
           worker_.fabric(), size_t{max_clients_} * window_ * rslot_, fabric::Access::kRemoteRead);
       bstate_.resize(size_t{max_clients_} * window_);
@@ -66,8 +67,9 @@ class RfrpcServer final : public rpc::RpcServer {
     results_ = std::make_unique<fabric::RegisteredBuffer>(
         worker_.fabric(), size_t{max_clients_} * window_ * slot_bytes_,
         fabric::Access::kRemoteRead);
-    modes_ = std::make_unique<fabric::RegisteredBuffer>(
-        worker_.fabric(), size_t{max_clients_} * sizeof(ModeFlag), fabric::Access::kRemoteWrite);
+    modes_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(),
+                                                        size_t{max_clients_} * sizeof(ModeFlag),
+                                                        fabric::Access::kRemoteWrite);
   }
 
   // The client must offer a ring it lets us WRITE (for server-reply mode), large enough for
@@ -184,8 +186,8 @@ class RfrpcServer final : public rpc::RpcServer {
         continue;
       }
       size_t total = 0;
-      const BatchRead r =
-          read_batch(slot, bslot_, seq, bslot_ - sizeof(BatchHeader) - 8, true, &bcopy_, &total);
+      const BatchRead r = read_batch(slot, bslot_, seq, bslot_ - sizeof(BatchHeader) - 8, true,
+                                     &bcopy_, &total);
       if (r == BatchRead::kEmpty) {
         st.stall = 0;
         continue;

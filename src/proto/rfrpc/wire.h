@@ -119,8 +119,8 @@ inline size_t ring_bytes(uint32_t workers, uint32_t window, size_t max_value) {
 // result after it, seeded with seq: a result of an earlier use of the slot never matches.
 inline uint32_t result_check(const ResultHeader& h, const void* result) {
   constexpr size_t kFrom = offsetof(ResultHeader, size), kTo = offsetof(ResultHeader, check);
-  const uint64_t fields =
-      XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom, kTo - kFrom, h.seq);
+  const uint64_t fields = XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom,
+                                               kTo - kFrom, h.seq);
   return static_cast<uint32_t>(XXH3_64bits_withSeed(result, h.size, fields));
 }
 
@@ -204,8 +204,8 @@ inline constexpr size_t result_batch_payload(size_t batch_bytes) { return 4 * ba
 
 inline uint32_t batch_check(const BatchHeader& h, const void* payload, size_t n) {
   constexpr size_t kFrom = offsetof(BatchHeader, aux), kTo = offsetof(BatchHeader, check);
-  const uint64_t fields =
-      XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom, kTo - kFrom, h.seq);
+  const uint64_t fields = XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom,
+                                               kTo - kFrom, h.seq);
   return static_cast<uint32_t>(XXH3_64bits_withSeed(payload, n, fields));
 }
 
@@ -240,18 +240,17 @@ inline BatchRead read_batch(const char* src, size_t avail, uint32_t seq, size_t 
     return BatchRead::kNeedMore;
   }
   if (with_tail) {
-    const uint32_t tail = std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(
-                                                        reinterpret_cast<const uint32_t*>(
-                                                            src + sizeof(BatchHeader) + n)))
-                              .load(std::memory_order_acquire);
+    const uint32_t tail =
+        std::atomic_ref<uint32_t>(*const_cast<uint32_t*>(reinterpret_cast<const uint32_t*>(
+                                      src + sizeof(BatchHeader) + n)))
+            .load(std::memory_order_acquire);
     if (tail != (seq | kStatusBit)) return BatchRead::kLanding;
   }
   landing();
   copy->assign(src, sizeof(BatchHeader) + n);
   BatchHeader h;
   std::memcpy(&h, copy->data(), sizeof(h));
-  if (h.status_size != ss || h.seq != seq ||
-      h.check != batch_check(h, copy->data() + sizeof(h), n))
+  if (h.status_size != ss || h.seq != seq || h.check != batch_check(h, copy->data() + sizeof(h), n))
     return BatchRead::kLanding;
   return BatchRead::kWhole;
 }

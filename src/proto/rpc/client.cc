@@ -140,8 +140,8 @@ proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
       wk.region = region_of(w, name);
       size_t end = slot_offset(client_, window_, slot_size_, window_ - 1) + slot_size_;
       if (end > wk.region.length)
-        bad_layout(fmt::format("{} ({} bytes) has no slots for client {}", name,
-                               wk.region.length, client_));
+        bad_layout(fmt::format("{} ({} bytes) has no slots for client {}", name, wk.region.length,
+                               client_));
     }
   }
   size_t slots_total = size_t{n_workers_} * window_;
@@ -236,8 +236,8 @@ size_t RpcClient::answer(const ResponseHeader& h, std::string_view value) {
   if (h.worker >= workers_.size() || h.client != client_ || h.epoch != epoch_) return 0;
   Worker& wk = workers_[h.worker];
   // A request the worker found as garbage is answered kMalformed without its op (wire.h).
-  const bool any_op =
-      h.op == kOpUnknown && h.status == static_cast<uint8_t>(WireStatus::kMalformed);
+  const bool any_op = h.op == kOpUnknown &&
+                      h.status == static_cast<uint8_t>(WireStatus::kMalformed);
   for (Slot& s : wk.slots) {
     if ((s.awaiting || s.zombie) && s.seq == h.seq && (s.op == h.op || any_op)) {
       bool run = s.awaiting;
@@ -335,9 +335,8 @@ Status RpcClient::wait_for_slot(const Worker& wk, size_t staging_len, const Dead
 // Writes the request where it travels from (wire.h): inline in worker w's slot si of tx_; its
 // key and value in staging and an IndirectBody in the slot; or, by SEND, whole in staging.
 // Returns the bytes to post.
-fabric::LocalBuffer RpcClient::encode(uint32_t w, uint32_t si, Carriage how,
-                                      const RequestFields& f, const proto::ClientRequest& r,
-                                      size_t off) {
+fabric::LocalBuffer RpcClient::encode(uint32_t w, uint32_t si, Carriage how, const RequestFields& f,
+                                      const proto::ClientRequest& r, size_t off) {
   fabric::Fabric& fabric = host_.fabric();
   const std::string_view key = r.key, value = r.value;
   fabric::LocalBuffer src;
@@ -424,8 +423,7 @@ Status RpcClient::submit(const proto::ClientRequest& r, Callback&& cb) {
   const Deadline d = Deadline::after_ms(timeout_ms_);
   uint32_t si = 0;
   size_t off = kNoStaging;
-  if (const Status st = wait_for_slot(wk, staging_len, d, &si, &off); st != Status::kOk)
-    return st;
+  if (const Status st = wait_for_slot(wk, staging_len, d, &si, &off); st != Status::kOk) return st;
   // The slot was derived from this seq, as the worker derives it (wire.h).
   const uint32_t seq = next_seq(wk.last_seq, window_);
   if (seq < wk.last_seq) seq_wraps_++;

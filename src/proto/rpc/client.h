@@ -8,8 +8,8 @@
 // nor our local buffer is overwritten while in use. Requests travel by WRITE into our slots of
 // the worker's request region (HERD sec. 4.2) or by SEND (HERD sec. 5.5), as the server's
 // layout says; a request larger than a slot is indirect (the worker READs key+value from our
-// staging region). Answers arrive as SENDs into receive buffers posted here (herd, pilaf), or wherever
-// the owning protocol finds them, which then hands them to answer() (server-reply's ring).
+// staging region). Answers arrive as SENDs into receive buffers posted here (herd, pilaf), or
+// wherever the owning protocol finds them, which then hands them to answer() (server-reply's ring).
 //
 // Used by composition: a protocol (src/proto/<name>/client.cc) owns one RpcClient and
 // forwards hello/open/submit/complete/expire to it. Owner thread only.
@@ -152,7 +152,7 @@ class RpcClient {
   struct Worker {
     fabric::PeerAddr peer = fabric::kNoPeer;  // request endpoint (w*k)
     fabric::RemoteRegion region;              // <requests_region>.<w>
-    uint32_t last_seq = 0;  // the seq of the last request posted (0: none yet)
+    uint32_t last_seq = 0;                    // the seq of the last request posted (0: none yet)
     std::vector<Slot> slots;
   };
   class StagingArena;
@@ -178,9 +178,7 @@ class RpcClient {
   void release_staging(Slot& s);
   void set_zombie(Slot& s, bool z);
   static void finish(Slot& s, Status st, std::string_view value, uint64_t version);
-  size_t tx_offset(uint32_t w, uint32_t s) const {
-    return (size_t{w} * window_ + s) * tx_stride_;
-  }
+  size_t tx_offset(uint32_t w, uint32_t s) const { return (size_t{w} * window_ + s) * tx_stride_; }
 
   proto::ClientHost& host_;
   ClientConfig config_;
@@ -196,7 +194,7 @@ class RpcClient {
   size_t tx_stride_ = 0;  // bytes per request slot in `tx_` (room for lock-free padding)
   bool send_transport_ = false;
   int timeout_ms_ = 2000;
-  uint32_t first_seq_ = 0;  // ClientTestHooks::first_seq (TEST ONLY)
+  uint32_t first_seq_ = 0;                       // ClientTestHooks::first_seq (TEST ONLY)
   uint64_t garbage_request_ = 0, requests_ = 0;  // ClientTestHooks::garbage_request (TEST ONLY)
   uint64_t seq_wraps_ = 0;
 

@@ -17,14 +17,14 @@ struct RpcLayout {
   uint32_t wire = kWireVersion;  // rpc/wire.h's version
   uint32_t window = 0;           // W: slots per client per worker
   uint32_t slot_size = 0;
-  uint32_t queues = 1;           // endpoints per worker (fabric addresses: workers x queues)
+  uint32_t queues = 1;              // endpoints per worker (fabric addresses: workers x queues)
   std::string transport = "write";  // how requests travel: "write" or "send" (rpc/options.h)
-  size_t recv_size = 0;          // the worker's receive buffers: the largest answer by SEND
+  size_t recv_size = 0;             // the worker's receive buffers: the largest answer by SEND
 };
 
 inline void to_json(nlohmann::json& j, const RpcLayout& l) {
-  j = {{"wire", l.wire},           {"window", l.window},       {"slot_size", l.slot_size},
-       {"queues", l.queues},       {"transport", l.transport}, {"recv_size", l.recv_size}};
+  j = {{"wire", l.wire},     {"window", l.window},       {"slot_size", l.slot_size},
+       {"queues", l.queues}, {"transport", l.transport}, {"recv_size", l.recv_size}};
 }
 // wire, queues, transport and recv_size may be absent (servers before them): the defaults
 // above are what such a server meant; a client that receives its answers checks recv_size.

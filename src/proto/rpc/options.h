@@ -25,8 +25,10 @@ inline std::optional<Transport> transport_from_string(std::string_view s) {
 struct Options {
   uint32_t window = 4;        // W: outstanding requests per client per worker (HERD sec. 4.2)
   uint32_t slot_size = 1024;  // bytes per request slot; larger requests go indirect
-  uint32_t queues = 1;        // multi-queue: SEND endpoints per worker, used in turn (Guidelines sec. 4.3.1)
-  bool batching = true;       // a round's answers leave together, FI_MORE on all but the last (Guidelines sec. 4.1)
+  uint32_t queues =
+      1;  // multi-queue: SEND endpoints per worker, used in turn (Guidelines sec. 4.3.1)
+  bool batching =
+      true;  // a round's answers leave together, FI_MORE on all but the last (Guidelines sec. 4.1)
 };
 
 // Declares these knobs (TOML table [rpc]; flags --window, --slot-size, --queues, --batching)

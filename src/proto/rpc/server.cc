@@ -6,8 +6,8 @@
 
 #include "common/log.h"
 #include "fabric/error.h"
-#include "proto/json.h"
 #include "proto/herd/options.h"
+#include "proto/json.h"
 #include "proto/rpc/handshake.h"
 #include "store/hash.h"
 #include "store/limits.h"
@@ -45,11 +45,11 @@ OpCode to_opcode(store::Op op) {
 struct RpcServer::ClientState {
   bool active = false;
   uint16_t epoch = 0;
-  bool slots = false;       // it WRITEs requests into its slots (else it only SENDs)
+  bool slots = false;            // it WRITEs requests into its slots (else it only SENDs)
   fabric::RemoteRegion staging;  // client memory the worker READs indirect bodies from
-  uint32_t exp = 1;         // next expected seq (slots: requests are in order; wire.h)
-  uint32_t stall = 0;       // polls the expected slot has looked wrong
-  uint32_t in_flight = 0;   // indirect READs outstanding for this epoch
+  uint32_t exp = 1;              // next expected seq (slots: requests are in order; wire.h)
+  uint32_t stall = 0;            // polls the expected slot has looked wrong
+  uint32_t in_flight = 0;        // indirect READs outstanding for this epoch
 };
 
 struct RpcServer::Pending {
@@ -297,8 +297,7 @@ bool RpcServer::accept_st(uint32_t c, const RequestHeader& h, const char* msg) {
       p.req.op = store::Op::kDel;
       op_counter = &counters_.dels;
       break;
-    default:
-      break;
+    default: break;
   }
   WireStatus refuse = WireStatus::kOk;
   if (op_counter == nullptr) refuse = WireStatus::kMalformed;
@@ -465,11 +464,12 @@ void RpcServer::flush_nexts_st() {
 
 nlohmann::json RpcServer::stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  nlohmann::json j = {{"requests", r(counters_.requests)},   {"gets", r(counters_.gets)},
-          {"puts", r(counters_.puts)},           {"dels", r(counters_.dels)},
-          {"malformed", r(counters_.malformed)}, {"garbage_slots", r(counters_.garbage)},
-          {"indirect", r(counters_.indirect)},   {"read_errors", r(counters_.read_errors)},
-          {"batches", r(counters_.batches)}};
+  nlohmann::json j = {
+      {"requests", r(counters_.requests)},   {"gets", r(counters_.gets)},
+      {"puts", r(counters_.puts)},           {"dels", r(counters_.dels)},
+      {"malformed", r(counters_.malformed)}, {"garbage_slots", r(counters_.garbage)},
+      {"indirect", r(counters_.indirect)},   {"read_errors", r(counters_.read_errors)},
+      {"batches", r(counters_.batches)}};
   if (cfg_.next) {
     j["nexts"] = r(counters_.nexts);
     j["next_errors"] = r(counters_.next_errors);

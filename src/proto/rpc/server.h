@@ -95,7 +95,7 @@ class RpcServer : public proto::ServerProtocol {
   void reply_error_st(uint32_t c, uint16_t epoch, uint32_t seq, uint8_t op, WireStatus st);
   char* answer_slot(uint32_t c, uint32_t seq) const;
 
-  size_t stride_ = 0;  // bytes per answer buffer
+  size_t stride_ = 0;                                  // bytes per answer buffer
   std::unique_ptr<fabric::RegisteredBuffer> region_;   // request slots (clients WRITE here)
   std::unique_ptr<fabric::RegisteredBuffer> tx_;       // answers, one per (client, slot)
   std::unique_ptr<fabric::RegisteredBuffer> staging_;  // indirect request bodies READ here
@@ -111,7 +111,7 @@ class RpcServer : public proto::ServerProtocol {
   std::vector<Pending> batch_;        // requests collected this round
   std::vector<Next> nexts_;           // kNext requests collected this round, in arrival order
   std::vector<store::Request> reqs_;  // batch_'s engine requests (kept to avoid reallocation)
-  bool stalled_ = false;  // the last poll_st saw a slot torn or garbage (busy_st)
+  bool stalled_ = false;              // the last poll_st saw a slot torn or garbage (busy_st)
 
   struct Counters {
     std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},

@@ -58,8 +58,8 @@ inline constexpr uint32_t seq_slot(uint32_t seq, uint32_t window) { return (seq 
 inline constexpr uint32_t prev_in_slot(uint32_t seq, uint32_t window) {
   return seq > window ? seq - window : seq_cycle(window) - window + seq;
 }
-// A client's first seq: `requested` (proto::ClientTestHooks::first_seq, TEST ONLY, told in the Hello)
-// when it is one, else 1. Both sides apply it to the same W.
+// A client's first seq: `requested` (proto::ClientTestHooks::first_seq, TEST ONLY, told in the
+// Hello) when it is one, else 1. Both sides apply it to the same W.
 inline constexpr uint32_t first_seq(uint64_t requested, uint32_t window) {
   return requested >= 1 && requested <= seq_cycle(window) ? static_cast<uint32_t>(requested) : 1;
 }
@@ -95,16 +95,16 @@ enum class WireStatus : uint8_t {
 
 // 32 bytes at the start of every request (a slot, or a SEND message).
 struct RequestHeader {
-  uint32_t seq;          // per (client, worker) request number, starts at 1; 0 = empty slot
-  uint16_t client;       // client index handed out at connect
-  uint16_t epoch;        // client incarnation of that index (a reused index gets a new one)
-  uint8_t op;            // OpCode
-  uint8_t flags;         // kFlagIndirect
-  uint16_t key_len;      // 1..250
-  uint32_t value_len;    // kPut: value bytes (inline or indirect); else 0
+  uint32_t seq;               // per (client, worker) request number, starts at 1; 0 = empty slot
+  uint16_t client;            // client index handed out at connect
+  uint16_t epoch;             // client incarnation of that index (a reused index gets a new one)
+  uint8_t op;                 // OpCode
+  uint8_t flags;              // kFlagIndirect
+  uint16_t key_len;           // 1..250
+  uint32_t value_len;         // kPut: value bytes (inline or indirect); else 0
   uint64_t expected_version;  // kPut: memcached cas; 0 = unconditional
-  uint32_t expire_at;    // kPut: absolute Unix seconds, 0 = never
-  uint32_t check;        // request_check(): over the fields above and the body
+  uint32_t expire_at;         // kPut: absolute Unix seconds, 0 = never
+  uint32_t check;             // request_check(): over the fields above and the body
 };
 static_assert(sizeof(RequestHeader) == 32 && alignof(RequestHeader) == 8);
 
@@ -118,9 +118,9 @@ static_assert(offsetof(RequestHeader, seq) == offsetof(proto::MessagePrefix, seq
 // After the header: key bytes then value bytes (inline), or one IndirectBody (indirect), then
 // the trailer at the next 4-byte boundary.
 struct IndirectBody {
-  uint64_t addr;   // where the worker READs key+value from: client RemoteRegion addr + offset
-  uint64_t rkey;   // that region's key
-  uint64_t length; // key_len + value_len
+  uint64_t addr;    // where the worker READs key+value from: client RemoteRegion addr + offset
+  uint64_t rkey;    // that region's key
+  uint64_t length;  // key_len + value_len
 };
 static_assert(sizeof(IndirectBody) == 24);
 
@@ -145,8 +145,8 @@ inline size_t request_bytes(size_t body_bytes) {
 // never matches a new header.
 inline uint32_t request_check(const RequestHeader& h, const void* body, size_t n) {
   constexpr size_t kFrom = offsetof(RequestHeader, client), kTo = offsetof(RequestHeader, check);
-  const uint64_t fields =
-      XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom, kTo - kFrom, h.seq);
+  const uint64_t fields = XXH3_64bits_withSeed(reinterpret_cast<const char*>(&h) + kFrom,
+                                               kTo - kFrom, h.seq);
   return static_cast<uint32_t>(XXH3_64bits_withSeed(body, n, fields));
 }
 
@@ -209,7 +209,7 @@ struct ResponseHeader {
   uint64_t version;    // kGet: item version; kPut: new version; kNext: the value
   uint16_t client;     // the request's client index and epoch (v2)
   uint16_t epoch;
-  uint32_t reserved;   // 0
+  uint32_t reserved;  // 0
 };
 static_assert(sizeof(ResponseHeader) == 32 && alignof(ResponseHeader) == 8);
 

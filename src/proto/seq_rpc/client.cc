@@ -15,8 +15,7 @@ namespace {
 class SeqRpcClient final : public proto::ClientProtocol {
  public:
   SeqRpcClient(proto::ClientHost& host, const proto::ClientSettings& o)
-      : transport_(o.transport),
-        rpc_(host, rpc::ClientConfig{"seq-rpc.requests", true, true}) {}
+      : transport_(o.transport), rpc_(host, rpc::ClientConfig{"seq-rpc.requests", true, true}) {}
 
   void hello(nlohmann::json* payload) override {
     (*payload)["protocol"] = proto::info(proto::Id::seq_rpc).name;

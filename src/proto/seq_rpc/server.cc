@@ -7,8 +7,8 @@
 // piece does the rest (proto/rpc/server.h, Config::next). No engine: the worker runs none when
 // only sequencers are served (server/options.h, needed_engine).
 
-#include "fabric/isolation.h"
 #include "proto/rpc/server.h"
+#include "fabric/isolation.h"
 #include "proto/seq/counter.h"
 
 namespace fabkv::seq_rpc {

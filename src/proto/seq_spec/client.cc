@@ -151,7 +151,8 @@ class SeqSpecClient final : public proto::ClientProtocol {
             {"speculated", speculated_},
             {"misspeculated", misspeculated_},
             {"misspeculation_rate",
-             answers == 0 ? 0.0 : static_cast<double>(misspeculated_) / static_cast<double>(answers)}};
+             answers == 0 ? 0.0
+                          : static_cast<double>(misspeculated_) / static_cast<double>(answers)}};
   }
 
  private:

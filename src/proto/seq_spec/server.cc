@@ -113,8 +113,7 @@ class SeqSpecServer final : public proto::ServerProtocol {
       const Pending& p = pending_[i];
       const uint64_t v = first == 0 ? 0 : first + i;  // 0: the client reports an error
       if (v != 0 && static_cast<uint32_t>(v >> 32) == p.guess) {
-        worker_.reply_imm_st(p.client, p.epoch, fabric::LocalBuffer{},
-                             static_cast<uint32_t>(v));
+        worker_.reply_imm_st(p.client, p.epoch, fabric::LocalBuffer{}, static_cast<uint32_t>(v));
         continue;
       }
       if (v != 0) add_st(misspeculated_);

@@ -42,9 +42,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
     rpc_.for_each_waiting([&](uint32_t w, uint32_t seq) { ran += take(w, seq); });
     return ran;
   }
-  size_t expire(bool all) override {
-    return all || rpc_.in_flight() > 0 ? rpc_.expire(all) : 0;
-  }
+  size_t expire(bool all) override { return all || rpc_.in_flight() > 0 ? rpc_.expire(all) : 0; }
   size_t in_flight() const override { return rpc_.in_flight(); }
   nlohmann::json counters() const override {
     nlohmann::json j = nlohmann::json::object();
@@ -80,7 +78,7 @@ class ServerReplyClient final : public proto::ClientProtocol {
   rpc::AnswerRing ring_;  // the worker WRITEs answers here
   uint32_t workers_ = 0, window_ = 0;
   size_t max_value_ = 0;
-  std::string copy_;  // the answer (header and value) copied out of the ring
+  std::string copy_;    // the answer (header and value) copied out of the ring
   uint32_t depth_ = 0;  // take()s running a callback
 };
 

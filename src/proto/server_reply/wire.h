@@ -49,8 +49,8 @@ inline size_t ring_bytes(uint32_t workers, uint32_t window, size_t max_value) {
 // Over the header and the value that follows it, seeded with seq: an answer from an earlier
 // use of the slot never matches a new header.
 inline uint32_t response_check(const void* header_and_value, size_t value_len, uint32_t seq) {
-  return static_cast<uint32_t>(
-      XXH3_64bits_withSeed(header_and_value, sizeof(rpc::ResponseHeader) + value_len, seq));
+  return static_cast<uint32_t>(XXH3_64bits_withSeed(header_and_value,
+                                                    sizeof(rpc::ResponseHeader) + value_len, seq));
 }
 
 // The answer to `seq` in its ring slot, if it has landed whole: copies header and value into
@@ -66,8 +66,8 @@ inline uint32_t response_check(const void* header_and_value, size_t value_len, u
 template <class Landing = rpc::NothingLands>
 inline bool read_answer(char* slot, uint32_t seq, size_t max_value, std::string* copy,
                         Landing&& landing = {}) {
-  if (std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot)).load(std::memory_order_acquire) !=
-      seq)
+  if (std::atomic_ref<uint32_t>(*reinterpret_cast<uint32_t*>(slot))
+          .load(std::memory_order_acquire) != seq)
     return false;
   landing();
   // Only to find the trailer: a torn length finds no trailer with our seq, or fails the
