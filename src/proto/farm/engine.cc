@@ -12,29 +12,23 @@
 
 namespace fabkv::farm {
 
+using read_table::kPage;
+using read_table::publish;
+using read_table::round_up;
 using store::add_st;
 using store::kMaxKeySize;
-using store::kMaxValueSizeLimit;
-using store::realtime_seconds;
 using store::sub_st;
 
 namespace {
 
-constexpr size_t kPage = 4096;
 constexpr uint64_t kMinHomes = 16;
 constexpr uint64_t kNoHome = ~uint64_t{0};
-
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-// Orders every store before it ahead of every store after it, for readers as for the compiler
-// (x86-TSO keeps store order; the fence keeps the compiler from moving the memcpys across).
-inline void publish() { std::atomic_thread_fence(std::memory_order_release); }
 
 }  // namespace
 
 // One generation: two mappings, the heap over the second, and the server's private home of
 // every bucket's item (kNoHome = free), which the displacement search needs and clients don't.
-struct Engine::Gen {
+struct Gen {
   Gen(uint64_t homes, size_t bucket_bytes, size_t extent_bytes, bool huge, bool prefault)
       : table_mem(farm::table_bytes(homes, bucket_bytes), huge, prefault),
         extent_mem(extent_bytes, huge, prefault),
@@ -84,31 +78,27 @@ struct Engine::Gen {
   uint64_t used = 0, indirect = 0;
 };
 
+}  // namespace fabkv::farm
+
+template class fabkv::read_table::Engine<fabkv::farm::Engine, fabkv::farm::Gen,
+                                         fabkv::farm::Generation>;
+
+namespace fabkv::farm {
+
 Engine::Engine(const store::EngineOptions& opts, const EngineConfig& fopts)
-    : gens_(fopts.retire_grace_ms, opts.clock != nullptr ? opts.clock : &store::realtime_seconds,
-            opts.clock_ctx),
+    : read_table::Engine<Engine, Gen, Generation>(opts, fopts.retire_grace_ms),
       pointers_only_(fopts.pointers_only),
       inline_(pointers_only_ ? farm::kPointerBytes
                              : std::max(round_up(fopts.inline_bytes, 8), farm::kPointerBytes)),
       bucket_bytes_(farm::bucket_bytes(inline_)),
       probe_range_(std::max<uint32_t>(fopts.probe_range, kNeighbourhood)),
       huge_pages_(opts.huge_pages),
-      prefault_(opts.prefault),
-      version_(opts.first_version == 0 ? 1 : opts.first_version),
-      max_value_(opts.max_value_size),
-      clock_(opts.clock != nullptr ? opts.clock : &realtime_seconds),
-      clock_ctx_(opts.clock_ctx) {
-  if (opts.max_value_size > kMaxValueSizeLimit)
-    throw std::runtime_error("store: max_value_size " + std::to_string(opts.max_value_size) +
-                             " exceeds the limit " + std::to_string(kMaxValueSizeLimit));
+      prefault_(opts.prefault) {
   if (inline_ > 4096) throw std::runtime_error("store: farm inline bytes above 4096");
   scratch_.resize(bucket_bytes_);
   cap_ = fopts.memory_bytes != 0 ? fopts.memory_bytes : opts.memory_bytes;
-  // One record of the largest size must fit a fresh heap (block header, 16-byte granules, the
-  // heap's end marker).
-  min_extent_bytes_ = round_up(
-      round_up(farm::record_bytes(kMaxKeySize, max_value_) + 8, store::Heap::kBlockAlign) + 16,
-      kPage);
+  // One record of the largest size must fit a fresh heap.
+  min_extent_bytes_ = min_extent_bytes(farm::record_bytes(kMaxKeySize, max_value_));
   uint64_t homes = std::max<uint64_t>(fopts.initial_homes, kMinHomes);
   size_t extents = std::max(round_up(fopts.initial_extent_bytes, kPage), min_extent_bytes_);
   if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
@@ -129,8 +119,8 @@ Engine::Engine(const store::EngineOptions& opts, const EngineConfig& fopts)
 
 Engine::~Engine() = default;
 
-std::unique_ptr<Engine::Gen> Engine::map_gen(uint64_t homes, size_t extent_bytes,
-                                             uint32_t generation) const {
+std::unique_ptr<Gen> Engine::map_gen(uint64_t homes, size_t extent_bytes,
+                                     uint32_t generation) const {
   auto g = std::make_unique<Gen>(homes, bucket_bytes_, extent_bytes, huge_pages_, prefault_);
   // Anonymous mappings are zero: every bucket is empty already.
   TableHeader h{};
@@ -156,12 +146,6 @@ void Engine::publish_sizes() {
                      std::memory_order_relaxed);
 }
 
-void Engine::set_hooks(Hooks h) { gens_.set_hooks(std::move(h)); }
-void Engine::reap_retired() { gens_.reap(); }
-void Engine::publish_clock() { gens_.publish_clock(); }
-
-const Generation& Engine::current() const { return live().info; }
-
 store::EngineMemory Engine::memory() const {
   return store::EngineMemory{live().info.table, live().info.table_bytes, live().info.huge_pages};
 }
@@ -174,7 +158,8 @@ Engine::FarmStats Engine::farm_stats() const {
 
 // ---- table operations ----------------------------------------------------------------------
 
-Engine::Found Engine::find(const Gen& g, std::string_view key, const farm::KeyHome& kh) const {
+Engine::Found Engine::find(const Gen& g, std::string_view key) const {
+  const farm::KeyHome kh = farm::key_home(key, g.info.homes);
   for (uint64_t b = kh.home; b < kh.home + kNeighbourhood; ++b) {
     if (g.home_of[b] != kh.home) continue;  // free, or another home's key
     const BucketHeader h = g.header_of(b);
@@ -273,7 +258,7 @@ void Engine::remove_at(Gen& g, uint64_t b) {
 
 // ---- growth --------------------------------------------------------------------------------
 
-std::unique_ptr<Engine::Gen> Engine::build(uint64_t homes, size_t extent_bytes) {
+std::unique_ptr<Gen> Engine::build(uint64_t homes, size_t extent_bytes) {
   const Gen& old = live();
   auto g = map_gen(homes, extent_bytes, old.info.generation + 1);
   std::vector<std::byte> b(bucket_bytes_);
@@ -305,12 +290,8 @@ store::Status Engine::grow(bool more_homes, bool more_extents, size_t record) {
   // Clamp to the cap: a growth may be smaller than 2x, but must still grow what ran out.
   if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
     if (more_extents) {
-      const size_t table = farm::table_bytes(homes, bucket_bytes_);
-      extents = cap_ > table ? (cap_ - table) / kPage * kPage : 0;
-      if (extents <= old.info.extent_bytes) return store::Status::kNoSpace;
-      const size_t block = round_up(record + 8, store::Heap::kBlockAlign);
-      if (old.heap.used_bytes() + block + 2 * store::Heap::kBlockAlign > extents)
-        return store::Status::kNoSpace;
+      extents = clamped_extents(cap_, farm::table_bytes(homes, bucket_bytes_), record);
+      if (extents == 0) return store::Status::kNoSpace;
     } else {
       while (homes > old.info.homes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
         homes -= std::max<uint64_t>(1, (homes - old.info.homes) / 2);
@@ -348,53 +329,19 @@ store::Status Engine::grow(bool more_homes, bool more_extents, size_t record) {
 
 // ---- data path -----------------------------------------------------------------------------
 
-store::Status Engine::get(store::KeyHash, std::string_view key, store::ItemView& out) {
-  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
-  Gen& g = live();
-  const Found f = find(g, key, farm::key_home(key, g.info.homes));
-  if (f.ok) {
-    const BucketHeader h = g.header_of(f.bucket);
-    if (!expired(h.expire_at)) {
-      out.value = g.value_of(f.bucket);
-      out.version = h.version;
-      out.expire_at = h.expire_at;
-      add_st(stats_.hits);
-      return store::Status::kOk;
-    }
-    remove_at(g, f.bucket);
-    add_st(stats_.expired);
-  }
-  add_st(stats_.misses);
-  return store::Status::kNotFound;
+Engine::Item Engine::item_at(const Gen& g, uint64_t b) const {
+  const BucketHeader h = g.header_of(b);
+  return Item{h.version, h.expire_at};
 }
 
-store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view value,
-                          const store::PutOptions& opts, uint64_t* new_version) {
-  if (store::Status st = check_key(key, stats_, value.size(), max_value_); st != store::Status::kOk)
-    return st;
-  Found f = find(live(), key, farm::key_home(key, live().info.homes));
-  BucketHeader old{};
-  if (f.ok) {
-    old = live().header_of(f.bucket);
-    if (expired(old.expire_at)) {
-      remove_at(live(), f.bucket);
-      add_st(stats_.expired);
-      f = Found{};
-    }
-  }
-  if (opts.expected_version != 0) {
-    if (!f.ok) return store::Status::kNotFound;
-    if (old.version != opts.expected_version) {
-      add_st(stats_.version_mismatches);
-      return store::Status::kVersionMismatch;
-    }
-  }
+std::string_view Engine::value_at(const Gen& g, uint64_t b) const { return g.value_of(b); }
 
+std::optional<uint64_t> Engine::place(std::string_view key, std::string_view value,
+                                      const store::PutOptions& opts, Found f) {
   const bool indirect = pointers_only_ || key.size() + value.size() > inline_;
   const size_t rec = indirect ? farm::record_bytes(key.size(), value.size()) : 0;
-  // `value` may be a view of this engine's memory (an earlier get()): it is copied into the
-  // record or the scratch bucket before any bucket of the table is written, and a growth keeps
-  // the old generation mapped.
+  // `value` is copied into the record or the scratch bucket before any bucket of the table is
+  // written.
   for (;;) {
     Gen& g = live();
     const farm::KeyHome kh = farm::key_home(key, g.info.homes);
@@ -409,11 +356,8 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
     const bool need_extents = indirect && off == store::Heap::kNil;
     if (need_homes || need_extents) {
       if (off != store::Heap::kNil) g.heap.free(off);
-      if (grow(need_homes, need_extents, rec) != store::Status::kOk) {
-        add_st(stats_.no_space);
-        return store::Status::kNoSpace;
-      }
-      f = find(live(), key, farm::key_home(key, live().info.homes));
+      if (grow(need_homes, need_extents, rec) != store::Status::kOk) return std::nullopt;
+      f = find(live(), key);
       continue;
     }
 
@@ -450,9 +394,10 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
 
     // 2. The bucket; 3. (update of an indirect item) the old record goes back to the heap.
     if (f.ok) {
-      const uint64_t old_off = old.flags == farm::kIndirect ? g.pointer_of(f.bucket).extent_offset
-                                                            : store::Heap::kNil;
-      std::memcpy(g.bucket(f.bucket), b, bucket_bytes_);
+      const uint64_t old_off = g.header_of(f.at).flags == farm::kIndirect
+                                   ? g.pointer_of(f.at).extent_offset
+                                   : store::Heap::kNil;
+      std::memcpy(g.bucket(f.at), b, bucket_bytes_);
       publish();
       if (old_off != store::Heap::kNil) {
         g.heap.free(old_off);
@@ -464,31 +409,8 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
       add_st(stats_.items);
     }
     if (indirect) ++g.indirect;
-    add_st(stats_.puts);
-    publish_sizes();
-    publish();
-    if (new_version != nullptr) *new_version = version;
-    return store::Status::kOk;
+    return version;
   }
-}
-
-store::Status Engine::del(store::KeyHash, std::string_view key) {
-  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
-  Gen& g = live();
-  const Found f = find(g, key, farm::key_home(key, g.info.homes));
-  if (!f.ok) return store::Status::kNotFound;
-  const bool was_expired = expired(g.header_of(f.bucket).expire_at);
-  remove_at(g, f.bucket);
-  if (was_expired) {
-    add_st(stats_.expired);
-    return store::Status::kNotFound;
-  }
-  add_st(stats_.dels);
-  return store::Status::kOk;
-}
-
-void Engine::run_batch(std::span<const store::Request> reqs, store::CompletionFn done, size_t gap) {
-  run_pipeline(*this, reqs, done, gap);
 }
 
 // ---- client rules, checks ------------------------------------------------------------------

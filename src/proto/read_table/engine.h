@@ -1,0 +1,218 @@
+// The item rules of an engine whose table clients READ (pilaf's cuckoo table, farm's hopscotch
+// table), written once: the key check, expiry by the clock the table header publishes, the
+// version check, the stats, and the get/put/del skeleton around the table's own find, insert
+// and remove. Derived (proto/pilaf/engine.h, proto/farm/engine.h) keeps what its table owns and
+// gives, for its Gen (one generation, generations.h) and Info (what the hooks see):
+//   Found find(const Gen&, std::string_view key) const;     the key's place in the live table
+//   Item item_at(const Gen&, uint64_t at) const;             version and expiry of the item there
+//   std::string_view value_at(const Gen&, uint64_t at) const;
+//   void remove_at(Gen&, uint64_t at);                       zero it, free its record, stats.items
+//   std::optional<uint64_t> place(key, value, const store::PutOptions&, Found);  the item written
+//     (over `Found` when ok, else as a new key; growing as needed), its version; none = no room
+//   void publish_sizes();                                    the size stats of the live generation
+//
+// Threads: as every engine (store/engine.h): one owner thread, except memory_bytes() and stats().
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "proto/read_table/generations.h"
+#include "store/engine.h"
+#include "store/heap.h"
+#include "store/pipeline.h"
+
+namespace fabkv::read_table {
+
+inline constexpr size_t kPage = 4096;
+
+inline size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+template <class Derived, class Gen, class Info>
+class Engine : public store::Engine {
+ public:
+  using store::Engine::del;
+  using store::Engine::get;
+  using store::Engine::put;
+  using store::Engine::run_batch;
+
+  store::Status get(store::KeyHash, std::string_view key, store::ItemView& out) override {
+    if (store::Status st = store::check_key(key, stats_); st != store::Status::kOk) return st;
+    Gen& g = live();
+    const Found f = self().find(g, key);
+    if (f.ok) {
+      const Item it = self().item_at(g, f.at);
+      if (!expired(it.expire_at)) {
+        out.value = self().value_at(g, f.at);
+        out.version = it.version;
+        out.expire_at = it.expire_at;
+        store::add_st(stats_.hits);
+        return store::Status::kOk;
+      }
+      self().remove_at(g, f.at);
+      store::add_st(stats_.expired);
+    }
+    store::add_st(stats_.misses);
+    return store::Status::kNotFound;
+  }
+
+  store::Status put(store::KeyHash, std::string_view key, std::string_view value,
+                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override {
+    if (store::Status st = store::check_key(key, stats_, value.size(), max_value_);
+        st != store::Status::kOk)
+      return st;
+    Found f = self().find(live(), key);
+    Item old{};
+    if (f.ok) {
+      old = self().item_at(live(), f.at);
+      if (expired(old.expire_at)) {
+        self().remove_at(live(), f.at);
+        store::add_st(stats_.expired);
+        f = Found{};
+      }
+    }
+    if (opts.expected_version != 0) {
+      if (!f.ok) return store::Status::kNotFound;
+      if (old.version != opts.expected_version) {
+        store::add_st(stats_.version_mismatches);
+        return store::Status::kVersionMismatch;
+      }
+    }
+    // `value` may be a view of this engine's memory (an earlier get()): place() copies it
+    // before it changes the table, and a growth keeps the old generation mapped.
+    const std::optional<uint64_t> version = self().place(key, value, opts, f);
+    if (!version) {
+      store::add_st(stats_.no_space);
+      return store::Status::kNoSpace;
+    }
+    store::add_st(stats_.puts);
+    self().publish_sizes();
+    publish();
+    if (new_version != nullptr) *new_version = *version;
+    return store::Status::kOk;
+  }
+
+  store::Status del(store::KeyHash, std::string_view key) override {
+    if (store::Status st = store::check_key(key, stats_); st != store::Status::kOk) return st;
+    Gen& g = live();
+    const Found f = self().find(g, key);
+    if (!f.ok) return store::Status::kNotFound;
+    const bool was_expired = expired(self().item_at(g, f.at).expire_at);
+    self().remove_at(g, f.at);
+    if (was_expired) {
+      store::add_st(stats_.expired);
+      return store::Status::kNotFound;
+    }
+    store::add_st(stats_.dels);
+    return store::Status::kOk;
+  }
+
+  // A key's place comes from the table's own hash of it, which the store::KeyHash of the
+  // pipeline stages cannot give: no prefetch.
+  void prefetch_index(store::KeyHash) const override {}
+  void prefetch_item(store::KeyHash) const override {}
+  void run_batch(std::span<const store::Request> reqs, store::CompletionFn done,
+                 size_t gap = 0) override {
+    store::run_pipeline(self(), reqs, done, gap);  // Derived is final: no virtual calls
+  }
+  size_t max_value_size() const override { return max_value_; }
+  void housekeeping() override { reap_retired(); }
+
+  // These four need Gen complete: defined below, instantiated by the engine's .cc only (its
+  // header declares the instantiation extern).
+  // Installs the hooks and calls h.on_live(current()) at once.
+  void set_hooks(Hooks<Info> h);
+  // The live generation; the reference is valid until the next put() (a growth).
+  const Info& current() const;
+  // Releases retired generations whose grace is over and publishes the clock (generations.h).
+  void reap_retired();
+  // Writes the expiry clock into the live table header, where clients READ it.
+  void publish_clock();
+  // Table + extent bytes of the live generation; any thread.
+  size_t memory_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
+  // Tests: called on the owner thread after every write of a move on the live table (its
+  // header's moves odd then), to check what a reader could see at that instant.
+  void set_move_observer(std::function<void()> f) { move_observer_ = std::move(f); }
+
+ protected:
+  struct Found {
+    uint64_t at = 0;  // slot or bucket
+    bool ok = false;
+  };
+  struct Item {
+    uint64_t version = 0;
+    uint32_t expire_at = 0;
+  };
+
+  // Throws std::runtime_error for max_value_size above the limit.
+  Engine(const store::EngineOptions& opts, uint32_t retire_grace_ms)
+      : gens_(retire_grace_ms, opts.clock != nullptr ? opts.clock : &store::realtime_seconds,
+              opts.clock_ctx),
+        version_(opts.first_version == 0 ? 1 : opts.first_version),
+        max_value_(opts.max_value_size),
+        clock_(opts.clock != nullptr ? opts.clock : &store::realtime_seconds),
+        clock_ctx_(opts.clock_ctx) {
+    if (opts.max_value_size > store::kMaxValueSizeLimit)
+      throw std::runtime_error("store: max_value_size " + std::to_string(opts.max_value_size) +
+                               " exceeds the limit " + std::to_string(store::kMaxValueSizeLimit));
+  }
+
+  Gen& live() const { return gens_.live(); }
+  bool expired(uint32_t expire_at) const {
+    return expire_at != 0 && clock_(clock_ctx_) >= expire_at;
+  }
+  // Extent bytes a fresh heap needs for one record of `record` bytes: its block (8-byte header,
+  // 16-byte granules) plus the heap's 16-byte end marker, in whole pages.
+  static size_t min_extent_bytes(size_t record) {
+    return round_up(round_up(record + 8, store::Heap::kBlockAlign) + 16, kPage);
+  }
+  // A growth of the extents clamped to `cap` beside a table of `table` bytes: the new extent
+  // bytes, or 0 (kNoSpace) when they would not grow or could not hold the live heap's items,
+  // which pack into the front of the new heap, plus a `record`-byte record and the end marker.
+  size_t clamped_extents(size_t cap, size_t table, size_t record) const {
+    const Gen& old = live();
+    const size_t extents = cap > table ? (cap - table) / kPage * kPage : 0;
+    if (extents <= old.info.extent_bytes) return 0;
+    const size_t block = round_up(record + 8, store::Heap::kBlockAlign);
+    if (old.heap.used_bytes() + block + 2 * store::Heap::kBlockAlign > extents) return 0;
+    return extents;
+  }
+
+  Generations<Gen, Info> gens_;
+  std::function<void()> move_observer_;
+  uint64_t version_ = 1;
+  size_t max_value_ = 0;
+  store::ClockFn clock_;
+  void* clock_ctx_;
+  std::atomic<size_t> live_bytes_{0};
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
+template <class Derived, class Gen, class Info>
+void Engine<Derived, Gen, Info>::set_hooks(Hooks<Info> h) {
+  gens_.set_hooks(std::move(h));
+}
+template <class Derived, class Gen, class Info>
+const Info& Engine<Derived, Gen, Info>::current() const {
+  return live().info;
+}
+template <class Derived, class Gen, class Info>
+void Engine<Derived, Gen, Info>::reap_retired() {
+  gens_.reap();
+}
+template <class Derived, class Gen, class Info>
+void Engine<Derived, Gen, Info>::publish_clock() {
+  gens_.publish_clock();
+}
+
+}  // namespace fabkv::read_table
