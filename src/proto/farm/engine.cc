@@ -12,7 +12,6 @@
 
 namespace fabkv::farm {
 
-using read_table::kPage;
 using read_table::publish;
 using read_table::round_up;
 using store::add_st;
@@ -86,32 +85,20 @@ template class fabkv::read_table::Engine<fabkv::farm::Engine, fabkv::farm::Gen,
 namespace fabkv::farm {
 
 Engine::Engine(const store::EngineOptions& opts, const EngineConfig& fopts)
-    : read_table::Engine<Engine, Gen, Generation>(opts, fopts.retire_grace_ms),
+    : read_table::Engine<Engine, Gen, Generation>(opts, fopts.retire_grace_ms, fopts.memory_bytes,
+                                                  farm::record_bytes(kMaxKeySize,
+                                                                     opts.max_value_size)),
       pointers_only_(fopts.pointers_only),
       inline_(pointers_only_ ? farm::kPointerBytes
                              : std::max(round_up(fopts.inline_bytes, 8), farm::kPointerBytes)),
       bucket_bytes_(farm::bucket_bytes(inline_)),
-      probe_range_(std::max<uint32_t>(fopts.probe_range, kNeighbourhood)),
-      huge_pages_(opts.huge_pages),
-      prefault_(opts.prefault) {
+      probe_range_(std::max<uint32_t>(fopts.probe_range, kNeighbourhood)) {
   if (inline_ > 4096) throw std::runtime_error("store: farm inline bytes above 4096");
   scratch_.resize(bucket_bytes_);
-  cap_ = fopts.memory_bytes != 0 ? fopts.memory_bytes : opts.memory_bytes;
-  // One record of the largest size must fit a fresh heap.
-  min_extent_bytes_ = min_extent_bytes(farm::record_bytes(kMaxKeySize, max_value_));
   uint64_t homes = std::max<uint64_t>(fopts.initial_homes, kMinHomes);
-  size_t extents = std::max(round_up(fopts.initial_extent_bytes, kPage), min_extent_bytes_);
-  if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
-    const size_t table = farm::table_bytes(homes, bucket_bytes_);
-    extents = cap_ > table ? std::max(min_extent_bytes_, (cap_ - table) / kPage * kPage)
-                           : min_extent_bytes_;
-    if (extents + farm::table_bytes(kMinHomes, bucket_bytes_) > cap_)
-      throw std::runtime_error("store: farm memory cap of " + std::to_string(cap_) +
-                               " bytes cannot hold a table and one record of " +
-                               std::to_string(max_value_) + " bytes");
-    while (homes > kMinHomes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
-      homes /= 2;
-  }
+  const size_t extents = first_extents(fopts.initial_extent_bytes, table_size(homes),
+                                       table_size(kMinHomes), "farm");
+  while (homes > kMinHomes && table_size(homes) + extents > cap_) homes /= 2;
   gens_.start(map_gen(homes, extents, 1));
   publish_sizes();
   publish();
@@ -152,7 +139,7 @@ store::EngineMemory Engine::memory() const {
 
 Engine::FarmStats Engine::farm_stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return FarmStats{r(growths_),      r(displacements_),  r(moved_keys_),
+  return FarmStats{r(growths_),      r(paths_),          r(moved_keys_),
                    r(used_buckets_), r(indirect_items_), gens_.retired_live()};
 }
 
@@ -207,28 +194,17 @@ void Engine::apply_chain(Gen& g, const std::vector<uint64_t>& chain, const std::
     publish();
     return;
   }
-  std::atomic_ref<uint64_t> moves(g.header()->moves);
-  const uint64_t m = moves.load(std::memory_order_relaxed);
-  moves.store(m + 1, std::memory_order_release);  // odd: keys are moving
-  publish();
-  const bool observe = live && move_observer_;
   // Each key is copied into the free bucket first (it is in two buckets of its neighbourhood
   // then), and only the next step overwrites its old bucket: it is never in none.
-  for (size_t i = 1; i < chain.size(); ++i) {
-    std::memcpy(g.bucket(chain[i - 1]), g.bucket(chain[i]), bucket_bytes_);
-    g.home_of[chain[i - 1]] = g.home_of[chain[i]];
-    publish();
-    if (observe) move_observer_();
-  }
-  std::memcpy(g.bucket(chain.back()), bucket, bucket_bytes_);
-  g.home_of[chain.back()] = home;
-  publish();
-  if (observe) move_observer_();
-  moves.store(m + 2, std::memory_order_release);  // even: settled
-  if (live) {
-    add_st(displacements_);
-    add_st(moved_keys_, chain.size() - 1);
-  }
+  move_keys(g, live, chain.size(), [&](size_t i) {
+    if (i + 1 < chain.size()) {
+      std::memcpy(g.bucket(chain[i]), g.bucket(chain[i + 1]), bucket_bytes_);
+      g.home_of[chain[i]] = g.home_of[chain[i + 1]];
+    } else {
+      std::memcpy(g.bucket(chain.back()), bucket, bucket_bytes_);
+      g.home_of[chain.back()] = home;
+    }
+  });
 }
 
 bool Engine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool live) {
@@ -239,7 +215,7 @@ bool Engine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool live) {
   return true;
 }
 
-void Engine::remove_at(Gen& g, uint64_t b) {
+void Engine::erase(Gen& g, uint64_t b) {
   const BucketHeader h = g.header_of(b);
   const uint64_t off = h.flags == farm::kIndirect ? g.pointer_of(b).extent_offset
                                                   : store::Heap::kNil;
@@ -250,10 +226,6 @@ void Engine::remove_at(Gen& g, uint64_t b) {
     g.heap.free(off);  // ...before the record's bytes change
     --g.indirect;
   }
-  --g.used;
-  sub_st(stats_.items);
-  publish_sizes();
-  publish();
 }
 
 // ---- growth --------------------------------------------------------------------------------
@@ -290,7 +262,7 @@ store::Status Engine::grow(bool more_homes, bool more_extents, size_t record) {
   // Clamp to the cap: a growth may be smaller than 2x, but must still grow what ran out.
   if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
     if (more_extents) {
-      extents = clamped_extents(cap_, farm::table_bytes(homes, bucket_bytes_), record);
+      extents = clamped_extents(table_size(homes), record);
       if (extents == 0) return store::Status::kNoSpace;
     } else {
       while (homes > old.info.homes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
@@ -298,33 +270,20 @@ store::Status Engine::grow(bool more_homes, bool more_extents, size_t record) {
       if (homes <= old.info.homes) return store::Status::kNoSpace;
     }
   }
-  std::unique_ptr<Gen> g;
-  for (;;) {
-    g = build(homes, extents);
-    if (g != nullptr) break;
-    // No room for a re-inserted key within its neighbourhood: more buckets.
-    const uint64_t more = homes * 2;
-    if (farm::table_bytes(more, bucket_bytes_) + extents > cap_) return store::Status::kNoSpace;
-    homes = more;
-  }
+  return grow_to(homes, extents);
+}
 
-  // Switch: the new generation is complete; announce it, then tell readers of the old one.
-  const size_t bucket_bytes = bucket_bytes_;
-  gens_.replace(std::move(g), [bucket_bytes](Gen& prev) {
-    std::atomic_ref<uint32_t>(prev.header()->state)
-        .store(farm::kStateRetired, std::memory_order_release);
-    publish();
-    std::vector<std::byte> marker(bucket_bytes);
-    BucketHeader mh{};
-    mh.flags = farm::kRetired;
-    std::memcpy(marker.data(), &mh, sizeof mh);
-    farm::seal(marker.data(), bucket_bytes);
-    for (uint64_t s = 0; s < farm::table_buckets(prev.info.homes); ++s)
-      std::memcpy(prev.bucket(s), marker.data(), bucket_bytes);
-  });
-  publish_sizes();
-  add_st(growths_);
-  return store::Status::kOk;
+void Engine::retire(Gen& prev) const {
+  std::atomic_ref<uint32_t>(prev.header()->state)
+      .store(farm::kStateRetired, std::memory_order_release);
+  publish();
+  std::vector<std::byte> marker(bucket_bytes_);
+  BucketHeader mh{};
+  mh.flags = farm::kRetired;
+  std::memcpy(marker.data(), &mh, sizeof mh);
+  farm::seal(marker.data(), bucket_bytes_);
+  for (uint64_t s = 0; s < farm::table_buckets(prev.info.homes); ++s)
+    std::memcpy(prev.bucket(s), marker.data(), bucket_bytes_);
 }
 
 // ---- data path -----------------------------------------------------------------------------

@@ -123,10 +123,13 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
   Found find(const Gen& g, std::string_view key) const;
   Item item_at(const Gen& g, uint64_t b) const;
   std::string_view value_at(const Gen& g, uint64_t b) const;
-  void remove_at(Gen& g, uint64_t b);
+  void erase(Gen& g, uint64_t b);
   std::optional<uint64_t> place(std::string_view key, std::string_view value,
                                 const store::PutOptions& opts, Found f);
   void publish_sizes();
+  size_t table_size(uint64_t homes) const { return farm::table_bytes(homes, bucket_bytes_); }
+  std::unique_ptr<Gen> build(uint64_t homes, size_t extent_bytes);
+  void retire(Gen& prev) const;
 
   // The buckets a new key with home `home` goes through: chain[0] the free bucket found, each
   // next one a bucket whose key moves into the previous; the last is where the key lands
@@ -136,17 +139,13 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
                    uint64_t home, bool live);
   bool insert(Gen& g, const std::byte* bucket, uint64_t home, bool live);
   store::Status grow(bool more_homes, bool more_extents, size_t record);
-  std::unique_ptr<Gen> build(uint64_t homes, size_t extent_bytes);
   std::unique_ptr<Gen> map_gen(uint64_t homes, size_t extent_bytes, uint32_t generation) const;
 
   std::vector<std::byte> scratch_;  // one bucket, built before it is copied into place
   bool pointers_only_ = false;
   size_t inline_ = 48, bucket_bytes_ = 80;
-  size_t cap_ = 0, min_extent_bytes_ = 0;
   uint32_t probe_range_ = 256;
-  bool huge_pages_ = false, prefault_ = true;
-  std::atomic<uint64_t> growths_{0}, displacements_{0}, moved_keys_{0}, used_buckets_{0},
-      indirect_items_{0};
+  std::atomic<uint64_t> used_buckets_{0}, indirect_items_{0};
 };
 
 }  // namespace fabkv::farm

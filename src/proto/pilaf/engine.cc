@@ -12,9 +12,7 @@
 
 namespace fabkv::pilaf {
 
-using read_table::kPage;
 using read_table::publish;  // Pilaf sec. 3.3: a barrier before acknowledging a put
-using read_table::round_up;
 using store::add_st;
 using store::kMaxKeySize;
 using store::sub_st;
@@ -71,28 +69,16 @@ template class fabkv::read_table::Engine<fabkv::pilaf::Engine, fabkv::pilaf::Gen
 namespace fabkv::pilaf {
 
 Engine::Engine(const store::EngineOptions& opts, const EngineConfig& popts)
-    : read_table::Engine<Engine, Gen, Generation>(opts, popts.retire_grace_ms),
+    : read_table::Engine<Engine, Gen, Generation>(opts, popts.retire_grace_ms, popts.memory_bytes,
+                                                  pilaf::record_bytes(kMaxKeySize,
+                                                                      opts.max_value_size)),
       max_path_(popts.max_path == 0 ? 1 : popts.max_path),
-      max_path_nodes_(popts.max_path_nodes == 0 ? 1 : popts.max_path_nodes),
-      huge_pages_(opts.huge_pages),
-      prefault_(opts.prefault) {
-  cap_ = popts.memory_bytes != 0 ? popts.memory_bytes : opts.memory_bytes;
-  // One record of the largest size must fit a fresh heap.
-  min_extent_bytes_ = min_extent_bytes(pilaf::record_bytes(kMaxKeySize, max_value_));
+      max_path_nodes_(popts.max_path_nodes == 0 ? 1 : popts.max_path_nodes) {
   uint64_t entries = std::max<uint64_t>(popts.initial_entries, kMinEntries);
-  size_t extents = std::max(round_up(popts.initial_extent_bytes, kPage), min_extent_bytes_);
-  if (pilaf::table_bytes(entries) + extents > cap_) {
-    // Shrink the extents first (down to one record), then the table.
-    const size_t table = pilaf::table_bytes(entries);
-    extents = cap_ > table ? std::max(min_extent_bytes_, (cap_ - table) / kPage * kPage)
-                           : min_extent_bytes_;
-    if (extents + pilaf::table_bytes(kMinEntries) > cap_) {
-      throw std::runtime_error("store: pilaf memory cap of " + std::to_string(cap_) +
-                               " bytes cannot hold a table and one record of " +
-                               std::to_string(max_value_) + " bytes");
-    }
+  const size_t extents = first_extents(popts.initial_extent_bytes, pilaf::table_bytes(entries),
+                                       pilaf::table_bytes(kMinEntries), "pilaf");
+  if (pilaf::table_bytes(entries) + extents > cap_)
     entries = std::min<uint64_t>(entries, (cap_ - extents - sizeof(TableHeader)) / sizeof(Entry));
-  }
   gens_.start(map_gen(entries, extents, 1));
   publish_sizes();
   publish();
@@ -181,27 +167,14 @@ std::vector<uint64_t> Engine::find_path(const Gen& g, const pilaf::KeySlots& ks)
 }
 
 void Engine::apply_path(Gen& g, const std::vector<uint64_t>& path, const Entry& e, bool live) {
-  std::atomic_ref<uint64_t> moves(g.header()->moves);
-  const uint64_t m = moves.load(std::memory_order_relaxed);
-  moves.store(m + 1, std::memory_order_release);  // odd: a path is being moved
-  publish();
   // From the last displaced key backwards: the copy lands in an empty slot (or the slot its
   // successor just vacated by copying itself onward), so each key is in one or two of its
   // slots at every instant, never in none.
-  const bool observe = live && move_observer_;
-  for (size_t i = path.size() - 1; i-- > 0;) {
-    std::memcpy(&g.entry(path[i + 1]), &g.entry(path[i]), sizeof(Entry));
-    publish();
-    if (observe) move_observer_();
-  }
-  std::memcpy(&g.entry(path[0]), &e, sizeof(Entry));
-  publish();
-  if (observe) move_observer_();
-  moves.store(m + 2, std::memory_order_release);  // even: settled
-  if (live) {
-    add_st(paths_);
-    add_st(moved_keys_, path.size() - 1);
-  }
+  const size_t n = path.size();
+  move_keys(g, live, n, [&](size_t i) {
+    if (i + 1 < n) std::memcpy(&g.entry(path[n - 1 - i]), &g.entry(path[n - 2 - i]), sizeof(Entry));
+    else std::memcpy(&g.entry(path[0]), &e, sizeof(Entry));
+  });
 }
 
 bool Engine::insert_entry(Gen& g, std::string_view key, const Entry& e, bool live) {
@@ -221,16 +194,12 @@ bool Engine::insert_entry(Gen& g, std::string_view key, const Entry& e, bool liv
   return true;
 }
 
-void Engine::remove_at(Gen& g, uint64_t slot) {
+void Engine::erase(Gen& g, uint64_t slot) {
   Entry& e = g.entry(slot);
   const uint64_t off = e.extent_offset;
   std::memset(&e, 0, sizeof(Entry));  // readers see the slot empty (or torn: retry)...
   publish();
   g.heap.free(off);  // ...before the record's bytes change
-  --g.used;
-  sub_st(stats_.items);
-  publish_sizes();
-  publish();
 }
 
 // ---- growth --------------------------------------------------------------------------------
@@ -262,7 +231,7 @@ store::Status Engine::grow(bool more_entries, bool more_extents, size_t record) 
   // Clamp to the cap: a growth may be smaller than 2x, but must still grow what ran out.
   if (pilaf::table_bytes(entries) + extents > cap_) {
     if (more_extents) {
-      extents = clamped_extents(cap_, pilaf::table_bytes(entries), record);
+      extents = clamped_extents(pilaf::table_bytes(entries), record);
       if (extents == 0) return store::Status::kNoSpace;
     } else {
       entries = cap_ > extents + sizeof(TableHeader)
@@ -271,31 +240,19 @@ store::Status Engine::grow(bool more_entries, bool more_extents, size_t record) 
       if (entries <= old.info.entries) return store::Status::kNoSpace;
     }
   }
-  std::unique_ptr<Gen> g;
-  for (;;) {
-    g = build(entries, extents);
-    if (g != nullptr) break;
-    // No cuckoo path while re-inserting (rare at <= 50% fill): more slots.
-    const uint64_t more = entries * 2;
-    if (pilaf::table_bytes(more) + extents > cap_) return store::Status::kNoSpace;
-    entries = more;
-  }
+  return grow_to(entries, extents);
+}
 
-  // Switch: the new generation is complete; announce it, then tell readers of the old one.
-  gens_.replace(std::move(g), [](Gen& prev) {
-    std::atomic_ref<uint32_t>(prev.header()->state)
-        .store(pilaf::kStateRetired, std::memory_order_release);
-    publish();
-    Entry marker{};
-    marker.flags = pilaf::kRetired;
-    pilaf::seal(marker);
-    for (uint64_t s = 0; s < prev.info.entries; ++s) {
-      std::memcpy(&prev.entry(s), &marker, sizeof(Entry));
-    }
-  });
-  publish_sizes();
-  add_st(growths_);
-  return store::Status::kOk;
+void Engine::retire(Gen& prev) const {
+  std::atomic_ref<uint32_t>(prev.header()->state)
+      .store(pilaf::kStateRetired, std::memory_order_release);
+  publish();
+  Entry marker{};
+  marker.flags = pilaf::kRetired;
+  pilaf::seal(marker);
+  for (uint64_t s = 0; s < prev.info.entries; ++s) {
+    std::memcpy(&prev.entry(s), &marker, sizeof(Entry));
+  }
 }
 
 // ---- data path -----------------------------------------------------------------------------

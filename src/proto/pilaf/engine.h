@@ -133,10 +133,13 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
   Found find(const Gen& g, std::string_view key) const;
   Item item_at(const Gen& g, uint64_t slot) const;
   std::string_view value_at(const Gen& g, uint64_t slot) const;
-  void remove_at(Gen& g, uint64_t slot);
+  void erase(Gen& g, uint64_t slot);
   std::optional<uint64_t> place(std::string_view key, std::string_view value,
                                 const store::PutOptions& opts, Found f);
   void publish_sizes();
+  size_t table_size(uint64_t entries) const { return pilaf::table_bytes(entries); }
+  std::unique_ptr<Gen> build(uint64_t entries, size_t extent_bytes);
+  void retire(Gen& prev) const;
 
   // Cuckoo path for a new key with slots `ks`: path[0] is one of the key's slots, each
   // path[i+1] an alternative slot of the key at path[i], the last one empty. Empty vector =
@@ -150,16 +153,11 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
   // bytes, with room for a `record`-byte record when more_extents). kNoSpace, and no change,
   // when the cap forbids it.
   store::Status grow(bool more_entries, bool more_extents, size_t record);
-  std::unique_ptr<Gen> build(uint64_t entries, size_t extent_bytes);
   std::unique_ptr<Gen> map_gen(uint64_t entries, size_t extent_bytes, uint32_t generation) const;
 
-  size_t cap_ = 0;
-  size_t min_extent_bytes_ = 0;
   uint32_t max_path_ = 5;
   uint32_t max_path_nodes_ = 500;
-  bool huge_pages_ = false;
-  bool prefault_ = true;
-  std::atomic<uint64_t> growths_{0}, paths_{0}, moved_keys_{0}, used_entries_{0};
+  std::atomic<uint64_t> used_entries_{0};
 };
 
 }  // namespace fabkv::pilaf

@@ -6,10 +6,14 @@
 //   Found find(const Gen&, std::string_view key) const;     the key's place in the live table
 //   Item item_at(const Gen&, uint64_t at) const;             version and expiry of the item there
 //   std::string_view value_at(const Gen&, uint64_t at) const;
-//   void remove_at(Gen&, uint64_t at);                       zero it, free its record, stats.items
+//   void erase(Gen&, uint64_t at);                 zero the place, publish, free its record
 //   std::optional<uint64_t> place(key, value, const store::PutOptions&, Found);  the item written
 //     (over `Found` when ok, else as a new key; growing as needed), its version; none = no room
 //   void publish_sizes();                                    the size stats of the live generation
+//   size_t table_size(uint64_t n) const;           bytes of a table of n slots/homes
+//   std::unique_ptr<Gen> build(uint64_t n, size_t extent_bytes);  the live items copied into a
+//     new generation of that size; null when one does not fit
+//   void retire(Gen&);                              mark a replaced generation stale for readers
 //
 // Threads: as every engine (store/engine.h): one owner thread, except memory_bytes() and stats().
 #pragma once
@@ -19,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -152,10 +157,16 @@ class Engine : public store::Engine {
     uint32_t expire_at = 0;
   };
 
-  // Throws std::runtime_error for max_value_size above the limit.
-  Engine(const store::EngineOptions& opts, uint32_t retire_grace_ms)
+  // Throws std::runtime_error for max_value_size above the limit. `memory_bytes` caps table +
+  // extent bytes (0: opts.memory_bytes); `max_record` is the largest record's bytes.
+  Engine(const store::EngineOptions& opts, uint32_t retire_grace_ms, size_t memory_bytes,
+         size_t max_record)
       : gens_(retire_grace_ms, opts.clock != nullptr ? opts.clock : &store::realtime_seconds,
               opts.clock_ctx),
+        cap_(memory_bytes != 0 ? memory_bytes : opts.memory_bytes),
+        min_extent_bytes_(min_extent_bytes(max_record)),
+        huge_pages_(opts.huge_pages),
+        prefault_(opts.prefault),
         version_(opts.first_version == 0 ? 1 : opts.first_version),
         max_value_(opts.max_value_size),
         clock_(opts.clock != nullptr ? opts.clock : &store::realtime_seconds),
@@ -174,25 +185,40 @@ class Engine : public store::Engine {
   static size_t min_extent_bytes(size_t record) {
     return round_up(round_up(record + 8, store::Heap::kBlockAlign) + 16, kPage);
   }
-  // A growth of the extents clamped to `cap` beside a table of `table` bytes: the new extent
+  // The first generation's extent bytes: `initial` rounded up to a page and to one record,
+  // shrunk to fit the cap beside a table of `table` bytes (down to one record). Throws when one
+  // record and a table of `min_table` bytes exceed the cap.
+  size_t first_extents(size_t initial, size_t table, size_t min_table, std::string_view name) const;
+  // A growth of the extents clamped to the cap beside a table of `table` bytes: the new extent
   // bytes, or 0 (kNoSpace) when they would not grow or could not hold the live heap's items,
   // which pack into the front of the new heap, plus a `record`-byte record and the end marker.
-  size_t clamped_extents(size_t cap, size_t table, size_t record) const {
-    const Gen& old = live();
-    const size_t extents = cap > table ? (cap - table) / kPage * kPage : 0;
-    if (extents <= old.info.extent_bytes) return 0;
-    const size_t block = round_up(record + 8, store::Heap::kBlockAlign);
-    if (old.heap.used_bytes() + block + 2 * store::Heap::kBlockAlign > extents) return 0;
-    return extents;
-  }
+  size_t clamped_extents(size_t table, size_t record) const;
+  // Builds a generation of `n` slots/homes and `extents` bytes (doubling n while an item does
+  // not fit, within the cap), makes it live, announces it and retires the old one. kNoSpace,
+  // and no change, when the cap forbids it.
+  store::Status grow_to(uint64_t n, size_t extents);
+  // Removes the item at `at` (erase), then the counts.
+  void remove_at(Gen& g, uint64_t at);
+  // Moves keys on g's table under its header's `moves` seqlock (odd while keys move):
+  // step(i), i in [0, steps), writes one place; each write is published and, on the live
+  // table, observed. The last step writes the new key.
+  template <class Step>
+  void move_keys(Gen& g, bool live, size_t steps, Step&& step);
 
   Generations<Gen, Info> gens_;
   std::function<void()> move_observer_;
+  size_t cap_ = 0;
+  size_t min_extent_bytes_ = 0;
+  bool huge_pages_ = false;
+  bool prefault_ = true;
   uint64_t version_ = 1;
   size_t max_value_ = 0;
   store::ClockFn clock_;
   void* clock_ctx_;
   std::atomic<size_t> live_bytes_{0};
+  // growths: generations built after the first; paths: moves applied on the live table
+  // (header.moves += 2 each), moving moved_keys keys.
+  std::atomic<uint64_t> growths_{0}, paths_{0}, moved_keys_{0};
 
  private:
   Derived& self() { return static_cast<Derived&>(*this); }
@@ -213,6 +239,79 @@ void Engine<Derived, Gen, Info>::reap_retired() {
 template <class Derived, class Gen, class Info>
 void Engine<Derived, Gen, Info>::publish_clock() {
   gens_.publish_clock();
+}
+
+template <class Derived, class Gen, class Info>
+size_t Engine<Derived, Gen, Info>::first_extents(size_t initial, size_t table, size_t min_table,
+                                                 std::string_view name) const {
+  size_t extents = std::max(round_up(initial, kPage), min_extent_bytes_);
+  if (table + extents <= cap_) return extents;
+  // Shrink the extents first (down to one record), then (the caller) the table.
+  extents = cap_ > table ? std::max(min_extent_bytes_, (cap_ - table) / kPage * kPage)
+                         : min_extent_bytes_;
+  if (extents + min_table > cap_)
+    throw std::runtime_error(
+        "store: " + std::string(name) + " memory cap of " + std::to_string(cap_) +
+        " bytes cannot hold a table and one record of " + std::to_string(max_value_) + " bytes");
+  return extents;
+}
+
+template <class Derived, class Gen, class Info>
+size_t Engine<Derived, Gen, Info>::clamped_extents(size_t table, size_t record) const {
+  const Gen& old = live();
+  const size_t extents = cap_ > table ? (cap_ - table) / kPage * kPage : 0;
+  if (extents <= old.info.extent_bytes) return 0;
+  const size_t block = round_up(record + 8, store::Heap::kBlockAlign);
+  if (old.heap.used_bytes() + block + 2 * store::Heap::kBlockAlign > extents) return 0;
+  return extents;
+}
+
+template <class Derived, class Gen, class Info>
+store::Status Engine<Derived, Gen, Info>::grow_to(uint64_t n, size_t extents) {
+  std::unique_ptr<Gen> g;
+  for (;;) {
+    g = self().build(n, extents);
+    if (g != nullptr) break;
+    // No room for a re-inserted key (no cuckoo path, no free bucket in its neighbourhood):
+    // more slots.
+    const uint64_t more = n * 2;
+    if (self().table_size(more) + extents > cap_) return store::Status::kNoSpace;
+    n = more;
+  }
+  // Switch: the new generation is complete; announce it, then tell readers of the old one.
+  gens_.replace(std::move(g), [this](Gen& prev) { self().retire(prev); });
+  self().publish_sizes();
+  store::add_st(growths_);
+  return store::Status::kOk;
+}
+
+template <class Derived, class Gen, class Info>
+void Engine<Derived, Gen, Info>::remove_at(Gen& g, uint64_t at) {
+  self().erase(g, at);
+  --g.used;
+  store::sub_st(stats_.items);
+  self().publish_sizes();
+  publish();
+}
+
+template <class Derived, class Gen, class Info>
+template <class Step>
+void Engine<Derived, Gen, Info>::move_keys(Gen& g, bool live, size_t steps, Step&& step) {
+  std::atomic_ref<uint64_t> moves(g.header()->moves);
+  const uint64_t m = moves.load(std::memory_order_relaxed);
+  moves.store(m + 1, std::memory_order_release);  // odd: keys are moving
+  publish();
+  const bool observe = live && move_observer_;
+  for (size_t i = 0; i < steps; ++i) {
+    step(i);
+    publish();
+    if (observe) move_observer_();
+  }
+  moves.store(m + 2, std::memory_order_release);  // even: settled
+  if (live) {
+    store::add_st(paths_);
+    store::add_st(moved_keys_, steps - 1);
+  }
 }
 
 }  // namespace fabkv::read_table
