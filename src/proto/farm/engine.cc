@@ -25,23 +25,15 @@ constexpr uint64_t kNoHome = ~uint64_t{0};
 
 }  // namespace
 
-// One generation: two mappings, the heap over the second, and the server's private home of
-// every bucket's item (kNoHome = free), which the displacement search needs and clients don't.
-struct Gen {
+// One generation (read_table/engine.h), and the server's private home of every bucket's item
+// (kNoHome = free), which the displacement search needs and clients don't.
+struct Gen : read_table::GenMemory<Generation, TableHeader> {
   Gen(uint64_t homes, size_t bucket_bytes, size_t extent_bytes, bool huge, bool prefault)
-      : table_mem(farm::table_bytes(homes, bucket_bytes), huge, prefault),
-        extent_mem(extent_bytes, huge, prefault),
-        heap(extent_mem.base(), extent_bytes),
+      : GenMemory(farm::table_bytes(homes, bucket_bytes), extent_bytes, huge, prefault),
         home_of(farm::table_buckets(homes), kNoHome) {
-    info.table = table_mem.base();
-    info.table_bytes = farm::table_bytes(homes, bucket_bytes);
     info.homes = homes;
     info.bucket_bytes = bucket_bytes;
-    info.extents = extent_mem.base();
-    info.extent_bytes = extent_bytes;
-    info.huge_pages = table_mem.huge_pages() && extent_mem.huge_pages();
   }
-  TableHeader* header() const { return reinterpret_cast<TableHeader*>(info.table); }
   std::byte* bucket(uint64_t b) const {
     return info.table + farm::bucket_offset(b, info.bucket_bytes);
   }
@@ -69,12 +61,8 @@ struct Gen {
     return std::string_view(key_of(b).data() + h.key_len, h.value_len);
   }
 
-  store::PartitionMemory table_mem;
-  store::PartitionMemory extent_mem;
-  store::Heap heap;
-  Generation info;
   std::vector<uint64_t> home_of;
-  uint64_t used = 0, indirect = 0;
+  uint64_t indirect = 0;
 };
 
 }  // namespace fabkv::farm
@@ -99,9 +87,7 @@ Engine::Engine(const store::EngineOptions& opts, const EngineConfig& fopts)
   const size_t extents = first_extents(fopts.initial_extent_bytes, table_size(homes),
                                        table_size(kMinHomes), "farm");
   while (homes > kMinHomes && table_size(homes) + extents > cap_) homes /= 2;
-  gens_.start(map_gen(homes, extents, 1));
-  publish_sizes();
-  publish();
+  start(homes, extents);
 }
 
 Engine::~Engine() = default;
@@ -109,20 +95,12 @@ Engine::~Engine() = default;
 std::unique_ptr<Gen> Engine::map_gen(uint64_t homes, size_t extent_bytes,
                                      uint32_t generation) const {
   auto g = std::make_unique<Gen>(homes, bucket_bytes_, extent_bytes, huge_pages_, prefault_);
-  // Anonymous mappings are zero: every bucket is empty already.
-  TableHeader h{};
-  h.magic = farm::kTableMagic;
-  h.version = farm::kLayoutVersion;
-  h.generation = generation;
-  h.state = farm::kStateLive;
-  h.clock = clock_(clock_ctx_);
+  TableHeader h = live_header<TableHeader>(farm::kTableMagic, farm::kLayoutVersion, generation);
   h.homes = homes;
   h.bucket_bytes = static_cast<uint32_t>(bucket_bytes_);
   h.inline_bytes = static_cast<uint32_t>(inline_);
   h.extent_bytes = extent_bytes;
-  std::memcpy(g->header(), &h, sizeof h);
-  g->info.generation = generation;
-  return g;
+  return with_header(std::move(g), h);
 }
 
 void Engine::publish_sizes() {
@@ -364,8 +342,6 @@ std::optional<uint64_t> Engine::place(std::string_view key, std::string_view val
       }
     } else {
       apply_chain(g, chain, b, kh.home, true);
-      ++g.used;
-      add_st(stats_.items);
     }
     if (indirect) ++g.indirect;
     return version;
@@ -433,20 +409,15 @@ Lookup Engine::lookup(const Generation& g, std::string_view key) {
   return r;
 }
 
-std::string Engine::check() const {
-  const Gen& g = live();
-  std::string err = g.heap.check();
-  if (!err.empty()) return "heap: " + err;
-  TableHeader h;
-  std::memcpy(&h, g.header(), sizeof h);
-  if (h.magic != farm::kTableMagic || h.version != farm::kLayoutVersion ||
-      h.generation != g.info.generation || h.homes != g.info.homes ||
-      h.bucket_bytes != bucket_bytes_ || h.inline_bytes != inline_ ||
-      h.extent_bytes != g.info.extent_bytes)
-    return "table header does not describe the generation";
-  if (h.state != farm::kStateLive) return "live table not marked live";
-  if (h.moves % 2 != 0) return "moves odd while idle";
-  uint64_t n = 0, indirect = 0;
+bool Engine::describes(const Gen& g, const TableHeader& h) const {
+  return h.magic == farm::kTableMagic && h.version == farm::kLayoutVersion &&
+         h.generation == g.info.generation && h.homes == g.info.homes &&
+         h.bucket_bytes == bucket_bytes_ && h.inline_bytes == inline_ &&
+         h.extent_bytes == g.info.extent_bytes;
+}
+
+std::string Engine::check_items(const Gen& g, uint64_t& n) const {
+  uint64_t indirect = 0;
   std::unordered_set<std::string_view> keys;
   for (uint64_t s = 0; s < farm::table_buckets(g.info.homes); ++s) {
     const std::string at = "bucket " + std::to_string(s);
@@ -481,10 +452,7 @@ std::string Engine::check() const {
     if (s < kh.home || s >= kh.home + kNeighbourhood) return at + " outside its neighbourhood";
     if (!keys.insert(key).second) return at + " key in two buckets";
   }
-  if (n != g.used) return "used count " + std::to_string(g.used) + " != " + std::to_string(n);
   if (indirect != g.indirect) return "indirect count wrong";
-  const store::StatsSnapshot st = stats();
-  if (st.items != n) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(n);
   return "";
 }
 

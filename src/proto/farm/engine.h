@@ -113,8 +113,6 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
 
   // The client's rules over a generation's memory (no fabric). Any thread that may read it.
   static Lookup lookup(const Generation& g, std::string_view key);
-  // Table, heap, neighbourhood and stats consistency, for tests: "" when fine.
-  std::string check() const;
 
  private:
   friend read_table::Engine<Engine, Gen, Generation>;
@@ -130,6 +128,10 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
   size_t table_size(uint64_t homes) const { return farm::table_bytes(homes, bucket_bytes_); }
   std::unique_ptr<Gen> build(uint64_t homes, size_t extent_bytes);
   void retire(Gen& prev) const;
+  std::unique_ptr<Gen> map_gen(uint64_t homes, size_t extent_bytes, uint32_t generation) const;
+  bool describes(const Gen& g, const TableHeader& h) const;
+  // Buckets, records, neighbourhoods and the indirect count.
+  std::string check_items(const Gen& g, uint64_t& n) const;
 
   // The buckets a new key with home `home` goes through: chain[0] the free bucket found, each
   // next one a bucket whose key moves into the previous; the last is where the key lands
@@ -139,7 +141,6 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
                    uint64_t home, bool live);
   bool insert(Gen& g, const std::byte* bucket, uint64_t home, bool live);
   store::Status grow(bool more_homes, bool more_extents, size_t record);
-  std::unique_ptr<Gen> map_gen(uint64_t homes, size_t extent_bytes, uint32_t generation) const;
 
   std::vector<std::byte> scratch_;  // one bucket, built before it is copied into place
   bool pointers_only_ = false;

@@ -26,20 +26,12 @@ inline bool empty(const Entry& e) { return e.flags == 0; }
 
 }  // namespace
 
-// One generation: two mappings and the heap over the second.
-struct Gen {
+// One generation (read_table/engine.h).
+struct Gen : read_table::GenMemory<Generation, TableHeader> {
   Gen(uint64_t entries, size_t extent_bytes, bool huge, bool prefault)
-      : table_mem(pilaf::table_bytes(entries), huge, prefault),
-        extent_mem(extent_bytes, huge, prefault),
-        heap(extent_mem.base(), extent_bytes) {
-    info.table = table_mem.base();
-    info.table_bytes = pilaf::table_bytes(entries);
+      : GenMemory(pilaf::table_bytes(entries), extent_bytes, huge, prefault) {
     info.entries = entries;
-    info.extents = extent_mem.base();
-    info.extent_bytes = extent_bytes;
-    info.huge_pages = table_mem.huge_pages() && extent_mem.huge_pages();
   }
-  TableHeader* header() const { return reinterpret_cast<TableHeader*>(info.table); }
   Entry& entry(uint64_t slot) const {
     return *reinterpret_cast<Entry*>(info.table + pilaf::entry_offset(slot));
   }
@@ -53,12 +45,6 @@ struct Gen {
     std::memcpy(&h, record(e), sizeof h);
     return h;
   }
-
-  store::PartitionMemory table_mem;
-  store::PartitionMemory extent_mem;
-  store::Heap heap;
-  Generation info;
-  uint64_t used = 0;  // used slots
 };
 
 }  // namespace fabkv::pilaf
@@ -79,9 +65,7 @@ Engine::Engine(const store::EngineOptions& opts, const EngineConfig& popts)
                                        pilaf::table_bytes(kMinEntries), "pilaf");
   if (pilaf::table_bytes(entries) + extents > cap_)
     entries = std::min<uint64_t>(entries, (cap_ - extents - sizeof(TableHeader)) / sizeof(Entry));
-  gens_.start(map_gen(entries, extents, 1));
-  publish_sizes();
-  publish();
+  start(entries, extents);
 }
 
 Engine::~Engine() = default;
@@ -89,19 +73,10 @@ Engine::~Engine() = default;
 std::unique_ptr<Gen> Engine::map_gen(uint64_t entries, size_t extent_bytes,
                                      uint32_t generation) const {
   auto g = std::make_unique<Gen>(entries, extent_bytes, huge_pages_, prefault_);
-  // Anonymous mappings are zero: every slot is empty already.
-  TableHeader h{};
-  h.magic = pilaf::kTableMagic;
-  h.version = pilaf::kLayoutVersion;
-  h.generation = generation;
-  h.moves = 0;
-  h.state = pilaf::kStateLive;
-  h.clock = clock_(clock_ctx_);
+  TableHeader h = live_header<TableHeader>(pilaf::kTableMagic, pilaf::kLayoutVersion, generation);
   h.entries = entries;
   h.extent_bytes = extent_bytes;
-  std::memcpy(g->header(), &h, sizeof h);
-  g->info.generation = generation;
-  return g;
+  return with_header(std::move(g), h);
 }
 
 void Engine::publish_sizes() {
@@ -331,8 +306,6 @@ std::optional<uint64_t> Engine::place(std::string_view key, std::string_view val
       } else {
         apply_path(g, path, e, true);
       }
-      ++g.used;
-      add_st(stats_.items);
     }
     return h.version;
   }
@@ -391,20 +364,13 @@ Lookup Engine::lookup(const Generation& g, std::string_view key) {
   return r;
 }
 
-std::string Engine::check() const {
-  const Gen& g = live();
-  std::string err = g.heap.check();
-  if (!err.empty()) return "heap: " + err;
-  TableHeader h;
-  std::memcpy(&h, g.header(), sizeof h);
-  if (h.magic != pilaf::kTableMagic || h.version != pilaf::kLayoutVersion ||
-      h.generation != g.info.generation || h.entries != g.info.entries ||
-      h.extent_bytes != g.info.extent_bytes) {
-    return "table header does not describe the generation";
-  }
-  if (h.state != pilaf::kStateLive) return "live table not marked live";
-  if (h.moves % 2 != 0) return "moves odd while idle";
-  uint64_t n = 0;
+bool Engine::describes(const Gen& g, const TableHeader& h) const {
+  return h.magic == pilaf::kTableMagic && h.version == pilaf::kLayoutVersion &&
+         h.generation == g.info.generation && h.entries == g.info.entries &&
+         h.extent_bytes == g.info.extent_bytes;
+}
+
+std::string Engine::check_items(const Gen& g, uint64_t& n) const {
   std::unordered_set<std::string_view> keys;
   for (uint64_t s = 0; s < g.info.entries; ++s) {
     const Entry& e = g.entry(s);
@@ -428,10 +394,7 @@ std::string Engine::check() const {
     }
     if (!keys.insert(rec.key).second) return "key in two slots";
   }
-  if (n != g.used) return "used count " + std::to_string(g.used) + " != " + std::to_string(n);
-  const store::StatsSnapshot st = stats();
-  if (st.items != n) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(n);
-  if (st.bytes != g.heap.used_bytes()) return "stats.bytes wrong";
+  if (stats().bytes != g.heap.used_bytes()) return "stats.bytes wrong";
   return "";
 }
 

@@ -123,9 +123,6 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
   // tag filter, record check, full key compare. Any thread for a generation it may read.
   static Lookup lookup(const Generation& g, std::string_view key);
 
-  // Table, heap and stats consistency, for tests: "" when fine. O(table + heap).
-  std::string check() const;
-
  private:
   friend read_table::Engine<Engine, Gen, Generation>;
 
@@ -140,6 +137,10 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
   size_t table_size(uint64_t entries) const { return pilaf::table_bytes(entries); }
   std::unique_ptr<Gen> build(uint64_t entries, size_t extent_bytes);
   void retire(Gen& prev) const;
+  std::unique_ptr<Gen> map_gen(uint64_t entries, size_t extent_bytes, uint32_t generation) const;
+  bool describes(const Gen& g, const TableHeader& h) const;
+  // Slots, records, tags and stats.bytes.
+  std::string check_items(const Gen& g, uint64_t& n) const;
 
   // Cuckoo path for a new key with slots `ks`: path[0] is one of the key's slots, each
   // path[i+1] an alternative slot of the key at path[i], the last one empty. Empty vector =
@@ -153,7 +154,6 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
   // bytes, with room for a `record`-byte record when more_extents). kNoSpace, and no change,
   // when the cap forbids it.
   store::Status grow(bool more_entries, bool more_extents, size_t record);
-  std::unique_ptr<Gen> map_gen(uint64_t entries, size_t extent_bytes, uint32_t generation) const;
 
   uint32_t max_path_ = 5;
   uint32_t max_path_nodes_ = 500;

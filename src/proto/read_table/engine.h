@@ -2,7 +2,8 @@
 // table), written once: the key check, expiry by the clock the table header publishes, the
 // version check, the stats, and the get/put/del skeleton around the table's own find, insert
 // and remove. Derived (proto/pilaf/engine.h, proto/farm/engine.h) keeps what its table owns and
-// gives, for its Gen (one generation, generations.h) and Info (what the hooks see):
+// gives, for its Gen (one generation: a GenMemory below, with what its table needs more) and
+// Info (what the hooks see; has the fields GenMemory fills):
 //   Found find(const Gen&, std::string_view key) const;     the key's place in the live table
 //   Item item_at(const Gen&, uint64_t at) const;             version and expiry of the item there
 //   std::string_view value_at(const Gen&, uint64_t at) const;
@@ -14,6 +15,9 @@
 //   std::unique_ptr<Gen> build(uint64_t n, size_t extent_bytes);  the live items copied into a
 //     new generation of that size; null when one does not fit
 //   void retire(Gen&);                              mark a replaced generation stale for readers
+//   std::unique_ptr<Gen> map_gen(uint64_t n, size_t extent_bytes, uint32_t generation) const;
+//   bool describes(const Gen&, const Header&) const;  the header matches the generation
+//   std::string check_items(const Gen&, uint64_t& n) const;  every place; n = items; "" if fine
 //
 // Threads: as every engine (store/engine.h): one owner thread, except memory_bytes() and stats().
 #pragma once
@@ -22,6 +26,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -31,15 +36,42 @@
 #include <utility>
 
 #include "proto/read_table/generations.h"
+#include "proto/read_table/table_header.h"
 #include "store/engine.h"
 #include "store/heap.h"
 #include "store/pipeline.h"
+#include "store/region.h"
 
 namespace fabkv::read_table {
 
 inline constexpr size_t kPage = 4096;
 
 inline size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// One generation's memory: two anonymous mappings, each page aligned (the server registers
+// each with the NIC separately), the table (Header and the slots or buckets) and the extents
+// (records, carved by the TLSF heap of store/heap.h, which reuses freed space); `used` counts
+// the table's items.
+template <class Info, class Header>
+struct GenMemory {
+  GenMemory(size_t table_bytes, size_t extent_bytes, bool huge, bool prefault)
+      : table_mem(table_bytes, huge, prefault),
+        extent_mem(extent_bytes, huge, prefault),
+        heap(extent_mem.base(), extent_bytes) {
+    info.table = table_mem.base();
+    info.table_bytes = table_bytes;
+    info.extents = extent_mem.base();
+    info.extent_bytes = extent_bytes;
+    info.huge_pages = table_mem.huge_pages() && extent_mem.huge_pages();
+  }
+  Header* header() const { return reinterpret_cast<Header*>(info.table); }
+
+  store::PartitionMemory table_mem;
+  store::PartitionMemory extent_mem;
+  store::Heap heap;
+  Info info;
+  uint64_t used = 0;
+};
 
 template <class Derived, class Gen, class Info>
 class Engine : public store::Engine {
@@ -70,40 +102,7 @@ class Engine : public store::Engine {
   }
 
   store::Status put(store::KeyHash, std::string_view key, std::string_view value,
-                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override {
-    if (store::Status st = store::check_key(key, stats_, value.size(), max_value_);
-        st != store::Status::kOk)
-      return st;
-    Found f = self().find(live(), key);
-    Item old{};
-    if (f.ok) {
-      old = self().item_at(live(), f.at);
-      if (expired(old.expire_at)) {
-        self().remove_at(live(), f.at);
-        store::add_st(stats_.expired);
-        f = Found{};
-      }
-    }
-    if (opts.expected_version != 0) {
-      if (!f.ok) return store::Status::kNotFound;
-      if (old.version != opts.expected_version) {
-        store::add_st(stats_.version_mismatches);
-        return store::Status::kVersionMismatch;
-      }
-    }
-    // `value` may be a view of this engine's memory (an earlier get()): place() copies it
-    // before it changes the table, and a growth keeps the old generation mapped.
-    const std::optional<uint64_t> version = self().place(key, value, opts, f);
-    if (!version) {
-      store::add_st(stats_.no_space);
-      return store::Status::kNoSpace;
-    }
-    store::add_st(stats_.puts);
-    self().publish_sizes();
-    publish();
-    if (new_version != nullptr) *new_version = *version;
-    return store::Status::kOk;
-  }
+                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override;
 
   store::Status del(store::KeyHash, std::string_view key) override {
     if (store::Status st = store::check_key(key, stats_); st != store::Status::kOk) return st;
@@ -143,6 +142,8 @@ class Engine : public store::Engine {
   void publish_clock();
   // Table + extent bytes of the live generation; any thread.
   size_t memory_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
+  // Table, heap and stats consistency, for tests: "" when fine. O(table + heap).
+  std::string check() const;
   // Tests: called on the owner thread after every write of a move on the live table (its
   // header's moves odd then), to check what a reader could see at that instant.
   void set_move_observer(std::function<void()> f) { move_observer_ = std::move(f); }
@@ -197,6 +198,28 @@ class Engine : public store::Engine {
   // not fit, within the cap), makes it live, announces it and retires the old one. kNoSpace,
   // and no change, when the cap forbids it.
   store::Status grow_to(uint64_t n, size_t extents);
+  // The first generation, live.
+  void start(uint64_t n, size_t extents);
+  // A live header for `generation` with the fields both layouts open with; the caller adds the
+  // rest and hands it to with_header().
+  template <class Header>
+  Header live_header(uint64_t magic, uint32_t version, uint32_t generation) const {
+    Header h{};
+    h.magic = magic;
+    h.version = version;
+    h.generation = generation;
+    h.moves = 0;
+    h.state = kStateLive;
+    h.clock = clock_(clock_ctx_);
+    return h;
+  }
+  // Writes `h` into a fresh generation (anonymous mappings are zero: every place is empty).
+  template <class Header>
+  std::unique_ptr<Gen> with_header(std::unique_ptr<Gen> g, const Header& h) const {
+    std::memcpy(g->header(), &h, sizeof h);
+    g->info.generation = h.generation;
+    return g;
+  }
   // Removes the item at `at` (erase), then the counts.
   void remove_at(Gen& g, uint64_t at);
   // Moves keys on g's table under its header's `moves` seqlock (odd while keys move):
@@ -222,6 +245,7 @@ class Engine : public store::Engine {
 
  private:
   Derived& self() { return static_cast<Derived&>(*this); }
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
 };
 
 template <class Derived, class Gen, class Info>
@@ -239,6 +263,73 @@ void Engine<Derived, Gen, Info>::reap_retired() {
 template <class Derived, class Gen, class Info>
 void Engine<Derived, Gen, Info>::publish_clock() {
   gens_.publish_clock();
+}
+
+template <class Derived, class Gen, class Info>
+store::Status Engine<Derived, Gen, Info>::put(store::KeyHash, std::string_view key,
+                                              std::string_view value, const store::PutOptions& opts,
+                                              uint64_t* new_version) {
+  if (store::Status st = store::check_key(key, stats_, value.size(), max_value_);
+      st != store::Status::kOk)
+    return st;
+  Found f = self().find(live(), key);
+  Item old{};
+  if (f.ok) {
+    old = self().item_at(live(), f.at);
+    if (expired(old.expire_at)) {
+      self().remove_at(live(), f.at);
+      store::add_st(stats_.expired);
+      f = Found{};
+    }
+  }
+  if (opts.expected_version != 0) {
+    if (!f.ok) return store::Status::kNotFound;
+    if (old.version != opts.expected_version) {
+      store::add_st(stats_.version_mismatches);
+      return store::Status::kVersionMismatch;
+    }
+  }
+  // `value` may be a view of this engine's memory (an earlier get()): place() copies it
+  // before it changes the table, and a growth keeps the old generation mapped.
+  const std::optional<uint64_t> version = self().place(key, value, opts, f);
+  if (!version) {
+    store::add_st(stats_.no_space);
+    return store::Status::kNoSpace;
+  }
+  if (!f.ok) {
+    ++live().used;
+    store::add_st(stats_.items);
+  }
+  store::add_st(stats_.puts);
+  self().publish_sizes();
+  publish();
+  if (new_version != nullptr) *new_version = *version;
+  return store::Status::kOk;
+}
+
+template <class Derived, class Gen, class Info>
+std::string Engine<Derived, Gen, Info>::check() const {
+  const Gen& g = live();
+  std::string err = g.heap.check();
+  if (!err.empty()) return "heap: " + err;
+  const auto h = *g.header();
+  if (!self().describes(g, h)) return "table header does not describe the generation";
+  if (h.state != kStateLive) return "live table not marked live";
+  if (h.moves % 2 != 0) return "moves odd while idle";
+  uint64_t n = 0;
+  err = self().check_items(g, n);
+  if (!err.empty()) return err;
+  if (n != g.used) return "used count " + std::to_string(g.used) + " != " + std::to_string(n);
+  const store::StatsSnapshot st = stats();
+  if (st.items != n) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(n);
+  return "";
+}
+
+template <class Derived, class Gen, class Info>
+void Engine<Derived, Gen, Info>::start(uint64_t n, size_t extents) {
+  gens_.start(self().map_gen(n, extents, 1));
+  self().publish_sizes();
+  publish();
 }
 
 template <class Derived, class Gen, class Info>
