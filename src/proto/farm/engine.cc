@@ -65,17 +65,9 @@ struct Gen : read_table::GenMemory<Generation, TableHeader> {
   uint64_t indirect = 0;
 };
 
-}  // namespace fabkv::farm
-
-template class fabkv::read_table::Engine<fabkv::farm::Engine, fabkv::farm::Gen,
-                                         fabkv::farm::Generation>;
-
-namespace fabkv::farm {
-
 Engine::Engine(const store::EngineOptions& opts, const EngineConfig& fopts)
-    : read_table::Engine<Engine, Gen, Generation>(opts, fopts.retire_grace_ms, fopts.memory_bytes,
-                                                  farm::record_bytes(kMaxKeySize,
-                                                                     opts.max_value_size)),
+    : Base(opts, fopts.retire_grace_ms, fopts.memory_bytes,
+           farm::record_bytes(kMaxKeySize, opts.max_value_size)),
       pointers_only_(fopts.pointers_only),
       inline_(pointers_only_ ? farm::kPointerBytes
                              : std::max(round_up(fopts.inline_bytes, 8), farm::kPointerBytes)),
@@ -473,3 +465,7 @@ std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
 bool clients_write_items() { return false; }
 
 }  // namespace fabkv::farm
+
+// The item rules, instantiated here, where Gen is complete (engine.h declares it extern).
+template class fabkv::read_table::Engine<fabkv::farm::Engine, fabkv::farm::Gen,
+                                         fabkv::farm::Generation>;

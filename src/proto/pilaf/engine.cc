@@ -47,17 +47,9 @@ struct Gen : read_table::GenMemory<Generation, TableHeader> {
   }
 };
 
-}  // namespace fabkv::pilaf
-
-template class fabkv::read_table::Engine<fabkv::pilaf::Engine, fabkv::pilaf::Gen,
-                                         fabkv::pilaf::Generation>;
-
-namespace fabkv::pilaf {
-
 Engine::Engine(const store::EngineOptions& opts, const EngineConfig& popts)
-    : read_table::Engine<Engine, Gen, Generation>(opts, popts.retire_grace_ms, popts.memory_bytes,
-                                                  pilaf::record_bytes(kMaxKeySize,
-                                                                      opts.max_value_size)),
+    : Base(opts, popts.retire_grace_ms, popts.memory_bytes,
+           pilaf::record_bytes(kMaxKeySize, opts.max_value_size)),
       max_path_(popts.max_path == 0 ? 1 : popts.max_path),
       max_path_nodes_(popts.max_path_nodes == 0 ? 1 : popts.max_path_nodes) {
   uint64_t entries = std::max<uint64_t>(popts.initial_entries, kMinEntries);
@@ -412,3 +404,7 @@ std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
 bool clients_write_items() { return false; }
 
 }  // namespace fabkv::pilaf
+
+// The item rules, instantiated here, where Gen is complete (engine.h declares it extern).
+template class fabkv::read_table::Engine<fabkv::pilaf::Engine, fabkv::pilaf::Gen,
+                                         fabkv::pilaf::Generation>;

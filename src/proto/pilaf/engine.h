@@ -124,7 +124,8 @@ class Engine final : public read_table::Engine<Engine, Gen, Generation> {
   static Lookup lookup(const Generation& g, std::string_view key);
 
  private:
-  friend read_table::Engine<Engine, Gen, Generation>;
+  using Base = read_table::Engine<Engine, Gen, Generation>;
+  friend Base;
 
   // The item rules' table operations (read_table/engine.h).
   Found find(const Gen& g, std::string_view key) const;
