@@ -1,23 +1,27 @@
 // The item rules of an engine whose table clients READ (pilaf's cuckoo table, farm's hopscotch
 // table), written once: the key check, expiry by the clock the table header publishes, the
-// version check, the stats, and the get/put/del skeleton around the table's own find, insert
-// and remove. Derived (proto/pilaf/engine.h, proto/farm/engine.h) keeps what its table owns and
-// gives, for its Gen (one generation: a GenMemory below, with what its table needs more) and
-// Info (what the hooks see; has the fields GenMemory fills):
-//   Found find(const Gen&, std::string_view key) const;     the key's place in the live table
-//   Item item_at(const Gen&, uint64_t at) const;             version and expiry of the item there
-//   std::string_view value_at(const Gen&, uint64_t at) const;
-//   void erase(Gen&, uint64_t at);                 zero the place, publish, free its record
-//   std::optional<uint64_t> place(key, value, const store::PutOptions&, Found);  the item written
-//     (over `Found` when ok, else as a new key; growing as needed), its version; none = no room
-//   void publish_sizes();                                    the size stats of the live generation
-//   size_t table_size(uint64_t n) const;           bytes of a table of n slots/homes
-//   std::unique_ptr<Gen> build(uint64_t n, size_t extent_bytes);  the live items copied into a
-//     new generation of that size; null when one does not fit
-//   void retire(Gen&);                              mark a replaced generation stale for readers
-//   std::unique_ptr<Gen> map_gen(uint64_t n, size_t extent_bytes, uint32_t generation) const;
-//   bool describes(const Gen&, const Header&) const;  the header matches the generation
-//   std::string check_items(const Gen&, uint64_t& n) const;  every place; n = items; "" if fine
+// version check, the stats, the get/put/del skeleton around the table's own find, place and
+// erase, and the generations' life (sizing to the cap, growth, retirement, the moves seqlock,
+// the consistency check). Derived (proto/pilaf/engine.h, proto/farm/engine.h) keeps what its
+// table owns. Gen is one generation: a GenMemory (below) and what the table needs more; Info
+// is what the hooks see. Derived gives (it befriends this class):
+//   Found find(const Gen&, std::string_view key) const    the key's place in the live table
+//   Item item_at(const Gen&, uint64_t at) const           version and expiry of the item there
+//   std::string_view value_at(const Gen&, uint64_t at) const
+//   void erase(Gen&, uint64_t at)                         zero the place, publish, free its record
+//   std::optional<uint64_t> place(key, value, opts, Found)  writes the item (over Found when
+//                                 ok, else as a new key; growing as needed): its version, or
+//                                 none when there is no room
+//   void publish_sizes()                                  the live generation's size stats
+//   size_t table_size(uint64_t n) const                   bytes of a table of n slots/homes
+//   std::unique_ptr<Gen> map_gen(n, extent_bytes, generation) const   an empty generation
+//   std::unique_ptr<Gen> build(n, extent_bytes)           the live items copied into a new
+//                                 generation; null when one does not fit
+//   void retire(Gen&) const                               mark a replaced generation stale
+//   bool describes(const Gen&, const Header&) const       the header matches the generation
+//   std::string check_items(const Gen&, uint64_t& n) const  every place; n = items; "" if fine
+// The members that need Gen complete are defined out of the class: each engine's header
+// declares its instantiation extern and its engine.cc instantiates it.
 //
 // Threads: as every engine (store/engine.h): one owner thread, except memory_bytes() and stats().
 #pragma once
