@@ -51,14 +51,8 @@ class FarmClient final : public proto::ClientProtocol {
 
   size_t complete(std::span<fabric::Completion> cs) override {
     size_t ran = 0;
-    for (fabric::Completion& c : cs) {
-      if (c.context == nullptr) {
-        // Our READs all carry a context; shm drops it (and the flags) from a failed READ.
-        if (reader_ && c.error != 0 && !c.inbound) reader_->on_orphan_error();
-      } else if (reader_ && reader_->owns(c.context)) {
-        ran += reader_->on_completion(c);
-      }
-    }
+    if (reader_)
+      for (fabric::Completion& c : cs) reader_->take(c, ran);
     return ran + rpc_->complete(cs);  // it takes only its own
   }
   size_t poll() override { return rpc_->poll(); }
@@ -113,26 +107,15 @@ class FarmClient final : public proto::ClientProtocol {
 
   // The engines' current generations ({"op": "farm-layout"}).
   bool refresh(std::vector<FarmMap>* maps) {
-    if (host_.gone()) return false;
-    try {
-      nlohmann::json j = host_.control_request({{"op", "farm-layout"}});
-      const auto& ws = j.at("workers");
-      if (ws.size() != maps->size()) return false;
-      for (size_t i = 0; i < maps->size(); ++i) {
-        const auto t = ws.at(i).get<LiveTable>();
-        // The reader's buffer was sized for these buckets: another size needs a new client.
-        if (t.shape.bucket_bytes != (*maps)[i].bucket_bytes || t.shape.homes == 0 ||
-            table_bytes(t.shape.homes, t.shape.bucket_bytes) > t.table.length)
-          return false;
-        (*maps)[i].generation = t.generation;
-        (*maps)[i].homes = t.shape.homes;
-        (*maps)[i].table = t.table;
-        (*maps)[i].extents = t.extents;
-      }
-      return true;
-    } catch (const std::exception&) {
-      return false;
-    }
+    return read_table::refresh_maps<TableShape>(
+        host_, "farm-layout", maps, [](FarmMap& m, const LiveTable& t) {
+          // The reader's buffer was sized for these buckets: another size needs a new client.
+          if (t.shape.bucket_bytes != m.bucket_bytes || t.shape.homes == 0 ||
+              table_bytes(t.shape.homes, t.shape.bucket_bytes) > t.table.length)
+            return false;
+          m.homes = t.shape.homes;
+          return true;
+        });
   }
 
   proto::ClientHost& host_;

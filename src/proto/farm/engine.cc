@@ -12,43 +12,28 @@
 
 namespace fabkv::farm {
 
+using read_table::publish;
+using read_table::round_up;
 using store::add_st;
 using store::kMaxKeySize;
-using store::kMaxValueSizeLimit;
-using store::realtime_seconds;
 using store::sub_st;
 
 namespace {
 
-constexpr size_t kPage = 4096;
 constexpr uint64_t kMinHomes = 16;
 constexpr uint64_t kNoHome = ~uint64_t{0};
 
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-// Orders every store before it ahead of every store after it, for readers as for the compiler
-// (x86-TSO keeps store order; the fence keeps the compiler from moving the memcpys across).
-inline void publish() { std::atomic_thread_fence(std::memory_order_release); }
-
 }  // namespace
 
-// One generation: two mappings, the heap over the second, and the server's private home of
-// every bucket's item (kNoHome = free), which the displacement search needs and clients don't.
-struct Engine::Gen {
+// One generation (read_table/engine.h), and the server's private home of every bucket's item
+// (kNoHome = free), which the displacement search needs and clients don't.
+struct Gen : read_table::GenMemory<Generation, TableHeader> {
   Gen(uint64_t homes, size_t bucket_bytes, size_t extent_bytes, bool huge, bool prefault)
-      : table_mem(farm::table_bytes(homes, bucket_bytes), huge, prefault),
-        extent_mem(extent_bytes, huge, prefault),
-        heap(extent_mem.base(), extent_bytes),
+      : GenMemory(farm::table_bytes(homes, bucket_bytes), extent_bytes, huge, prefault),
         home_of(farm::table_buckets(homes), kNoHome) {
-    info.table = table_mem.base();
-    info.table_bytes = farm::table_bytes(homes, bucket_bytes);
     info.homes = homes;
     info.bucket_bytes = bucket_bytes;
-    info.extents = extent_mem.base();
-    info.extent_bytes = extent_bytes;
-    info.huge_pages = table_mem.huge_pages() && extent_mem.huge_pages();
   }
-  TableHeader* header() const { return reinterpret_cast<TableHeader*>(info.table); }
   std::byte* bucket(uint64_t b) const {
     return info.table + farm::bucket_offset(b, info.bucket_bytes);
   }
@@ -76,76 +61,38 @@ struct Engine::Gen {
     return std::string_view(key_of(b).data() + h.key_len, h.value_len);
   }
 
-  store::PartitionMemory table_mem;
-  store::PartitionMemory extent_mem;
-  store::Heap heap;
-  Generation info;
   std::vector<uint64_t> home_of;
-  uint64_t used = 0, indirect = 0;
+  uint64_t indirect = 0;
 };
 
 Engine::Engine(const store::EngineOptions& opts, const EngineConfig& fopts)
-    : gens_(fopts.retire_grace_ms, opts.clock != nullptr ? opts.clock : &store::realtime_seconds,
-            opts.clock_ctx),
+    : Base(opts, fopts.retire_grace_ms, fopts.memory_bytes,
+           farm::record_bytes(kMaxKeySize, opts.max_value_size)),
       pointers_only_(fopts.pointers_only),
       inline_(pointers_only_ ? farm::kPointerBytes
                              : std::max(round_up(fopts.inline_bytes, 8), farm::kPointerBytes)),
       bucket_bytes_(farm::bucket_bytes(inline_)),
-      probe_range_(std::max<uint32_t>(fopts.probe_range, kNeighbourhood)),
-      huge_pages_(opts.huge_pages),
-      prefault_(opts.prefault),
-      version_(opts.first_version == 0 ? 1 : opts.first_version),
-      max_value_(opts.max_value_size),
-      clock_(opts.clock != nullptr ? opts.clock : &realtime_seconds),
-      clock_ctx_(opts.clock_ctx) {
-  if (opts.max_value_size > kMaxValueSizeLimit)
-    throw std::runtime_error("store: max_value_size " + std::to_string(opts.max_value_size) +
-                             " exceeds the limit " + std::to_string(kMaxValueSizeLimit));
+      probe_range_(std::max<uint32_t>(fopts.probe_range, kNeighbourhood)) {
   if (inline_ > 4096) throw std::runtime_error("store: farm inline bytes above 4096");
   scratch_.resize(bucket_bytes_);
-  cap_ = fopts.memory_bytes != 0 ? fopts.memory_bytes : opts.memory_bytes;
-  // One record of the largest size must fit a fresh heap (block header, 16-byte granules, the
-  // heap's end marker).
-  min_extent_bytes_ = round_up(
-      round_up(farm::record_bytes(kMaxKeySize, max_value_) + 8, store::Heap::kBlockAlign) + 16,
-      kPage);
   uint64_t homes = std::max<uint64_t>(fopts.initial_homes, kMinHomes);
-  size_t extents = std::max(round_up(fopts.initial_extent_bytes, kPage), min_extent_bytes_);
-  if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
-    const size_t table = farm::table_bytes(homes, bucket_bytes_);
-    extents = cap_ > table ? std::max(min_extent_bytes_, (cap_ - table) / kPage * kPage)
-                           : min_extent_bytes_;
-    if (extents + farm::table_bytes(kMinHomes, bucket_bytes_) > cap_)
-      throw std::runtime_error("store: farm memory cap of " + std::to_string(cap_) +
-                               " bytes cannot hold a table and one record of " +
-                               std::to_string(max_value_) + " bytes");
-    while (homes > kMinHomes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
-      homes /= 2;
-  }
-  gens_.start(map_gen(homes, extents, 1));
-  publish_sizes();
-  publish();
+  const size_t extents = first_extents(fopts.initial_extent_bytes, table_size(homes),
+                                       table_size(kMinHomes), "farm");
+  while (homes > kMinHomes && table_size(homes) + extents > cap_) homes /= 2;
+  start(homes, extents);
 }
 
 Engine::~Engine() = default;
 
-std::unique_ptr<Engine::Gen> Engine::map_gen(uint64_t homes, size_t extent_bytes,
-                                             uint32_t generation) const {
+std::unique_ptr<Gen> Engine::map_gen(uint64_t homes, size_t extent_bytes,
+                                     uint32_t generation) const {
   auto g = std::make_unique<Gen>(homes, bucket_bytes_, extent_bytes, huge_pages_, prefault_);
-  // Anonymous mappings are zero: every bucket is empty already.
-  TableHeader h{};
-  h.magic = farm::kTableMagic;
-  h.version = farm::kLayoutVersion;
-  h.generation = generation;
-  h.state = farm::kStateLive;
-  h.clock = clock_(clock_ctx_);
+  TableHeader h = live_header<TableHeader>(farm::kTableMagic, farm::kLayoutVersion, generation);
   h.homes = homes;
   h.bucket_bytes = static_cast<uint32_t>(bucket_bytes_);
   h.inline_bytes = static_cast<uint32_t>(inline_);
   h.extent_bytes = extent_bytes;
-  std::memcpy(g->header(), &h, sizeof h);
-  g->info.generation = generation;
-  return g;
+  return with_header(std::move(g), h);
 }
 
 void Engine::publish_sizes() {
@@ -156,25 +103,20 @@ void Engine::publish_sizes() {
                      std::memory_order_relaxed);
 }
 
-void Engine::set_hooks(Hooks h) { gens_.set_hooks(std::move(h)); }
-void Engine::reap_retired() { gens_.reap(); }
-void Engine::publish_clock() { gens_.publish_clock(); }
-
-const Generation& Engine::current() const { return live().info; }
-
 store::EngineMemory Engine::memory() const {
   return store::EngineMemory{live().info.table, live().info.table_bytes, live().info.huge_pages};
 }
 
 Engine::FarmStats Engine::farm_stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  return FarmStats{r(growths_),      r(displacements_),  r(moved_keys_),
+  return FarmStats{r(growths_),      r(paths_),          r(moved_keys_),
                    r(used_buckets_), r(indirect_items_), gens_.retired_live()};
 }
 
 // ---- table operations ----------------------------------------------------------------------
 
-Engine::Found Engine::find(const Gen& g, std::string_view key, const farm::KeyHome& kh) const {
+Engine::Found Engine::find(const Gen& g, std::string_view key) const {
+  const farm::KeyHome kh = farm::key_home(key, g.info.homes);
   for (uint64_t b = kh.home; b < kh.home + kNeighbourhood; ++b) {
     if (g.home_of[b] != kh.home) continue;  // free, or another home's key
     const BucketHeader h = g.header_of(b);
@@ -222,28 +164,17 @@ void Engine::apply_chain(Gen& g, const std::vector<uint64_t>& chain, const std::
     publish();
     return;
   }
-  std::atomic_ref<uint64_t> moves(g.header()->moves);
-  const uint64_t m = moves.load(std::memory_order_relaxed);
-  moves.store(m + 1, std::memory_order_release);  // odd: keys are moving
-  publish();
-  const bool observe = live && move_observer_;
   // Each key is copied into the free bucket first (it is in two buckets of its neighbourhood
   // then), and only the next step overwrites its old bucket: it is never in none.
-  for (size_t i = 1; i < chain.size(); ++i) {
-    std::memcpy(g.bucket(chain[i - 1]), g.bucket(chain[i]), bucket_bytes_);
-    g.home_of[chain[i - 1]] = g.home_of[chain[i]];
-    publish();
-    if (observe) move_observer_();
-  }
-  std::memcpy(g.bucket(chain.back()), bucket, bucket_bytes_);
-  g.home_of[chain.back()] = home;
-  publish();
-  if (observe) move_observer_();
-  moves.store(m + 2, std::memory_order_release);  // even: settled
-  if (live) {
-    add_st(displacements_);
-    add_st(moved_keys_, chain.size() - 1);
-  }
+  move_keys(g, live, chain.size(), [&](size_t i) {
+    if (i + 1 < chain.size()) {
+      std::memcpy(g.bucket(chain[i]), g.bucket(chain[i + 1]), bucket_bytes_);
+      g.home_of[chain[i]] = g.home_of[chain[i + 1]];
+    } else {
+      std::memcpy(g.bucket(chain.back()), bucket, bucket_bytes_);
+      g.home_of[chain.back()] = home;
+    }
+  });
 }
 
 bool Engine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool live) {
@@ -254,7 +185,7 @@ bool Engine::insert(Gen& g, const std::byte* bucket, uint64_t home, bool live) {
   return true;
 }
 
-void Engine::remove_at(Gen& g, uint64_t b) {
+void Engine::erase(Gen& g, uint64_t b) {
   const BucketHeader h = g.header_of(b);
   const uint64_t off = h.flags == farm::kIndirect ? g.pointer_of(b).extent_offset
                                                   : store::Heap::kNil;
@@ -265,15 +196,11 @@ void Engine::remove_at(Gen& g, uint64_t b) {
     g.heap.free(off);  // ...before the record's bytes change
     --g.indirect;
   }
-  --g.used;
-  sub_st(stats_.items);
-  publish_sizes();
-  publish();
 }
 
 // ---- growth --------------------------------------------------------------------------------
 
-std::unique_ptr<Engine::Gen> Engine::build(uint64_t homes, size_t extent_bytes) {
+std::unique_ptr<Gen> Engine::build(uint64_t homes, size_t extent_bytes) {
   const Gen& old = live();
   auto g = map_gen(homes, extent_bytes, old.info.generation + 1);
   std::vector<std::byte> b(bucket_bytes_);
@@ -305,96 +232,45 @@ store::Status Engine::grow(bool more_homes, bool more_extents, size_t record) {
   // Clamp to the cap: a growth may be smaller than 2x, but must still grow what ran out.
   if (farm::table_bytes(homes, bucket_bytes_) + extents > cap_) {
     if (more_extents) {
-      const size_t table = farm::table_bytes(homes, bucket_bytes_);
-      extents = cap_ > table ? (cap_ - table) / kPage * kPage : 0;
-      if (extents <= old.info.extent_bytes) return store::Status::kNoSpace;
-      const size_t block = round_up(record + 8, store::Heap::kBlockAlign);
-      if (old.heap.used_bytes() + block + 2 * store::Heap::kBlockAlign > extents)
-        return store::Status::kNoSpace;
+      extents = clamped_extents(table_size(homes), record);
+      if (extents == 0) return store::Status::kNoSpace;
     } else {
       while (homes > old.info.homes && farm::table_bytes(homes, bucket_bytes_) + extents > cap_)
         homes -= std::max<uint64_t>(1, (homes - old.info.homes) / 2);
       if (homes <= old.info.homes) return store::Status::kNoSpace;
     }
   }
-  std::unique_ptr<Gen> g;
-  for (;;) {
-    g = build(homes, extents);
-    if (g != nullptr) break;
-    // No room for a re-inserted key within its neighbourhood: more buckets.
-    const uint64_t more = homes * 2;
-    if (farm::table_bytes(more, bucket_bytes_) + extents > cap_) return store::Status::kNoSpace;
-    homes = more;
-  }
+  return grow_to(homes, extents);
+}
 
-  // Switch: the new generation is complete; announce it, then tell readers of the old one.
-  const size_t bucket_bytes = bucket_bytes_;
-  gens_.replace(std::move(g), [bucket_bytes](Gen& prev) {
-    std::atomic_ref<uint32_t>(prev.header()->state)
-        .store(farm::kStateRetired, std::memory_order_release);
-    publish();
-    std::vector<std::byte> marker(bucket_bytes);
-    BucketHeader mh{};
-    mh.flags = farm::kRetired;
-    std::memcpy(marker.data(), &mh, sizeof mh);
-    farm::seal(marker.data(), bucket_bytes);
-    for (uint64_t s = 0; s < farm::table_buckets(prev.info.homes); ++s)
-      std::memcpy(prev.bucket(s), marker.data(), bucket_bytes);
-  });
-  publish_sizes();
-  add_st(growths_);
-  return store::Status::kOk;
+void Engine::retire(Gen& prev) const {
+  std::atomic_ref<uint32_t>(prev.header()->state)
+      .store(farm::kStateRetired, std::memory_order_release);
+  publish();
+  std::vector<std::byte> marker(bucket_bytes_);
+  BucketHeader mh{};
+  mh.flags = farm::kRetired;
+  std::memcpy(marker.data(), &mh, sizeof mh);
+  farm::seal(marker.data(), bucket_bytes_);
+  for (uint64_t s = 0; s < farm::table_buckets(prev.info.homes); ++s)
+    std::memcpy(prev.bucket(s), marker.data(), bucket_bytes_);
 }
 
 // ---- data path -----------------------------------------------------------------------------
 
-store::Status Engine::get(store::KeyHash, std::string_view key, store::ItemView& out) {
-  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
-  Gen& g = live();
-  const Found f = find(g, key, farm::key_home(key, g.info.homes));
-  if (f.ok) {
-    const BucketHeader h = g.header_of(f.bucket);
-    if (!expired(h.expire_at)) {
-      out.value = g.value_of(f.bucket);
-      out.version = h.version;
-      out.expire_at = h.expire_at;
-      add_st(stats_.hits);
-      return store::Status::kOk;
-    }
-    remove_at(g, f.bucket);
-    add_st(stats_.expired);
-  }
-  add_st(stats_.misses);
-  return store::Status::kNotFound;
+Engine::Item Engine::item_at(const Gen& g, uint64_t b) const {
+  const BucketHeader h = g.header_of(b);
+  return Item{h.version, h.expire_at};
 }
 
-store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view value,
-                          const store::PutOptions& opts, uint64_t* new_version) {
-  if (store::Status st = check_key(key, stats_, value.size(), max_value_); st != store::Status::kOk)
-    return st;
-  Found f = find(live(), key, farm::key_home(key, live().info.homes));
-  BucketHeader old{};
-  if (f.ok) {
-    old = live().header_of(f.bucket);
-    if (expired(old.expire_at)) {
-      remove_at(live(), f.bucket);
-      add_st(stats_.expired);
-      f = Found{};
-    }
-  }
-  if (opts.expected_version != 0) {
-    if (!f.ok) return store::Status::kNotFound;
-    if (old.version != opts.expected_version) {
-      add_st(stats_.version_mismatches);
-      return store::Status::kVersionMismatch;
-    }
-  }
+std::string_view Engine::value_at(const Gen& g, uint64_t b) const { return g.value_of(b); }
 
+std::optional<uint64_t> Engine::place(std::string_view key, std::string_view value,
+                                      const store::PutOptions& opts, Found f) {
   const bool indirect = pointers_only_ || key.size() + value.size() > inline_;
   const size_t rec = indirect ? farm::record_bytes(key.size(), value.size()) : 0;
-  // `value` may be a view of this engine's memory (an earlier get()): it is copied into the
-  // record or the scratch bucket before any bucket of the table is written, and a growth keeps
-  // the old generation mapped.
+  // `value` is copied into the record or the scratch bucket before any bucket of the table is
+  // written.
   for (;;) {
     Gen& g = live();
     const farm::KeyHome kh = farm::key_home(key, g.info.homes);
@@ -409,11 +285,8 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
     const bool need_extents = indirect && off == store::Heap::kNil;
     if (need_homes || need_extents) {
       if (off != store::Heap::kNil) g.heap.free(off);
-      if (grow(need_homes, need_extents, rec) != store::Status::kOk) {
-        add_st(stats_.no_space);
-        return store::Status::kNoSpace;
-      }
-      f = find(live(), key, farm::key_home(key, live().info.homes));
+      if (grow(need_homes, need_extents, rec) != store::Status::kOk) return std::nullopt;
+      f = find(live(), key);
       continue;
     }
 
@@ -450,9 +323,10 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
 
     // 2. The bucket; 3. (update of an indirect item) the old record goes back to the heap.
     if (f.ok) {
-      const uint64_t old_off = old.flags == farm::kIndirect ? g.pointer_of(f.bucket).extent_offset
-                                                            : store::Heap::kNil;
-      std::memcpy(g.bucket(f.bucket), b, bucket_bytes_);
+      const uint64_t old_off = g.header_of(f.at).flags == farm::kIndirect
+                                   ? g.pointer_of(f.at).extent_offset
+                                   : store::Heap::kNil;
+      std::memcpy(g.bucket(f.at), b, bucket_bytes_);
       publish();
       if (old_off != store::Heap::kNil) {
         g.heap.free(old_off);
@@ -460,35 +334,10 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
       }
     } else {
       apply_chain(g, chain, b, kh.home, true);
-      ++g.used;
-      add_st(stats_.items);
     }
     if (indirect) ++g.indirect;
-    add_st(stats_.puts);
-    publish_sizes();
-    publish();
-    if (new_version != nullptr) *new_version = version;
-    return store::Status::kOk;
+    return version;
   }
-}
-
-store::Status Engine::del(store::KeyHash, std::string_view key) {
-  if (store::Status st = check_key(key, stats_); st != store::Status::kOk) return st;
-  Gen& g = live();
-  const Found f = find(g, key, farm::key_home(key, g.info.homes));
-  if (!f.ok) return store::Status::kNotFound;
-  const bool was_expired = expired(g.header_of(f.bucket).expire_at);
-  remove_at(g, f.bucket);
-  if (was_expired) {
-    add_st(stats_.expired);
-    return store::Status::kNotFound;
-  }
-  add_st(stats_.dels);
-  return store::Status::kOk;
-}
-
-void Engine::run_batch(std::span<const store::Request> reqs, store::CompletionFn done, size_t gap) {
-  run_pipeline(*this, reqs, done, gap);
 }
 
 // ---- client rules, checks ------------------------------------------------------------------
@@ -552,20 +401,15 @@ Lookup Engine::lookup(const Generation& g, std::string_view key) {
   return r;
 }
 
-std::string Engine::check() const {
-  const Gen& g = live();
-  std::string err = g.heap.check();
-  if (!err.empty()) return "heap: " + err;
-  TableHeader h;
-  std::memcpy(&h, g.header(), sizeof h);
-  if (h.magic != farm::kTableMagic || h.version != farm::kLayoutVersion ||
-      h.generation != g.info.generation || h.homes != g.info.homes ||
-      h.bucket_bytes != bucket_bytes_ || h.inline_bytes != inline_ ||
-      h.extent_bytes != g.info.extent_bytes)
-    return "table header does not describe the generation";
-  if (h.state != farm::kStateLive) return "live table not marked live";
-  if (h.moves % 2 != 0) return "moves odd while idle";
-  uint64_t n = 0, indirect = 0;
+bool Engine::describes(const Gen& g, const TableHeader& h) const {
+  return h.magic == farm::kTableMagic && h.version == farm::kLayoutVersion &&
+         h.generation == g.info.generation && h.homes == g.info.homes &&
+         h.bucket_bytes == bucket_bytes_ && h.inline_bytes == inline_ &&
+         h.extent_bytes == g.info.extent_bytes;
+}
+
+std::string Engine::check_items(const Gen& g, uint64_t& n) const {
+  uint64_t indirect = 0;
   std::unordered_set<std::string_view> keys;
   for (uint64_t s = 0; s < farm::table_buckets(g.info.homes); ++s) {
     const std::string at = "bucket " + std::to_string(s);
@@ -600,10 +444,7 @@ std::string Engine::check() const {
     if (s < kh.home || s >= kh.home + kNeighbourhood) return at + " outside its neighbourhood";
     if (!keys.insert(key).second) return at + " key in two buckets";
   }
-  if (n != g.used) return "used count " + std::to_string(g.used) + " != " + std::to_string(n);
   if (indirect != g.indirect) return "indirect count wrong";
-  const store::StatsSnapshot st = stats();
-  if (st.items != n) return "stats.items " + std::to_string(st.items) + " != " + std::to_string(n);
   return "";
 }
 
@@ -624,3 +465,7 @@ std::unique_ptr<store::Engine> make_engine(const proto::EngineSpec& spec) {
 bool clients_write_items() { return false; }
 
 }  // namespace fabkv::farm
+
+// The item rules, instantiated here, where Gen is complete (engine.h declares it extern).
+template class fabkv::read_table::Engine<fabkv::farm::Engine, fabkv::farm::Gen,
+                                         fabkv::farm::Generation>;

@@ -30,11 +30,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "proto/farm/layout.h"
-#include "proto/read_table/generations.h"
+#include "proto/read_table/engine.h"
 #include "proto/registry.h"
 #include "store/engine.h"
 #include "store/heap.h"
@@ -86,35 +87,19 @@ struct Lookup {
   std::string value;
 };
 
-class Engine final : public store::Engine {
+// One generation's memory (engine.cc).
+struct Gen;
+
+class Engine final : public read_table::Engine<Engine, Gen, Generation> {
  public:
   explicit Engine(const store::EngineOptions& opts, const EngineConfig& fopts = {});
   ~Engine() override;
 
   std::string_view name() const override { return "farm"; }
-  using store::Engine::del;
-  using store::Engine::get;
-  using store::Engine::put;
-  store::Status get(store::KeyHash h, std::string_view key, store::ItemView& out) override;
-  store::Status put(store::KeyHash h, std::string_view key, std::string_view value,
-                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override;
-  store::Status del(store::KeyHash h, std::string_view key) override;
-  void prefetch_index(store::KeyHash) const override {}
-  void prefetch_item(store::KeyHash) const override {}
-  using store::Engine::run_batch;
-  void run_batch(std::span<const store::Request> reqs, store::CompletionFn done,
-                 size_t gap = 0) override;
   store::EngineMemory memory() const override;
-  size_t max_value_size() const override { return max_value_; }
-  void housekeeping() override { reap_retired(); }
 
-  void set_hooks(Hooks h);
-  const Generation& current() const;
   size_t inline_bytes() const { return inline_; }
   bool pointers_only() const { return pointers_only_; }
-  // Releases retired generations past their grace and publishes the clock (read_table/).
-  void reap_retired();
-  void publish_clock();
 
   struct FarmStats {
     uint64_t growths = 0;
@@ -125,22 +110,30 @@ class Engine final : public store::Engine {
     uint64_t retired_live = 0;
   };
   FarmStats farm_stats() const;  // any thread
-  size_t memory_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
 
   // The client's rules over a generation's memory (no fabric). Any thread that may read it.
   static Lookup lookup(const Generation& g, std::string_view key);
-  // Table, heap, neighbourhood and stats consistency, for tests: "" when fine.
-  std::string check() const;
-  // Tests: called on the owner thread after every bucket write of a displacement chain.
-  void set_move_observer(std::function<void()> f) { move_observer_ = std::move(f); }
 
  private:
-  struct Gen;
-  struct Found {
-    uint64_t bucket = 0;
-    bool ok = false;
-  };
-  Found find(const Gen& g, std::string_view key, const farm::KeyHome& kh) const;
+  using Base = read_table::Engine<Engine, Gen, Generation>;
+  friend Base;
+
+  // The item rules' table operations (read_table/engine.h).
+  Found find(const Gen& g, std::string_view key) const;
+  Item item_at(const Gen& g, uint64_t b) const;
+  std::string_view value_at(const Gen& g, uint64_t b) const;
+  void erase(Gen& g, uint64_t b);
+  std::optional<uint64_t> place(std::string_view key, std::string_view value,
+                                const store::PutOptions& opts, Found f);
+  void publish_sizes();
+  size_t table_size(uint64_t homes) const { return farm::table_bytes(homes, bucket_bytes_); }
+  std::unique_ptr<Gen> build(uint64_t homes, size_t extent_bytes);
+  void retire(Gen& prev) const;
+  std::unique_ptr<Gen> map_gen(uint64_t homes, size_t extent_bytes, uint32_t generation) const;
+  bool describes(const Gen& g, const TableHeader& h) const;
+  // Buckets, records, neighbourhoods and the indirect count.
+  std::string check_items(const Gen& g, uint64_t& n) const;
+
   // The buckets a new key with home `home` goes through: chain[0] the free bucket found, each
   // next one a bucket whose key moves into the previous; the last is where the key lands
   // (within [home, home + H)). Empty = none within probe_range / no displacement possible.
@@ -148,33 +141,22 @@ class Engine final : public store::Engine {
   void apply_chain(Gen& g, const std::vector<uint64_t>& chain, const std::byte* bucket,
                    uint64_t home, bool live);
   bool insert(Gen& g, const std::byte* bucket, uint64_t home, bool live);
-  void remove_at(Gen& g, uint64_t b);
   store::Status grow(bool more_homes, bool more_extents, size_t record);
-  std::unique_ptr<Gen> build(uint64_t homes, size_t extent_bytes);
-  std::unique_ptr<Gen> map_gen(uint64_t homes, size_t extent_bytes, uint32_t generation) const;
-  bool expired(uint32_t expire_at) const {
-    return expire_at != 0 && clock_(clock_ctx_) >= expire_at;
-  }
-  void publish_sizes();
 
-  Gen& live() const { return gens_.live(); }
-
-  read_table::Generations<Gen, Generation> gens_;
-  std::function<void()> move_observer_;
   std::vector<std::byte> scratch_;  // one bucket, built before it is copied into place
   bool pointers_only_ = false;
   size_t inline_ = 48, bucket_bytes_ = 80;
-  size_t cap_ = 0, min_extent_bytes_ = 0;
   uint32_t probe_range_ = 256;
-  bool huge_pages_ = false, prefault_ = true;
-  uint64_t version_ = 1;
-  size_t max_value_ = 0;
-  store::ClockFn clock_;
-  void* clock_ctx_;
-  std::atomic<uint64_t> growths_{0}, displacements_{0}, moved_keys_{0}, used_buckets_{0},
-      indirect_items_{0};
-  std::atomic<size_t> live_bytes_{0};
+  std::atomic<uint64_t> used_buckets_{0}, indirect_items_{0};
 };
+
+}  // namespace fabkv::farm
+
+// Instantiated in engine.cc, where Gen is complete.
+extern template class fabkv::read_table::Engine<fabkv::farm::Engine, fabkv::farm::Gen,
+                                                fabkv::farm::Generation>;
+
+namespace fabkv::farm {
 
 // The engine the registry builds for --engine farm (proto/engines.cc), from the [farm] knobs
 // (proto/farm/options.h); farm-var's buckets hold pointers only.

@@ -36,6 +36,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "proto/read_table/table_header.h"
 #include "store/hash.h"  // xxh3 inline (XXH_INLINE_ALL)
 
 namespace fabkv::farm {
@@ -50,8 +51,8 @@ inline constexpr uint32_t kNeighbourhood = 6;
 // ---- table header --------------------------------------------------------------------------
 
 inline constexpr uint64_t kTableMagic = 0x4d524146564b4631ull;  // "1FKVFARM" little-endian
-inline constexpr uint32_t kStateLive = 0;
-inline constexpr uint32_t kStateRetired = 1;  // a newer generation replaced this table
+using read_table::kStateLive;
+using read_table::kStateRetired;
 
 // At offset 0 of the table region; written by the owning worker only. Clients READ `moves`,
 // `state` and `clock` (16 bytes at kMovesOffset) to confirm a miss and to learn the server's
@@ -74,21 +75,9 @@ inline constexpr size_t kMovesOffset = offsetof(TableHeader, moves);
 static_assert(kMovesOffset == 16 && offsetof(TableHeader, state) == 24 &&
               offsetof(TableHeader, clock) == 28);
 
-struct HeaderWord {
-  uint64_t moves;
-  uint32_t state;
-  uint32_t clock;
-};
-inline HeaderWord load_header_word(const void* sixteen_bytes) {
-  HeaderWord w;
-  const char* p = static_cast<const char*>(sixteen_bytes);
-  std::memcpy(&w.moves, p, 8);
-  std::memcpy(&w.state, p + 8, 4);
-  std::memcpy(&w.clock, p + 12, 4);
-  return w;
-}
-
-inline bool expired(uint32_t expire_at, uint32_t now) { return expire_at != 0 && now >= expire_at; }
+using read_table::expired;
+using read_table::HeaderWord;
+using read_table::load_header_word;
 
 // ---- buckets -------------------------------------------------------------------------------
 

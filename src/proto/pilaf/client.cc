@@ -54,14 +54,9 @@ class PilafClient final : public proto::ClientProtocol {
   size_t complete(std::span<fabric::Completion> cs) override {
     size_t ran = 0;
     for (fabric::Completion& c : cs) {
-      if (c.context == nullptr) {
-        // Our posts all carry a context; shm drops it (and the flags) from a failed READ.
-        if (reader_ && c.error != 0 && !c.inbound) reader_->on_orphan_error();
-      } else if (reader_ && reader_->owns(c.context)) {
-        ran += reader_->on_completion(c);
-      } else if (rpc_.owns(c.context)) {
-        ran += rpc_.complete(c);
-      }
+      // Our posts all carry a context; the reader takes those without one (failed READs).
+      if (reader_ ? reader_->take(c, ran) : c.context == nullptr) continue;
+      if (rpc_.owns(c.context)) ran += rpc_.complete(c);
     }
     return ran;
   }
@@ -107,23 +102,12 @@ class PilafClient final : public proto::ClientProtocol {
   // The engines' current generations ({"op": "layout"}; Pilaf sec. 3.3 with a control
   // request instead of a reset connection).
   bool refresh(std::vector<PilafMap>* maps) {
-    if (host_.gone()) return false;
-    try {
-      nlohmann::json j = host_.control_request({{"op", "layout"}});
-      const auto& ws = j.at("workers");
-      if (ws.size() != maps->size()) return false;
-      for (size_t i = 0; i < maps->size(); ++i) {
-        const auto t = ws.at(i).get<LiveTable>();
-        if (t.shape.entries == 0) return false;
-        (*maps)[i].generation = t.generation;
-        (*maps)[i].entries = t.shape.entries;
-        (*maps)[i].table = t.table;
-        (*maps)[i].extents = t.extents;
-      }
-      return true;
-    } catch (const std::exception&) {
-      return false;
-    }
+    return read_table::refresh_maps<TableShape>(host_, "layout", maps,
+                                                [](PilafMap& m, const LiveTable& t) {
+                                                  if (t.shape.entries == 0) return false;
+                                                  m.entries = t.shape.entries;
+                                                  return true;
+                                                });
   }
 
   proto::ClientHost& host_;

@@ -37,11 +37,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "proto/pilaf/layout.h"
-#include "proto/read_table/generations.h"
+#include "proto/read_table/engine.h"
 #include "proto/registry.h"
 #include "store/engine.h"
 #include "store/heap.h"
@@ -92,7 +93,12 @@ struct Lookup {
   std::string_view value;  // into the generation's extents
 };
 
-class Engine final : public store::Engine {
+// One generation's memory (engine.cc).
+struct Gen;
+
+// The item rules (get/put/del, expiry, versions, stats), hooks, clock and move observer are
+// read_table/engine.h's; this class keeps the cuckoo table.
+class Engine final : public read_table::Engine<Engine, Gen, Generation> {
  public:
   // Throws std::runtime_error when the cap cannot hold the smallest table plus one maximum-size
   // record, for max_value_size above the limit, or when a mapping fails.
@@ -100,36 +106,8 @@ class Engine final : public store::Engine {
   ~Engine() override;  // unmaps everything; calls no hook
 
   std::string_view name() const override { return "pilaf"; }
-  using store::Engine::del;
-  using store::Engine::get;
-  using store::Engine::put;
-  store::Status get(store::KeyHash h, std::string_view key, store::ItemView& out) override;
-  store::Status put(store::KeyHash h, std::string_view key, std::string_view value,
-                    const store::PutOptions& opts = {}, uint64_t* new_version = nullptr) override;
-  store::Status del(store::KeyHash h, std::string_view key) override;
-  void prefetch_index(store::KeyHash) const override {}
-  void prefetch_item(store::KeyHash) const override {}
-  using store::Engine::run_batch;
-  void run_batch(std::span<const store::Request> reqs, store::CompletionFn done,
-                 size_t gap = 0) override;
   // The live generation's extent region (the table is in current()); changes on growth.
   store::EngineMemory memory() const override;
-  size_t max_value_size() const override { return max_value_; }
-
-  // ---- Pilaf specifics (owner thread unless said otherwise) ----
-  // Installs the hooks and calls h.on_live(current()) at once.
-  void set_hooks(Hooks h);
-  // The live generation; the reference is valid until the next put() (a growth).
-  const Generation& current() const;
-  // Housekeeping the owner calls every so often (a worker: every 1024 poll rounds): releases
-  // retired generations whose grace is over (hooks.on_release(gen), then munmap), and
-  // publishes the clock (publish_clock()).
-  void reap_retired();
-  void housekeeping() override { reap_retired(); }
-  // Writes the expiry clock (store::EngineOptions::clock) into the live TableHeader.clock, where
-  // clients READ it to judge expire_at by the server's clock. Also done at every new
-  // generation and by reap_retired().
-  void publish_clock();
 
   struct PilafStats {
     uint64_t growths = 0;       // generations built after the first
@@ -139,28 +117,32 @@ class Engine final : public store::Engine {
     uint64_t retired_live = 0;  // retired generations still mapped
   };
   PilafStats pilaf_stats() const;  // any thread
-  // Table + extent bytes of the live generation; any thread.
-  size_t memory_bytes() const { return live_bytes_.load(std::memory_order_relaxed); }
   size_t memory_cap() const { return cap_; }
 
   // The client's lookup rules over `g`'s raw memory (no fabric): entry reads, CRC checks,
   // tag filter, record check, full key compare. Any thread for a generation it may read.
   static Lookup lookup(const Generation& g, std::string_view key);
 
-  // Table, heap and stats consistency, for tests: "" when fine. O(table + heap).
-  std::string check() const;
-  // Tests: called on the owner thread after every entry write of a cuckoo path on the live
-  // table (moves is odd then), to check what a reader could see at that instant.
-  void set_move_observer(std::function<void()> f) { move_observer_ = std::move(f); }
-
  private:
-  struct Gen;
-  struct Found {
-    uint64_t slot = 0;
-    bool ok = false;
-  };
+  using Base = read_table::Engine<Engine, Gen, Generation>;
+  friend Base;
 
+  // The item rules' table operations (read_table/engine.h).
   Found find(const Gen& g, std::string_view key) const;
+  Item item_at(const Gen& g, uint64_t slot) const;
+  std::string_view value_at(const Gen& g, uint64_t slot) const;
+  void erase(Gen& g, uint64_t slot);
+  std::optional<uint64_t> place(std::string_view key, std::string_view value,
+                                const store::PutOptions& opts, Found f);
+  void publish_sizes();
+  size_t table_size(uint64_t entries) const { return pilaf::table_bytes(entries); }
+  std::unique_ptr<Gen> build(uint64_t entries, size_t extent_bytes);
+  void retire(Gen& prev) const;
+  std::unique_ptr<Gen> map_gen(uint64_t entries, size_t extent_bytes, uint32_t generation) const;
+  bool describes(const Gen& g, const TableHeader& h) const;
+  // Slots, records, tags and stats.bytes.
+  std::string check_items(const Gen& g, uint64_t& n) const;
+
   // Cuckoo path for a new key with slots `ks`: path[0] is one of the key's slots, each
   // path[i+1] an alternative slot of the key at path[i], the last one empty. Empty vector =
   // no path within max_path / max_path_nodes.
@@ -169,35 +151,23 @@ class Engine final : public store::Engine {
   void apply_path(Gen& g, const std::vector<uint64_t>& path, const pilaf::Entry& e, bool live);
   // Inserts a new entry for `key` (not present) into g; false when no path exists.
   bool insert_entry(Gen& g, std::string_view key, const pilaf::Entry& e, bool live);
-  void remove_at(Gen& g, uint64_t slot);
   // Builds, announces and switches to a larger generation (more slots and/or more extent
   // bytes, with room for a `record`-byte record when more_extents). kNoSpace, and no change,
   // when the cap forbids it.
   store::Status grow(bool more_entries, bool more_extents, size_t record);
-  std::unique_ptr<Gen> build(uint64_t entries, size_t extent_bytes);
-  std::unique_ptr<Gen> map_gen(uint64_t entries, size_t extent_bytes, uint32_t generation) const;
-  bool expired(uint32_t expire_at) const {
-    return expire_at != 0 && clock_(clock_ctx_) >= expire_at;
-  }
-  void publish_sizes();
 
-  Gen& live() const { return gens_.live(); }
-
-  read_table::Generations<Gen, Generation> gens_;
-  std::function<void()> move_observer_;
-  size_t cap_ = 0;
-  size_t min_extent_bytes_ = 0;
   uint32_t max_path_ = 5;
   uint32_t max_path_nodes_ = 500;
-  bool huge_pages_ = false;
-  bool prefault_ = true;
-  uint64_t version_ = 1;
-  size_t max_value_ = 0;
-  store::ClockFn clock_;
-  void* clock_ctx_;
-  std::atomic<uint64_t> growths_{0}, paths_{0}, moved_keys_{0}, used_entries_{0};
-  std::atomic<size_t> live_bytes_{0};
+  std::atomic<uint64_t> used_entries_{0};
 };
+
+}  // namespace fabkv::pilaf
+
+// Instantiated in engine.cc, where Gen is complete.
+extern template class fabkv::read_table::Engine<fabkv::pilaf::Engine, fabkv::pilaf::Gen,
+                                                fabkv::pilaf::Generation>;
+
+namespace fabkv::pilaf {
 
 // The engine the registry builds for --engine pilaf (proto/engines.cc), sized by the [pilaf]
 // knobs (proto/pilaf/options.h).

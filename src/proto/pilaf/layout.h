@@ -35,6 +35,8 @@
 #include <isa-l/crc64.h>
 #include <xxhash.h>
 
+#include "proto/read_table/table_header.h"
+
 namespace fabkv::pilaf {
 
 inline constexpr uint32_t kLayoutVersion = 2;
@@ -51,8 +53,8 @@ inline uint64_t crc64(const void* p, size_t n) {
 // ---- table -------------------------------------------------------------------------------
 
 inline constexpr uint64_t kTableMagic = 0x464c4950564b4631ull;  // "1FKVPILF" little-endian
-inline constexpr uint32_t kStateLive = 0;
-inline constexpr uint32_t kStateRetired = 1;  // a newer generation replaced this one
+using read_table::kStateLive;
+using read_table::kStateRetired;
 
 // At offset 0 of the table region. Written by the owning worker only; clients READ `moves`,
 // `state` and `clock` (16 bytes at offset 16) to confirm a "not found" (see lookup rules
@@ -78,25 +80,10 @@ static_assert(kMovesOffset == 16 && offsetof(TableHeader, state) == 24 &&
               offsetof(TableHeader, clock) == 28);
 inline constexpr size_t kClockOffset = offsetof(TableHeader, clock);
 
-// What a client READs at kMovesOffset (16 bytes), decoded.
-struct HeaderWord {
-  uint64_t moves;
-  uint32_t state;
-  uint32_t clock;
-};
-inline HeaderWord load_header_word(const void* sixteen_bytes) {
-  HeaderWord w;
-  const char* p = static_cast<const char*>(sixteen_bytes);
-  std::memcpy(&w.moves, p, 8);
-  std::memcpy(&w.state, p + 8, 4);
-  std::memcpy(&w.clock, p + 12, 4);
-  return w;
-}
-
-// Expiry, the same rule on both sides: an item with expire_at != 0 is gone once the owner's
-// clock reaches expire_at. `now` must be the server's clock (TableHeader.clock), not the
-// reader's own (docs/pilaf.md, "Expiry and the server's clock").
-inline bool expired(uint32_t expire_at, uint32_t now) { return expire_at != 0 && now >= expire_at; }
+// What a client READs at kMovesOffset, and the expiry rule (read_table/table_header.h).
+using read_table::expired;
+using read_table::HeaderWord;
+using read_table::load_header_word;
 
 // Entry flags.
 inline constexpr uint8_t kInUse = 1;

@@ -31,6 +31,7 @@
 #include "fabric/memory_region.h"
 #include "fabric/retry.h"
 #include "proto/client_protocol.h"
+#include "proto/read_table/handshake.h"
 #include "proto/status.h"
 
 namespace fabkv::read_table {
@@ -94,6 +95,31 @@ struct GetOp {
   void reset() {}
 };
 
+// A protocol client's Refresh: asks the server for its workers' live tables (the control
+// request {"op": op}, answered with handshake.h's LiveTables) and moves each map to its
+// worker's table; fits(map, table) checks and takes the protocol's shape (false: this client
+// cannot read that table). False when the server is gone or the answer is not as expected.
+template <class Shape, class Map, class Fits>
+bool refresh_maps(proto::ClientHost& host, const char* op, std::vector<Map>* maps, Fits&& fits) {
+  if (host.gone()) return false;
+  try {
+    nlohmann::json j = host.control_request({{"op", op}});
+    const auto& ws = j.at("workers");
+    if (ws.size() != maps->size()) return false;
+    for (size_t i = 0; i < maps->size(); ++i) {
+      const auto t = ws.at(i).get<LiveTable<Shape>>();
+      Map& m = (*maps)[i];
+      if (!fits(m, t)) return false;
+      m.generation = t.generation;
+      m.table = t.table;
+      m.extents = t.extents;
+    }
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 template <class Map, class Op, class Counters>
 class Reader {
  public:
@@ -110,6 +136,18 @@ class Reader {
   // An error completion without its context (shm reports failed READs so, libfabric 1.17):
   // counted; the GET it belonged to ends by its deadline.
   void on_orphan_error() { counters_.read_errors++; }
+  // A completion from the session's poll loop: true when it is the reader's (an owned context,
+  // or none: our READs all carry one, and shm drops it, and the flags, from a failed READ),
+  // adding the callbacks run to `ran`.
+  bool take(fabric::Completion& c, size_t& ran) {
+    if (c.context == nullptr) {
+      if (c.error != 0 && !c.inbound) on_orphan_error();
+      return true;
+    }
+    if (!owns(c.context)) return false;
+    ran += on_completion(c);
+    return true;
+  }
   // Times out GETs past their deadline (all = every GET: the server is gone).
   size_t expire(bool all, Status why);
   size_t in_flight() const { return in_flight_; }
