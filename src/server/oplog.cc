@@ -291,6 +291,48 @@ OpLog::ReplayResult replay_files(const std::string& stem, const Files& f,
   return r;
 }
 
+// Where a key's last record is (file, offset, size), for a rewrite.
+struct LiveRecord {
+  uint32_t file;
+  uint32_t size;
+  uint64_t offset;
+  uint32_t expire_at;
+};
+
+// Each key's last record in `inputs` (a base and segments, oldest first; each file's descriptor
+// appended to *fds, which the caller closes): DELETE drops the key, CLEAR everything before it;
+// expired items are left out. In log order, so that replay restores versions in the order they
+// were handed out (store::PutOptions::restore_version). Throws on a torn file.
+std::vector<LiveRecord> live_records(const std::vector<std::string>& inputs, std::vector<int>* fds,
+                                     uint64_t* in_bytes) {
+  std::unordered_map<std::string, LiveRecord> live;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    fds->push_back(open_or_fail(inputs[i], O_RDONLY));
+    FileScan s =
+        scan_file(fds->back(), inputs[i], [&](const OpLog::Record& r, uint64_t off, size_t n) {
+          if (r.op == OpLog::Op::kPut)
+            live.insert_or_assign(std::string(r.key),
+                                  LiveRecord{static_cast<uint32_t>(i), static_cast<uint32_t>(n),
+                                             off, r.expire_at});
+          else if (r.op == OpLog::Op::kDel) live.erase(std::string(r.key));
+          else live.clear();
+        });
+    if (s.torn_tail)
+      throw std::runtime_error(fmt::format("{} is corrupt after byte {}", inputs[i],
+                                           s.valid_bytes));
+    *in_bytes += s.valid_bytes;
+  }
+  const uint32_t now = now_unix();
+  std::vector<LiveRecord> keep;
+  keep.reserve(live.size());
+  for (const auto& [k, loc] : live)
+    if (loc.expire_at == 0 || loc.expire_at > now) keep.push_back(loc);
+  std::sort(keep.begin(), keep.end(), [](const LiveRecord& a, const LiveRecord& b) {
+    return a.file != b.file ? a.file < b.file : a.offset < b.offset;
+  });
+  return keep;
+}
+
 }  // namespace
 
 std::string OpLog::segment_path(const std::string& stem, uint64_t k) {
@@ -735,47 +777,13 @@ bool OpLog::rewrite(uint64_t through) {
   if (f.base() != 0) inputs.push_back(base_path(stem_, f.base()));
   for (uint64_t k : f.segments)
     if (k > f.base() && k <= through) inputs.push_back(segment_path(stem_, k));
-  // Each key's last record: where it is (file, offset, size). DELETE drops the key, CLEAR
-  // everything before it.
-  struct Loc {
-    uint32_t file;
-    uint32_t size;
-    uint64_t offset;
-    uint32_t expire_at;
-  };
-  std::unordered_map<std::string, Loc> live;
   std::vector<int> fds;
   auto close_all = [&] {
     for (int fd : fds) ::close(fd);
   };
   uint64_t in_bytes = 0;
   try {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      fds.push_back(open_or_fail(inputs[i], O_RDONLY));
-      FileScan s = scan_file(fds.back(), inputs[i], [&](const Record& r, uint64_t off, size_t n) {
-        if (r.op == Op::kPut)
-          live.insert_or_assign(std::string(r.key),
-                                Loc{static_cast<uint32_t>(i), static_cast<uint32_t>(n), off,
-                                    r.expire_at});
-        else if (r.op == Op::kDel) live.erase(std::string(r.key));
-        else live.clear();
-      });
-      if (s.torn_tail)
-        throw std::runtime_error(fmt::format("{} is corrupt after byte {}", inputs[i],
-                                             s.valid_bytes));
-      in_bytes += s.valid_bytes;
-    }
-    // In log order, so that replay restores versions in the order they were handed out
-    // (store::PutOptions::restore_version). Expired items are left out.
-    const uint32_t now = now_unix();
-    std::vector<Loc> keep;
-    keep.reserve(live.size());
-    for (const auto& [k, loc] : live)
-      if (loc.expire_at == 0 || loc.expire_at > now) keep.push_back(loc);
-    live.clear();
-    std::sort(keep.begin(), keep.end(), [](const Loc& a, const Loc& b) {
-      return a.file != b.file ? a.file < b.file : a.offset < b.offset;
-    });
+    const std::vector<LiveRecord> keep = live_records(inputs, &fds, &in_bytes);
     const std::string out = base_path(stem_, through);
     const std::string tmp = out + ".tmp";
     int ofd = open_or_fail(tmp, O_WRONLY | O_CREAT | O_TRUNC);
@@ -794,7 +802,7 @@ bool OpLog::rewrite(uint64_t through) {
       out_bytes += buf.size();
       buf.clear();
     };
-    for (const Loc& loc : keep) {
+    for (const LiveRecord& loc : keep) {
       const size_t at = buf.size();
       buf.resize(at + loc.size);
       size_t got = 0;

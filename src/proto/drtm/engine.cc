@@ -195,6 +195,25 @@ store::Status Engine::get(store::KeyHash, std::string_view key, store::ItemView&
   return store::Status::kOk;
 }
 
+Engine::Where Engine::free_slot(const drtm::KeyPlace& kp, uint64_t* last) const {
+  Where free;
+  uint64_t i = kp.bucket;
+  for (uint64_t hops = 0; hops <= regions_.overflow_buckets; ++hops) {
+    const Bucket* b = bucket(i);
+    for (uint32_t s = 0; s < drtm::kSlotsPerBucket; ++s)
+      if (b->slots[s].bytes == 0) {
+        free.ok = true;
+        free.bucket = i;
+        free.slot = s;
+        return free;
+      }
+    *last = i;
+    if (b->next == 0) break;
+    i = b->next;
+  }
+  return free;
+}
+
 store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view value,
                           const store::PutOptions& opts, uint64_t* new_version) {
   store::Status st = check_key(key, stats_, value.size(), max_value_);
@@ -245,24 +264,11 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
   // A new item: for a new key, or to replace one that is locked or too small. All memory is
   // taken first, so that a failure changes nothing.
   const drtm::KeyPlace kp = drtm::key_place(key, regions_.main_buckets);
-  uint64_t free_bucket = 0;
-  uint32_t free_slot = drtm::kSlotsPerBucket;
   uint64_t last = kp.bucket;
+  Where free;
   if (!w.ok) {
-    uint64_t i = kp.bucket;
-    for (uint64_t hops = 0; hops <= regions_.overflow_buckets; ++hops) {
-      const Bucket* b = bucket(i);
-      for (uint32_t s = 0; s < drtm::kSlotsPerBucket && free_slot == drtm::kSlotsPerBucket; ++s)
-        if (b->slots[s].bytes == 0) {
-          free_bucket = i;
-          free_slot = s;
-        }
-      if (free_slot != drtm::kSlotsPerBucket) break;
-      last = i;
-      if (b->next == 0) break;
-      i = b->next;
-    }
-    if (free_slot == drtm::kSlotsPerBucket && next_overflow_ >= regions_.overflow_buckets) {
+    free = free_slot(kp, &last);
+    if (!free.ok && next_overflow_ >= regions_.overflow_buckets) {
       add_st(stats_.no_space);
       return store::Status::kNoSpace;
     }
@@ -280,8 +286,8 @@ store::Status Engine::put(store::KeyHash, std::string_view key, std::string_view
     set_slot(w.bucket, w.slot, ns);
     retire(drtm::slot_offset(w.s));
     add_st(superseded_);
-  } else if (free_slot != drtm::kSlotsPerBucket) {
-    set_slot(free_bucket, free_slot, ns);
+  } else if (free.ok) {
+    set_slot(free.bucket, free.slot, ns);
   } else {
     // DrTM's indirect header: a sealed overflow bucket first, then the link to it.
     const uint64_t ob = regions_.main_buckets + next_overflow_++;

@@ -110,6 +110,10 @@ class Engine final : public store::Engine {
     drtm::BucketSlot s{};
   };
   Where find(std::string_view key) const;
+  // A free slot on the key's chain, from its main bucket through its overflow buckets:
+  // ok with bucket/slot set, else not ok with `*last` the chain's last bucket (to link a new
+  // overflow bucket to).
+  Where free_slot(const drtm::KeyPlace& kp, uint64_t* last) const;
   drtm::Bucket* bucket(uint64_t i) const {
     return reinterpret_cast<drtm::Bucket*>(regions_.table) + i;
   }
