@@ -1,0 +1,61 @@
+"""Which fabric a client uses (docs/client.md, "Provider selection"): with the default
+provider="auto" a Client and a Cluster reach a server on any fabric of this host, tcp included
+(their first guess there, shm, is refused with the server's provider named, and they follow it);
+a client that asks for another fabric or another request transport than the server's is
+refused at once, with both named. Real fabkv-server processes (conftest.py)."""
+import time
+
+import pytest
+
+import fabkv
+from conftest import TIMEOUT_MS
+
+OTHER = {"shm": "tcp", "tcp": "shm"}
+
+# A refusal comes in the handshake: far sooner than the 2 s data-path timeout of the clients
+# below (an unusable fabric used to show as that timeout).
+REFUSED_WITHIN_S = 1.0
+
+
+@pytest.mark.server
+def test_default_provider_reaches_the_server_on_its_fabric(start_server, provider):
+    s = start_server(provider, "herd")
+    with fabkv.Client(s.address, timeout_ms=TIMEOUT_MS) as c:
+        assert c.provider.split(";")[0] == provider
+        c.put("followed", b"the server's fabric")
+        assert c.get("followed") == b"the server's fabric"
+    with fabkv.Cluster([s.address], timeout_ms=TIMEOUT_MS) as cluster:
+        assert cluster.get("followed") == b"the server's fabric"
+        cluster.put("by-cluster", b"also")
+    with fabkv.Client(s.address, timeout_ms=TIMEOUT_MS) as c:
+        assert c.get("by-cluster") == b"also"
+
+
+@pytest.mark.server
+def test_another_fabric_is_refused_at_once_with_both_named(start_server, provider):
+    s = start_server(provider, "herd")
+    other = OTHER[provider]
+    t0 = time.monotonic()
+    with pytest.raises(fabkv.ServerGone) as e:
+        fabkv.Client(s.address, provider=other, timeout_ms=2000)
+    took = time.monotonic() - t0
+    assert f"the server serves {provider}; this client asked for {other}" in str(e.value)
+    assert f"--provider {provider}" in str(e.value)
+    assert took < REFUSED_WITHIN_S, took
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("served", ["write", "send"])
+def test_another_transport_is_refused_at_once_with_both_named(start_server, provider, served):
+    s = start_server(provider, "herd", "--transport", served)
+    asked = "send" if served == "write" else "write"
+    t0 = time.monotonic()
+    with pytest.raises(fabkv.ServerGone) as e:
+        fabkv.Client(s.address, provider=provider, transport=asked, timeout_ms=2000)
+    took = time.monotonic() - t0
+    assert (f"the server takes herd requests by {served} (its --transport); "
+            f"this client asked for {asked}") in str(e.value)
+    assert took < REFUSED_WITHIN_S, took
+    with fabkv.Client(s.address, timeout_ms=TIMEOUT_MS) as c:  # no transport: the server's
+        c.put("k", b"v")
+        assert c.get("k") == b"v"
