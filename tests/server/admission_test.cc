@@ -20,12 +20,13 @@ std::string other_provider(const std::string& p) { return p == "shm" ? "tcp" : "
 
 // A refusal comes in the handshake: a refused client exits well before the data path's timeout
 // (kWrongClientTimeoutMs, twice this) could pass, as it did when an unusable fabric was found
-// only on the data path. Opening tcp alone takes ~0.6 s of CPU here under load
-// (tests/client/fault_test.cc), several times more in sanitizer builds.
+// only on the data path. A refused fabkv-cli takes 0.05-0.5 s here, but opening tcp alone is
+// ~0.6 s of CPU (tests/client/fault_test.cc), stretched on a loaded host, several times more
+// in sanitizer builds: the bound leaves room for that.
 #ifdef FABKV_SANITIZED
-constexpr int kRefusedWithinMs = 3000;
+constexpr int kRefusedWithinMs = 5000;
 #else
-constexpr int kRefusedWithinMs = 1500;
+constexpr int kRefusedWithinMs = 3000;
 #endif
 constexpr int kWrongClientTimeoutMs = 2 * kRefusedWithinMs;
 
@@ -136,62 +137,6 @@ TEST_P(Admission, AClientOfAnotherFabricIsRefusedAndTheNextOneIsServed) {
   EXPECT_EQ(st.at("clients").at("active").get<uint64_t>(), 1u) << st.dump();
 }
 
-// provider "auto" (the default of fabkv-cli, the C++, C and Python clients) guesses shm for a
-// server on this host. A tcp server's refusal names tcp; the client opens tcp, says hello
-// again and is served (issue #27: before, it was refused). On shm the guess is right.
-TEST_P(Admission, AnAutoClientOpensTheServersFabric) {
-  // fabkv-cli with its default flags writes, and reads back.
-  CliRun put = run_cli({"--server", server_->address(), "put", "by-cli", "from fabkv-cli"});
-  EXPECT_EQ(put.rc, 0) << put.out;
-  CliRun get = run_cli({"--server", server_->address(), "get", "by-cli"});
-  EXPECT_EQ(get.rc, 0) << get.out;
-  EXPECT_EQ(get.out, "from fabkv-cli\n");
-  // The C++ client with its default options.
-  ClientOptions o;
-  o.server = server_->address();
-  ASSERT_EQ(o.provider, "auto");
-  std::unique_ptr<Client> c;
-  ASSERT_NO_THROW(c = Client::connect(o));
-  EXPECT_EQ(c->provider(), own_provider_name());
-  std::string v;
-  ASSERT_EQ(c->get("by-cli", &v), Status::kOk);
-  EXPECT_EQ(v, "from fabkv-cli");
-  ASSERT_EQ(c->put("by-client", "from C++"), Status::kOk);
-  ASSERT_EQ(c->get("by-client", &v), Status::kOk);
-  EXPECT_EQ(v, "from C++");
-}
-
-// A client that asks for another request transport than the server takes (--transport on
-// both sides, herd) is refused at once with both named; one that leaves it unset gets the
-// server's.
-TEST_P(Admission, AWrongTransportIsRefusedWithBothNamed) {
-  for (const std::string served : {"write", "send"}) {
-    const std::string asked = served == "write" ? "send" : "write";
-    SCOPED_TRACE("server --transport " + served + ", client --transport " + asked);
-    ServerProcess s(GetParam(), {"--transport", served});
-    auto cli_to = [&](std::vector<std::string> args) {
-      std::vector<std::string> a = {"--server",     s.address(),
-                                    "--provider",   GetParam(),
-                                    "--timeout-ms", std::to_string(kWrongClientTimeoutMs)};
-      a.insert(a.end(), args.begin(), args.end());
-      return run_cli(a);
-    };
-    const auto t0 = Clock::now();
-    CliRun r = cli_to({"--transport", asked, "put", "x", "y"});
-    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
-    EXPECT_EQ(r.rc, 2) << r.out;
-    EXPECT_NE(r.out.find("the server takes herd requests by " + served +
-                         " (its --transport); this client asked for " + asked),
-              std::string::npos)
-        << r.out;
-    EXPECT_NE(r.out.find("start the client with --transport " + served), std::string::npos)
-        << r.out;
-    EXPECT_LT(took.count(), kRefusedWithinMs) << r.out;
-    CliRun ok = cli_to({"put", "x", "y"});
-    EXPECT_EQ(ok.rc, 0) << ok.out;
-  }
-}
-
 // Fabric addresses that no client of this server could have: each is refused in the handshake
 // with the reason, and the server serves on.
 TEST_P(Admission, GarbageAddressesAreRefusedAndTheServerServesOn) {
@@ -283,6 +228,67 @@ TEST(AdmissionSecret, FabkvCliProvesTheSecretOrIsToldWhy) {
   EXPECT_NE(r.out.find("this server has no secret, but the client has one"), std::string::npos)
       << r.out;
   EXPECT_EQ(cli(without, {}).rc, 0);
+}
+
+// provider "auto" (the default of fabkv-cli, the C++, C and Python clients) guesses shm for a
+// server on this host. A tcp server's refusal names tcp; the client opens tcp, says hello
+// again and is served (issue #27: before, it was refused). Not a provider-parameterised test:
+// on a shm server the guess is right and there is nothing to follow, and this one also runs in
+// the sanitizer builds (which leave out the tests named .../tcp), where the client drops its
+// first fabric and opens another.
+TEST(AdmissionAuto, AnAutoClientOpensATcpServersFabric) {
+  ServerProcess server("tcp");
+  // fabkv-cli with its default flags writes, and reads back.
+  CliRun put = run_cli({"--server", server.address(), "put", "by-cli", "from fabkv-cli"});
+  EXPECT_EQ(put.rc, 0) << put.out;
+  CliRun get = run_cli({"--server", server.address(), "get", "by-cli"});
+  EXPECT_EQ(get.rc, 0) << get.out;
+  EXPECT_EQ(get.out, "from fabkv-cli\n");
+  // The C++ client with its default options.
+  ClientOptions o;
+  o.server = server.address();
+  ASSERT_EQ(o.provider, "auto");
+  std::unique_ptr<Client> c;
+  ASSERT_NO_THROW(c = Client::connect(o));
+  EXPECT_EQ(c->provider().substr(0, 4), "tcp;") << c->provider();
+  std::string v;
+  ASSERT_EQ(c->get("by-cli", &v), Status::kOk);
+  EXPECT_EQ(v, "from fabkv-cli");
+  ASSERT_EQ(c->put("by-client", "from C++"), Status::kOk);
+  ASSERT_EQ(c->get("by-client", &v), Status::kOk);
+  EXPECT_EQ(v, "from C++");
+}
+
+// A client that asks for another request transport than the server takes (--transport on
+// both sides, herd) is refused at once with both named; one that leaves it unset gets the
+// server's. On shm only: the check is the same on every fabric, and python/tests/
+// test_provider.py makes it on both.
+TEST(AdmissionTransport, AWrongTransportIsRefusedWithBothNamed) {
+  for (const std::string served : {"write", "send"}) {
+    const std::string asked = served == "write" ? "send" : "write";
+    SCOPED_TRACE("server --transport " + served + ", client --transport " + asked);
+    ServerProcess s("shm", {"--transport", served});
+    auto cli_to = [&](std::vector<std::string> args) {
+      std::vector<std::string> a = {"--server",     s.address(),
+                                    "--provider",   "shm",
+                                    "--timeout-ms", std::to_string(kWrongClientTimeoutMs)};
+      a.insert(a.end(), args.begin(), args.end());
+      return run_cli(a);
+    };
+    const auto t0 = Clock::now();
+    CliRun r = cli_to({"--transport", asked, "put", "x", "y"});
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("the server takes herd requests by " + served +
+                         " (its --transport); this client asked for " + asked),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("start the client with --transport " + served), std::string::npos)
+        << r.out;
+    EXPECT_LT(took.count(), kRefusedWithinMs) << r.out;
+    CliRun ok = cli_to({"put", "x", "y"});
+    EXPECT_EQ(ok.rc, 0) << ok.out;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, Admission, ::testing::Values("shm", "tcp"),
