@@ -300,6 +300,34 @@ def herd_paper(read_ratio=0.95):
                outbound=[Verb("send", 1, read_ratio * SV, transport="ud")])
 
 
+def herd_cib(batch=1.0):
+    """Guidelines sec. 4.3.1: HERD (16 B keys, 32 B values, 95% GET) on CIB, responses one by
+    one by WQE-by-MMIO or by Doorbell (batch size not given: 16, as in sec. 5.2.1)."""
+    mix = herd_paper(0.95)
+    mix.name = f"HERD on CIB ({'batched' if batch > 1 else 'non-batched'}, paper)"
+    mix.outbound[0].batch = batch
+    return mix
+
+
+def drtm_paper(put_fraction):
+    """Guidelines sec. 4.3.2: emulated DrTM-KV, GET = 1 READ of a 48 B item, PUT = 2 atomics
+    on random items (16 M of them: Z >= 4096 on CIB)."""
+    return Mix(f"DrTM-KV (paper) put={put_fraction:g}",
+               inbound=[Verb("read", 1 - put_fraction, SK + SV),
+                        Verb("atomic", 2 * put_fraction, 8)])
+
+
+# Guidelines sec. 4.3.2, fig. 10: throughput relative to GET-only, (nic, PUT fraction, ratio).
+DRTM_RATIOS = [("cx3", 0.1, 0.28), ("cib", 0.1, 0.69), ("cx3", 1.0, 0.04), ("cib", 1.0, 0.12)]
+
+
+def drtm_validation():
+    """[(nic, PUT fraction, paper ratio, model ratio)] for DRTM_RATIOS."""
+    def mops(f, nic):
+        return predict(drtm_paper(f), nic)["mops"]
+    return [(nic, f, paper, mops(f, nic) / mops(0, nic)) for nic, f, paper in DRTM_RATIOS]
+
+
 def pilaf_em_opt(read_ratio=1.0):
     """HERD sec. 5.1.1: GET = 1.6 32 B bucket READs + one SV READ; PUT = a SK+SV SEND to the
     server and a SEND back, all optimisations on (unreliable, inlined, selectively signaled)."""
@@ -357,6 +385,8 @@ PAPER_RESULTS = [
     (pilaf_em_opt(1.0), "cx3", 7.5, "HERD sec. 5.3, fig. 9 (Pilaf-em-OPT GETs 7.5)"),
     (farm_em(1.0), "cx3", 9.2, "HERD sec. 5.3, fig. 9 (FaRM-em GETs 9.2)"),
     (farm_em(1.0, var=True), "cx3", 7.5, "HERD sec. 5.3, fig. 9 (FaRM-em-VAR GETs 7.5)"),
+    (herd_cib(1), "cib", 72.8, "Guidelines sec. 4.3.1, fig. 9 (non-batched peak 72.8)"),
+    (herd_cib(16), "cib", 98.3, "Guidelines sec. 4.3.1, fig. 9 (batched peak 98.3, DMA bw)"),
     (sequencer_paper("baseline"), "cib", 26.0, "Guidelines table 3 (baseline, CPU)"),
     (sequencer_paper("rpc-opts"), "cib", 97.2, "Guidelines table 3 (+RPC opts, DMA bw)"),
     (sequencer_paper("spec-s0"), "cib", 122.0, "Guidelines table 3 (Spec-S0, NIC)"),
@@ -386,7 +416,8 @@ def _verbs_text(mix):
             note = " not inlined"
         return f"{d} {v.kind} {v.n:.2f}x{v.payload:.0f}B{note}"
 
-    parts = [one("in", v) for v in mix.inbound if v.n] + [one("out", v) for v in mix.outbound if v.n]
+    parts = [one("in", v) for v in mix.inbound if v.n]
+    parts += [one("out", v) for v in mix.outbound if v.n]
     return ", ".join(parts) or "no verbs"
 
 
@@ -411,6 +442,9 @@ def main(argv=None):
         print(f"{'design':38} {'nic':10} {'paper':>7} {'model':>7} {'error':>7}  limit")
         for name, nic, paper, model, err, limit, _ in validation():
             print(f"{name:38} {nic:10} {paper:7.2f} {model:7.2f} {err:+7.0%}  {limit}")
+        print("\nDrTM-KV throughput relative to GET-only (Guidelines fig. 10)")
+        for nic, f, paper, ratio in drtm_validation():
+            print(f"  {nic:4} PUT {f:4.0%}: paper {paper:.2f}  model {ratio:.2f}")
         return 0
     try:
         records = read_records(a.results)
