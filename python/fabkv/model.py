@@ -276,11 +276,14 @@ def read_records(path):
     """The records of a fabkv-bench JSON Lines file that carry fabric verb counters."""
     out = []
     with open(path) as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
-            rec = json.loads(line)
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise ValueError(f"line {n}: {e}") from None
             if (rec.get("fabric_verbs") or {}).get("server") is not None:
                 out.append(rec)
     return out
