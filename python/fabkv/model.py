@@ -12,7 +12,7 @@ the most used resource sets the throughput:
 
     t_in   = sum_k n_in[k]  / R_in[k]        inbound NIC processing (Mops per verb kind)
     t_out  = sum_k n_out[k] / R_out[k]       outbound NIC processing
-    t_pcie = max(down_bytes / (B * e_mmio|e_dma), up_bytes / B)    host<->NIC link
+    t_pcie = max(mmio / (B e_mmio) + dma / (B e_dma), up / B)   host<->NIC link (bytes)
     t_cpu  = cpu_us / cores                  server CPU
     Mops   = 1 / max(t_in, t_out, t_pcie, t_cpu)
 
@@ -122,7 +122,7 @@ class Verb:
     signaled: float = 0.0    # fraction posted with a completion (outbound)
     batch: float = 1.0       # WQEs per Doorbell (outbound; 1 = WQE-by-MMIO)
     contended: bool = False  # atomics on one address
-    header_only: bool = False  # SEND/RECV with no payload, data in the immediate (Guidelines 3.2)
+    header_only: bool = False  # SEND/RECV without payload (Guidelines sec. 3.2)
 
 
 @dataclass
@@ -189,7 +189,7 @@ def _rate(p, direction, v):
 
 
 def _pcie_and_nic(mix, p, t):
-    """Adds inbound/outbound NIC time to t; returns PCIe us per request, posts, batched."""
+    """Adds NIC and PCIe time per request to t; returns the PCIe bytes, posts and batched posts."""
     mmio = dma = up = posts = batched = 0.0
     for v in mix.inbound:
         t["inbound"] += v.n / _rate(p, "in", v)
