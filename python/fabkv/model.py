@@ -59,7 +59,7 @@ _COMMON = {
 
 NICS = {
     "cx3": {
-        "name": "ConnectX-3, 40 Gb/s InfiniBand, PCIe 2.0 x8 (HERD's cluster, HERD sec. 3.1)",
+        "name": "ConnectX-3, 40 Gb/s InfiniBand, PCIe 2.0 x8 (HERD's cluster, HERD sec. 3.1, 6)",
         **_PCIE2_X8, **_COMMON,
         "in_write": C(35.0, "HERD sec. 3.2.2, fig. 3b: inbound UC WRITEs up to 32 B, ~35 Mops"),
         "in_read": C(19.5, "HERD sec. 3.2.2: inbound and outbound READs ~19.5 Mops"),
