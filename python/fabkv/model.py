@@ -425,14 +425,18 @@ def _verbs_text(mix):
 
 
 def format_prediction(rec, r, mix):
+    """One record's table: its verbs per request, then each resource's time and use."""
     w = rec.get("workload") or {}
-    util = "  ".join(f"{k} {r['utilisation'][k]:.2f}" for k in RESOURCES)
     measured = rec.get("throughput_ops")
-    meas = f"{measured / 1e6:.3f} Mops here" if measured else "-"
-    return (f"{mix.name} rr={w.get('read_ratio')} vs={w.get('value_size')} "
-            f"c={rec.get('clients')} w={rec.get('window')}: {meas}\n"
-            f"  verbs/request: {_verbs_text(mix)}\n"
-            f"  model on {r['nic']}: {r['mops']:.1f} Mops, limited by {r['limit']}; use: {util}")
+    meas = f"{measured / 1e6:.3f} Mops measured here" if measured else "not measured"
+    lines = [f"{mix.name} rr={w.get('read_ratio')} vs={w.get('value_size')} "
+             f"c={rec.get('clients')} w={rec.get('window')}: {meas}",
+             f"  verbs/request: {_verbs_text(mix)}",
+             f"  model on {r['nic']}: {r['mops']:.1f} Mops, limited by {r['limit']}",
+             f"    {'resource':10} {'us/request':>10} {'use':>5}"]
+    for k in RESOURCES:
+        lines.append(f"    {k:10} {r['us_per_request'][k]:10.4f} {r['utilisation'][k]:5.2f}")
+    return "\n".join(lines)
 
 
 def main(argv=None):

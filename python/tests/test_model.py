@@ -181,7 +181,10 @@ def test_cli_prints_a_table_per_record(tmp_path):
                           str(FIXTURE), "--nic", "cib"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count("limited by") == len(FIXTURE.read_text().splitlines())
+    records = len(FIXTURE.read_text().splitlines())
+    assert out.stdout.count("limited by") == records
+    for resource in model.RESOURCES:  # a row per resource in each record's table
+        assert out.stdout.count(f"\n    {resource} ") == records
     empty = tmp_path / "none.jsonl"
     empty.write_text(json.dumps({"system": "redis", "fabric_verbs": None}) + "\n")
     bad = subprocess.run([sys.executable, str(ROOT / "python" / "fabkv" / "model.py"),
