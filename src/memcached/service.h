@@ -41,7 +41,7 @@ namespace fabkv::memcached {
 struct ServiceOptions {
   std::string listen;           // HOST:PORT; port 0 picks a free one
   uint32_t max_conns = 4096;    // open client connections at once
-  size_t max_value = 64 << 10;  // the engines' --max-value
+  size_t max_value = 64 << 10;  // the largest item: server::engine_max_value
 };
 
 class Service final : public server::LocalWork {
