@@ -76,6 +76,7 @@ bool Connections::text_command(Conn& c, std::string_view in, size_t* used) {
     case Verb::kMetaDebug: return meta_command(c, c.cmd);
     case Verb::kFlushAll:
     case Verb::kStats:
+    case Verb::kLruCrawler:
     case Verb::kVersion:
     case Verb::kVerbosity:
     case Verb::kQuit:
@@ -191,6 +192,7 @@ bool Connections::text_other(Conn& c, const TextCommand& cmd) {
       return true;
     }
     case Verb::kStats: stats_text(c, cmd.args); return true;
+    case Verb::kLruCrawler: return lru_crawler(c, cmd.args);
     case Verb::kVersion: emit(c, fmt::format("VERSION {}\r\n", kVersionString)); return true;
     case Verb::kVerbosity:
       if (!cmd.noreply) emit(c, "OK\r\n");
@@ -304,17 +306,14 @@ void Connections::stats_text(Conn& c, std::span<const std::string_view> args) {
       emit(c, "RESET\r\n");
       return;
     }
-    if (args[0] == "settings") {
-      emit(c, fmt::format("STAT maxconns {}\r\nSTAT tcpport {}\r\nSTAT item_size_max {}\r\n"
-                          "STAT num_threads {}\r\nSTAT evictions on\r\nSTAT cas_enabled yes\r\n"
-                          "END\r\n",
-                          o_.max_conns, svc_.address().substr(svc_.address().rfind(':') + 1),
-                          o_.max_value, workers_.size()));
+    if (args[0] == "cachedump") {
+      cachedump(c, args);
       return;
     }
-    // items, slabs, sizes, conns: nothing to say in memcached's terms; anything else (stats
-    // noreply included) is not a stats group: memcached's ERROR.
-    if (args[0] == "items" || args[0] == "slabs" || args[0] == "sizes" || args[0] == "conns") {
+    if (args.size() == 1 && stats_group(c, args[0])) return;
+    // conns: nothing to say in memcached's terms; anything else (stats noreply included) is
+    // not a stats group: memcached's ERROR.
+    if (args[0] == "conns") {
       emit(c, "END\r\n");
       return;
     }

@@ -42,6 +42,7 @@ struct ServiceOptions {
   std::string listen;           // HOST:PORT; port 0 picks a free one
   uint32_t max_conns = 4096;    // open client connections at once
   size_t max_value = 64 << 10;  // the largest item: server::engine_max_value
+  size_t memory = 0;            // the engines' --memory (stats settings maxbytes)
 };
 
 class Service final : public server::LocalWork {
@@ -61,6 +62,8 @@ class Service final : public server::LocalWork {
 
   // Counters (any thread), as memcached's `stats` names them.
   nlohmann::json stats() const;
+  // The engines' counters summed over the partitions (any thread).
+  store::StatsSnapshot engine_totals() const;
 
   struct Shard;
 

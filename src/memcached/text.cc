@@ -41,7 +41,7 @@ constexpr Verbs kVerbs[] = {
     {"stats", Verb::kStats},     {"version", Verb::kVersion},   {"verbosity", Verb::kVerbosity},
     {"quit", Verb::kQuit},       {"shutdown", Verb::kShutdown}, {"mg", Verb::kMetaGet},
     {"ms", Verb::kMetaSet},      {"md", Verb::kMetaDelete},     {"ma", Verb::kMetaArith},
-    {"mn", Verb::kMetaNoop},     {"me", Verb::kMetaDebug},
+    {"mn", Verb::kMetaNoop},     {"me", Verb::kMetaDebug},      {"lru_crawler", Verb::kLruCrawler},
 };
 
 constexpr std::string_view kBadToken = "CLIENT_ERROR bad token in command line format\r\n";
@@ -268,6 +268,7 @@ ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) 
     case Verb::kMetaArith:
     case Verb::kMetaDebug: return parse_meta_line(l, tokens);
     case Verb::kStats:
+    case Verb::kLruCrawler:
       for (std::string_view t = tokens.next(); !t.empty(); t = tokens.next()) {
         if (cmd->args.size() >= 8) return error(kError, l.end);
         cmd->args.push_back(t);
