@@ -86,21 +86,38 @@ bool Connections::text_command(Conn& c, std::string_view in, size_t* used) {
   }
 }
 
+namespace {
+
+constexpr std::string_view kBadDataChunk = "CLIENT_ERROR bad data chunk\r\n";
+
+bool stores(Verb v) {
+  return v == Verb::kSet || v == Verb::kAdd || v == Verb::kReplace || v == Verb::kAppend ||
+         v == Verb::kPrepend || v == Verb::kCas;
+}
+
+}  // namespace
+
 // A line that is not a command to run: wait for more, answer an error, or close.
 bool Connections::text_unparsed(Conn& c, const ParseResult& pr) {
+  // memcached 1.6 reads a storage command's noreply first, and then says nothing of a data
+  // block too large or not ending in "\r\n" either.
+  const bool silent = c.cmd.noreply && stores(c.cmd.verb) &&
+                      (pr.status == Parse::kSwallow || pr.reply == kBadDataChunk);
   switch (pr.status) {
     case Parse::kNeedMore: return false;
-    case Parse::kError: return refuse(c, pr.reply);
+    case Parse::kError:
+      if (silent) s_.count(kClientErrors);
+      return silent || refuse(c, pr.reply);
     case Parse::kClose:
       refuse(c, pr.reply);
       c.closing = true;
       return false;
     case Parse::kSwallow: {
       c.swallow = pr.swallow;
-      emit(c, pr.reply);
-      // memcached: a set too large also drops the key's old value, so that a reader never
-      // takes the stale one for the value just refused.
-      if (c.cmd.verb == Verb::kSet && valid_key(c.cmd.key())) {
+      if (!silent) emit(c, pr.reply);
+      // memcached: a set (and an ms in any mode) too large also drops the key's old value, so
+      // that a reader never takes the stale one for the value just refused.
+      if ((c.cmd.verb == Verb::kSet || c.cmd.verb == Verb::kMetaSet) && valid_key(c.cmd.key())) {
         Call call;
         call.req.kind = Kind::kDelete;
         call.req.key = c.cmd.key();
