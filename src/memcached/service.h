@@ -4,7 +4,8 @@
 // Composition. The server knows nothing of memcached: fabkv-server's main builds the Service
 // over the Server's workers and attaches it (Server::attach), and each worker then runs it as
 // its local work (server::LocalWork, once per round). The files: service.cc (this class),
-// shard.h (one worker's share, and the map of the rest: listener.cc, commands.cc, forward.cc),
+// shard.h (one worker's share, and the map of the rest: listener.cc, commands.cc, forward.cc,
+// stats.cc, dump.cc),
 // reply.h (the answers), text.h, binary.h and exec.h (the parsers and the commands on an engine).
 //
 // Threads and queues. There is no thread of its own: each worker serves a share of the

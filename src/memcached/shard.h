@@ -6,6 +6,8 @@
 //   commands.cc  command execution: text, meta and binary commands into Calls, stats, and
 //                running a Call on its key's owner
 //   forward.cc   cross-worker forwarding: a Call to its key's owner and its answer back
+//   stats.cc     the stats groups (settings, slabs, items, sizes)
+//   dump.cc      key listings (lru_crawler metadump, stats cachedump), a partition piece by piece
 #pragma once
 
 #include <atomic>
