@@ -98,11 +98,15 @@ bool Connections::lru_crawler(Conn& c, std::span<const std::string_view> args) {
 }
 
 // stats cachedump <class> <limit>: up to `limit` items of the class (0: all), then END.
-// memcdump asks for classes 0 to 199 in turn; every class but 1 is empty.
+// memcdump asks for classes 0 to 199 in turn; every class but 1 is empty, and ids from 64 on
+// are refused as memcached refuses them.
 bool Connections::cachedump(Conn& c, std::span<const std::string_view> args) {
   uint64_t id = 0, limit = 0;
-  if (args.size() != 3 || !parse_u64(args[1], &id) || !parse_u64(args[2], &limit))
-    return refuse(c, "ERROR\r\n");
+  // memcached 1.6's answers (proto_text.c, "cachedump"); it has 64 class ids.
+  if (args.size() < 3) return refuse(c, "CLIENT_ERROR bad command line\r\n");
+  if (!parse_u64(args[1], &id) || !parse_u64(args[2], &limit))
+    return refuse(c, "CLIENT_ERROR bad command line format\r\n");
+  if (id >= 64) return refuse(c, "CLIENT_ERROR Illegal slab id\r\n");
   if (id != 1) {
     emit(c, "END\r\n");
     return true;

@@ -123,6 +123,8 @@ TEST_F(Listing, CachedumpListsEveryKeyOrItsLimit) {
   EXPECT_EQ(seen, keys_);
   EXPECT_EQ(until_end(c, "stats cachedump 1 7\r\n").size(), 7u);
   EXPECT_TRUE(until_end(c, "stats cachedump 2 0\r\n").empty());
+  EXPECT_EQ(c.cmd("stats cachedump 64 0\r\n"), "CLIENT_ERROR Illegal slab id");
+  EXPECT_EQ(c.cmd("stats cachedump 1\r\n"), "CLIENT_ERROR bad command line");
   EXPECT_EQ(c.cmd("get key:0\r\n"), "VALUE key:0 0 5");  // the connection serves on
 }
 
