@@ -39,9 +39,12 @@ BIG_OVER_LIMIT = 1_100_000  # above memcached's and fabkv's 1 MiB: both refuse i
 # The intended differences (docs/memcached.md lists the same ones, with their reasons).
 INTENDED = {
     "decr-padding": "memcached writes a shorter incr/decr result in place, padded with spaces",
-    "number-prefix": "memcached's incr/decr reads a value whose digits are followed by "
-                     "whitespace or a NUL byte (such as '12\\r\\n34') as that number",
+    "number-prefix": "memcached's incr/decr reads a value with whitespace or a '+' before its "
+                     "digits or whitespace or a NUL byte after them (such as '12\\r\\n34') "
+                     "as that number",
     "ma-quiet-create": "memcached 1.6 answers a quiet ma that creates its item (N) with HD",
+    "big-number": "memcached may refuse an incr/decr of a number of 2^63 or more as non-numeric "
+                  "(its safe_strtoull looks for a '-' past the value's end)",
 }
 
 
@@ -223,7 +226,8 @@ class Stream:
         if verb == b"set":
             self.maybe_padded.discard(key)
         v = self.value()
-        head = b"%s %s %d %s %d" % (verb, key.encode(), self.r.randrange(2**32), self.exptime().encode(), len(v))
+        head = b"%s %s %d %s %d" % (verb, key.encode(), self.r.randrange(2**32),
+                                    self.exptime().encode(), len(v))
         if verb == b"cas":
             return [head + b" ", self.cas_piece(key), self.noreply() + b"\r\n" + v + b"\r\n"]
         return [head + self.noreply() + b"\r\n" + v + b"\r\n"]
@@ -261,7 +265,8 @@ class Stream:
         return [b"delete %s%s\r\n" % (key.encode(), self.noreply())]
 
     def cmd_touch(self):
-        return [b"touch %s %s%s\r\n" % (self.key().encode(), self.exptime().encode(), self.noreply())]
+        return [b"touch %s %s%s\r\n" % (self.key().encode(), self.exptime().encode(),
+                                           self.noreply())]
 
     def cmd_gat(self, verb=b"gat"):
         keys = b" ".join(self.key().encode() for _ in range(self.r.randrange(1, 3)))
@@ -303,7 +308,8 @@ class Stream:
 
     def cmd_md(self):
         key = self.key()
-        head = b"md %s%s" % (key.encode(), self.flags([b"q", b"k", b"O%d" % self.r.randrange(1000)]))
+        flags = self.flags([b"q", b"k", b"O%d" % self.r.randrange(1000)])
+        head = b"md %s%s" % (key.encode(), flags)
         if self.r.random() < 0.2:  # a cas: it may fail and leave the old value
             return [head + b" C", self.cas_piece(key), b"\r\n"]
         self.maybe_padded.discard(key)
@@ -342,10 +348,6 @@ class Stream:
 
 
 # ---- the comparison ------------------------------------------------------------------------
-
-CAS_IN_LINE = [
-    (re.compile(rb"^(VALUE \S+ \d+ \d+ )(\d+)(\r\n)"), 2),  # gets, gats
-]
 
 
 class Differ:
@@ -416,10 +418,21 @@ class Differ:
 NON_NUMERIC = b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
 
 
+def memcached_number(value):
+    """Does memcached 1.6.18 read `value` as a number? Its safe_strtoull (util.c) is strtoull:
+    leading whitespace and a '+' are skipped, digits read, and then the next byte must be
+    whitespace or the end (a NUL; the stored value is followed by "\\r\\n")."""
+    m = re.match(rb"[ \t\n\v\f\r]*\+?(\d+)", value)
+    if m is None or int(m.group(1)) >= 2**64:
+        return False
+    rest = value[m.end():]
+    return rest == b"" or rest[:1] in (b" ", b"\t", b"\n", b"\v", b"\f", b"\r", b"\x00")
+
+
 def number_prefix_rule(cmd, mc, fk, probe):
     """memcached took a value such as "12\\r\\n34" as a number where fabkv refuses it: fabkv
-    answers non-numeric, memcached a number, and the value fabkv holds is digits, then a
-    whitespace or NUL byte, then anything."""
+    answers non-numeric, memcached a number, and memcached reads the value fabkv holds as a
+    number (memcached_number)."""
     first = cmd[0]
     if not (first.startswith(b"incr ") or first.startswith(b"decr ") or first.startswith(b"ma ")):
         return False
@@ -429,7 +442,7 @@ def number_prefix_rule(cmd, mc, fk, probe):
     if mc and mc[0].startswith(b"CLIENT_ERROR"):
         return False
     value = probe(first.split(b" ")[1])
-    return value is not None and re.fullmatch(rb"\d+[ \t\r\n\v\f\x00].*", value, re.S) is not None
+    return value is not None and memcached_number(value)
 
 
 def quiet_create_rule(cmd, mc, fk):
@@ -449,24 +462,51 @@ def silent_arith(cmd):
 
 
 def same_number(cmd, conns, d):
-    """After a silent incr/decr: both servers hold the same value (padding aside); where they
-    do not because memcached took fabkv's digits-then-whitespace value for a number (the
-    number-prefix rule), the key is deleted on both and the stream goes on."""
+    """After a silent incr/decr: None when both servers hold the same value (padding aside), or
+    when they do not because memcached took fabkv's digits-then-whitespace value for a number
+    (the number-prefix rule: the key is then deleted on both); else what each holds."""
     key = cmd[0].split(b" ")[1]
     if key.endswith(b"\r\n"):
         key = key[:-2]
     held = [c.exchange(b"mg " + key + b" v f\r\n") for c in conns]
     if Differ.unpad(held[0]) == held[1]:
-        return True
-    fk_value = held[1][0].partition(b"\r\n")[2][:-2] if held[1] and held[1][0][:3] == b"VA " else None
-    if fk_value is not None and re.fullmatch(rb"\d+[ \t\r\n\v\f\x00].*", fk_value, re.S):
+        return None
+    fk_value = None
+    if held[1] and held[1][0][:3] == b"VA ":
+        fk_value = held[1][0].partition(b"\r\n")[2][:-2]
+    if fk_value is not None and memcached_number(fk_value):
         d.rule_hits["number-prefix"] += 1
         for c in conns:
             c.exchange(b"delete " + key + b"\r\n")
-        return True
-    log(f"  held by memcached: {[p[:200] for p in held[0]]}")
-    log(f"  held by fabkv:     {[p[:200] for p in held[1]]}")
-    return False
+        return None
+    return held
+
+
+def mc_value(conn, key):
+    """The value memcached holds for `key` (an mg: changes nothing), None when none."""
+    parts = conn.exchange(b"mg " + key + b" v\r\n")
+    if parts and parts[0][:3] == b"VA ":
+        return parts[0].partition(b"\r\n")[2][:-2]
+    return None
+
+
+def big_number_rule(cmd, mc, fk, conns):
+    """memcached refused (or, silent, skipped) an incr/decr of a number >= 2^63 that fabkv
+    computed: memcached still holds that number. memcached 1.6.18's safe_strtoull (util.c)
+    checks such a number for a minus sign with strchr, which reads on past the item's "\\r\\n"
+    into whatever memory follows; a '-' byte there makes the number "non-numeric", so the
+    outcome depends on its memory's contents. The key is then deleted on both."""
+    words = cmd[0].rstrip(b"\r\n").split(b" ")
+    if words[0] not in (b"incr", b"decr", b"ma") or len(words) < 2:
+        return False
+    if mc not in ([NON_NUMERIC], []) or fk == [NON_NUMERIC]:
+        return False
+    value = mc_value(conns[0], words[1])
+    if value is None or not re.fullmatch(rb"\d+ *", value) or int(value) < 2**63:
+        return False
+    for c in conns:
+        c.exchange(b"delete " + words[1] + b"\r\n")
+    return True
 
 
 def run_stream(seed, count, mc, fk, inject):
@@ -497,10 +537,16 @@ def run_stream(seed, count, mc, fk, inject):
         saved = copy.deepcopy(d.cas_values)  # a reply a rule accepts shows no cas to keep
         norm = [d.normalise(replies[0], 0, key), d.normalise(replies[1], 1, key)]
         if norm[0] == norm[1]:
-            if silent_arith(cmd) and not same_number(cmd, conns, d):
-                log(f"DIFFERENCE after command {i} (seed {seed}): {d.render(cmd, 1)[:200]!r}")
-                return False, d
-            continue
+            held = same_number(cmd, conns, d) if silent_arith(cmd) else None
+            if held is None:
+                continue
+            if big_number_rule(cmd, [], [], conns):
+                d.rule_hits["big-number"] += 1
+                continue
+            log(f"DIFFERENCE after command {i} (seed {seed}): {d.render(cmd, 1)[:200]!r}")
+            log(f"  held by memcached: {[p[:200] for p in held[0]]}")
+            log(f"  held by fabkv:     {[p[:200] for p in held[1]]}")
+            return False, d
         d.cas_values = saved
         unpadded = Differ.unpad(norm[0])
         if unpadded == norm[1]:
@@ -508,6 +554,9 @@ def run_stream(seed, count, mc, fk, inject):
             continue
         if quiet_create_rule(cmd, replies[0], replies[1]):
             d.rule_hits["ma-quiet-create"] += 1
+            continue
+        if big_number_rule(cmd, replies[0], replies[1], conns):
+            d.rule_hits["big-number"] += 1
             continue
         if number_prefix_rule(cmd, replies[0], replies[1], probe):
             d.rule_hits["number-prefix"] += 1
