@@ -231,6 +231,15 @@ void validate(const BenchOptions& o) {
       throw std::invalid_argument(fmt::format("--clients {} is not in 1..4096", c));
   if (o.threads < 1 || o.threads > 1024)
     throw std::invalid_argument(fmt::format("--threads {} is not in 1..1024", o.threads));
+  if (o.client_modes.empty()) throw std::invalid_argument("--client-mode is empty");
+  const bool independent = std::find(o.client_modes.begin(), o.client_modes.end(),
+                                     ClientMode::kIndependent) != o.client_modes.end();
+  for (size_t c : o.clients)
+    if (independent && c > 1024)
+      throw std::invalid_argument(
+          fmt::format("--clients {}: --client-mode independent runs a thread per client, at "
+                      "most 1024",
+                      c));
   if (o.window < 1 || o.window > 1024)
     throw std::invalid_argument(fmt::format("--window {} is not in 1..1024", o.window));
   if (!(o.duration_s > 0) || o.duration_s > 3600)
@@ -355,7 +364,10 @@ DriverOptions driver_options(const BenchOptions& o, const SystemName& name, size
   d.window = o.window;
   d.timeout_ms = o.timeout_ms;
   d.pilaf_parallel_probes = o.pilaf_parallel_probes;
-  d.load_threads = std::min(o.threads, max_clients);
+  // Independent mode: a load thread per client (the null target shards its table for them).
+  const bool independent = std::find(o.client_modes.begin(), o.client_modes.end(),
+                                     ClientMode::kIndependent) != o.client_modes.end();
+  d.load_threads = independent ? max_clients : std::min(o.threads, max_clients);
   return d;
 }
 
@@ -452,7 +464,7 @@ bool misses_explained(const Target& t, const RunResult& r) {
 }
 
 RunContext run_context(const BenchOptions& o, const Target& t, const WorkloadSpec& w,
-                       size_t clients) {
+                       size_t clients, ClientMode mode) {
   RunContext ctx;
   ctx.system = t.name.system;
   ctx.protocol = t.driver->protocol();
@@ -461,6 +473,7 @@ RunContext run_context(const BenchOptions& o, const Target& t, const WorkloadSpe
   ctx.spec.clients = clients;
   ctx.spec.window = o.window;
   ctx.spec.threads = o.threads;
+  ctx.spec.mode = mode;
   ctx.spec.warmup_s = o.warmup_s;
   ctx.spec.duration_s = o.duration_s;
   ctx.command = o.command;
@@ -512,7 +525,10 @@ void print_run(const BenchOptions& o, const Target& t, const WorkloadSpec& w, si
       "{:<11} {} {:<7} rr={:.2f} vs={} c={} w={}{}{}: {:>9.0f} ops/s{}  p50 {:.1f} us  "
       "p99 {:.1f} us  unif {}  cpu {}  load {} us/req\n",
       t.name.label(), w.name, to_string(w.distribution), w.read_ratio, t.value_size, clients,
-      o.window, r.load_threads > 1 ? fmt::format(" t={}", r.load_threads) : "",
+      o.window,
+      r.mode == ClientMode::kIndependent ? " indep"
+      : r.load_threads > 1               ? fmt::format(" t={}", r.load_threads)
+                                         : "",
       w.multiget > 1 ? fmt::format(" mget={}", w.multiget) : "",
       rec["throughput_ops"].get<double>(),
       w.multiget > 1 ? fmt::format(" ({:.0f} keys/s)", rec["throughput_keys"].get<double>()) : "",
@@ -564,12 +580,14 @@ int run_bench(const BenchOptions& o) {
       for (const WorkloadSpec& w : workloads) {
         std::shared_ptr<const ScrambledZipfian> zipf = zipf_for(w, zipfs);
         for (size_t clients : o.clients) {
-          const RunContext ctx = run_context(o, t, w, clients);
-          const RunResult r = runner.run(ctx.spec, zipf);
-          const nlohmann::json rec = run_record(ctx, t, r);
-          out.append(rec);
-          print_run(o, t, w, clients, r, rec);
-          if (!checks_passed(t, r, rec)) rc = 3;
+          for (ClientMode mode : o.client_modes) {
+            const RunContext ctx = run_context(o, t, w, clients, mode);
+            const RunResult r = runner.run(ctx.spec, zipf);
+            const nlohmann::json rec = run_record(ctx, t, r);
+            out.append(rec);
+            print_run(o, t, w, clients, r, rec);
+            if (!checks_passed(t, r, rec)) rc = 3;
+          }
         }
       }
       t.stop();

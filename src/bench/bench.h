@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/runner.h"
 #include "bench/workload.h"
 #include "proto/registry.h"
 
@@ -40,6 +41,9 @@ struct BenchOptions {
   // Load threads: the clients of a run are split over them, thread i pinned to client_core + i
   // (runner.h). At most the run's client count are used.
   size_t threads = 1;
+  // Each run once per mode (runner.h): shared, or a load thread per client (independent),
+  // spread over `threads` cores from client_core.
+  std::vector<ClientMode> client_modes = {ClientMode::kShared};
   std::string server_memory = "256M";
   // More fabkv-server arguments for the servers it starts (e.g. a protocol's knobs:
   // --rfrpc-mode fetch); passed as they are, after fabkv-bench's own.

@@ -130,6 +130,9 @@ struct DriverOptions {
   std::optional<ClusterOptions> cluster;
   std::vector<pid_t> server_pids;
   size_t load_threads = 1;  // load threads that will drive the clients (runner.h)
+  // The null target only: client 0 sleeps this long in each poll() that completes something,
+  // as a slow connection would hold its caller (tests of the client modes, runner.h).
+  uint32_t null_slow_client_us = 0;
 };
 
 // Each throws std::runtime_error with a one-line reason when it cannot connect.

@@ -172,6 +172,9 @@ json make_record(const RunContext& ctx, const RunResult& r) {
   // request. Against a real system the threads busy-poll, so this is an upper bound that
   // includes waiting; against the null target it is the generator's cost.
   j["load_threads"] = r.load_threads;
+  // shared: load threads round-robin over their clients; independent: a thread per client
+  // (runner.h), whose per_client_ops measure fairness.
+  j["client_mode"] = to_string(r.mode);
   j["load_cpu_s"] = r.load_cpu_s;
   j["load_cpu_us_per_request"] = r.requests
                                      ? json(r.load_cpu_s * 1e6 / static_cast<double>(r.requests))

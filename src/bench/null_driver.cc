@@ -17,13 +17,18 @@
 // hash in a 16 MiB table (docs/results/loadgen-2026-11-23.md). With more than one load thread
 // (DriverOptions::load_threads) the table is split into shards by hash, each with its own
 // spin lock; with one, there is one shard and no lock.
+//
+// DriverOptions::null_slow_client_us makes client 0 a slow one: it sleeps in each poll that
+// completes something, holding up the thread that drives it and nobody else.
 #include <sys/mman.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -219,7 +224,8 @@ class NullTable {
 
 class NullDriver final : public Driver {
  public:
-  explicit NullDriver(const DriverOptions& o) : table_(o.load_threads > 1), conns_(o.clients) {}
+  explicit NullDriver(const DriverOptions& o)
+      : table_(o.load_threads > 1), conns_(o.clients), slow_us_(o.null_slow_client_us) {}
 
   std::string system() const override { return "null"; }
   std::string protocol() const override { return "none"; }
@@ -245,6 +251,7 @@ class NullDriver final : public Driver {
     Conn& k = conns_[c];
     std::swap(k.pending, k.completing);
     const size_t n = std::exchange(k.n_pending, 0);
+    if (c == 0 && slow_us_ && n) std::this_thread::sleep_for(std::chrono::microseconds(slow_us_));
     for (size_t i = 0; i < n; ++i) {
       Pending& p = k.completing[i];
       if (p.is_put) {
@@ -290,6 +297,7 @@ class NullDriver final : public Driver {
 
   NullTable table_;
   std::vector<Conn> conns_;
+  const uint32_t slow_us_;
 };
 
 }  // namespace

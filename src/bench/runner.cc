@@ -53,6 +53,16 @@ class ScratchStack {
 
 }  // namespace
 
+const char* to_string(ClientMode m) {
+  return m == ClientMode::kIndependent ? "independent" : "shared";
+}
+
+ClientMode parse_client_mode(const std::string& s) {
+  if (s == "shared") return ClientMode::kShared;
+  if (s == "independent") return ClientMode::kIndependent;
+  throw std::invalid_argument("--client-mode '" + s + "' is not shared or independent");
+}
+
 void Runner::reset_stored(uint64_t keys) {
   stored_ = std::make_unique<std::atomic<uint8_t>[]>(keys);
   stored_keys_ = keys;
@@ -139,7 +149,12 @@ class Runner::LoadThread final : public CompletionSink {
  public:
   // What the threads of one run share.
   struct Shared {
-    explicit Shared(size_t threads) : posting_done(static_cast<std::ptrdiff_t>(threads)) {}
+    explicit Shared(size_t threads)
+        : threads(threads), posting_done(static_cast<std::ptrdiff_t>(threads)) {}
+    const size_t threads;
+    // Threads that have entered main(): the leader starts the warm-up once all have, so that
+    // every client is running when the interval opens.
+    std::atomic<size_t> started{0};
     std::atomic<int64_t> measure_from{kNever}, measure_to{kNever};  // published by the leader
     // The leader is taking the start-of-interval samples: the others post nothing new, or
     // their sends would be counted in the client and server verbs while their requests, answered
@@ -155,6 +170,7 @@ class Runner::LoadThread final : public CompletionSink {
              const std::shared_ptr<const ScrambledZipfian>& zipf, size_t first, size_t n,
              Shared& shared, bool leader)
       : runner_(runner),
+        yield_when_idle_(spec.mode == ClientMode::kIndependent),
         driver_(runner.driver_),
         w_(spec.workload),
         window_(spec.window),
@@ -185,7 +201,9 @@ class Runner::LoadThread final : public CompletionSink {
 
   // The whole life of the thread in a run; never throws (failures are in error()).
   void main() {
+    sh_.started.fetch_add(1, std::memory_order_release);
     try {
+      if (leader_) wait_for_all_started(Deadline::after_ms(10000));
       loop();
     } catch (const std::exception& e) {
       fail(e.what());
@@ -337,8 +355,22 @@ class Runner::LoadThread final : public CompletionSink {
         }
         poll(c);
       }
+      // Independent clients may outnumber their cores: one waiting on its server lets the
+      // others run rather than spin out its time slice.
+      if (yield_when_idle_ && !fresh_) std::this_thread::yield();
     }
     ended_ = std::min(now_ns(), measure_to_);
+  }
+
+  // The start barrier (leader only): throws when a thread has not started within the bound.
+  void wait_for_all_started(Deadline deadline) {
+    while (sh_.started.load(std::memory_order_acquire) < sh_.threads) {
+      if (sh_.failed.load(std::memory_order_relaxed)) return;
+      if (deadline.expired())
+        throw std::runtime_error(fmt::format("{} of {} load threads started within 10 s",
+                                             sh_.started.load(), sh_.threads));
+      std::this_thread::yield();
+    }
   }
 
   void start_measuring(int64_t from, int64_t to) {
@@ -475,6 +507,7 @@ class Runner::LoadThread final : public CompletionSink {
   }
 
   Runner& runner_;
+  const bool yield_when_idle_;
   Driver& driver_;
   const WorkloadSpec& w_;
   const uint32_t window_;
@@ -520,7 +553,11 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
   if (spec.clients > driver_.clients())
     throw std::runtime_error(fmt::format("{} clients asked, driver has {}", spec.clients,
                                          driver_.clients()));
-  const size_t threads = std::clamp<size_t>(spec.threads, 1, spec.clients);
+  // Independent: a thread per client, spread over `spec.threads` cores from the client core.
+  const bool independent = spec.mode == ClientMode::kIndependent;
+  const size_t threads = independent ? spec.clients
+                                     : std::clamp<size_t>(spec.threads, 1, spec.clients);
+  const size_t cores = std::clamp<size_t>(spec.threads, 1, threads);
   LoadThread::Shared shared(threads);
   std::vector<std::unique_ptr<LoadThread>> lts;
   for (size_t i = 0; i < threads; ++i) {
@@ -532,8 +569,8 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
   std::string start_error;
   for (size_t i = 1; i < threads; ++i) {
     try {
-      others.emplace_back([this, &lts, i] {
-        pin_this_thread(core_ < 0 ? -1 : core_ + static_cast<int>(i));
+      others.emplace_back([this, &lts, i, cores] {
+        pin_this_thread(core_ < 0 ? -1 : core_ + static_cast<int>(i % cores));
         lts[i]->main();
       });
     } catch (const std::system_error& e) {
@@ -549,6 +586,7 @@ RunResult Runner::run(const RunSpec& spec, std::shared_ptr<const ScrambledZipfia
 
   RunResult r;
   r.load_threads = threads;
+  r.mode = spec.mode;
   r.per_client_ops.assign(spec.clients, 0);
   const LoadThread& leader = *lts[0];
   r.elapsed_s = static_cast<double>(leader.ended() - leader.measure_from()) / 1e9;

@@ -7,6 +7,16 @@
 // (PROVIDERS.md: memcached -t 2 is slower than -t 1 for the same reason); on a larger machine
 // more threads let the generator saturate a server core.
 //
+// Client modes (RunSpec::mode, docs/bench.md "Client modes"). Shared: the above, a load thread
+// round-robins over its slice, so every client of a slice is posted to and polled as often as
+// the others and their counts come out equal by construction (the generator's cost and the
+// server's capacity with the least client overhead). Independent: one load thread per logical
+// client, posting up to `window` and polling only its own connection, so that a slow client
+// holds nobody else up and per-client counts measure fairness (the survey's fig. 20). Its
+// threads are spread over `threads` cores from the client core (default: all on the client
+// core, so 8 clients on a 2-core machine share core 1 with the scheduler deciding who runs),
+// and a thread whose round posted and completed nothing yields its core to the others.
+//
 // Measurement: warm-up, then a fixed interval; a request counts when it completes inside the
 // interval (its latency from post to completion). Verb counters and server CPU are sampled at
 // the interval's edges by thread 0 (which drives client 0). Every GET is checked against the
@@ -32,11 +42,19 @@
 
 namespace fabkv::bench {
 
+enum class ClientMode { kShared, kIndependent };
+const char* to_string(ClientMode m);  // "shared" | "independent"
+// Parses "shared" | "independent"; throws std::invalid_argument otherwise.
+ClientMode parse_client_mode(const std::string& s);
+
 struct RunSpec {
   WorkloadSpec workload;
   size_t clients = 1;   // the first `clients` logical clients of the driver
   uint32_t window = 1;  // outstanding requests per client
-  size_t threads = 1;   // load threads (at most `clients` are used)
+  // Shared: load threads (at most `clients` are used). Independent: the cores its one thread
+  // per client is spread over, from the client core.
+  size_t threads = 1;
+  ClientMode mode = ClientMode::kShared;
   double warmup_s = 0.5;
   double duration_s = 5;
 };
@@ -68,6 +86,7 @@ struct RunResult {
   // (CLOCK_THREAD_CPUTIME_ID), and how many threads drove the clients.
   double load_cpu_s = 0;
   size_t load_threads = 1;
+  ClientMode mode = ClientMode::kShared;
 };
 
 // Progress of the load phase: (done, total, seconds since start).
@@ -77,7 +96,7 @@ class Runner {
  public:
   // `core`: the load generator's core (-1: unpinned); the calling thread is pinned to it for
   // the duration of load() and run() and drives the first slice of clients; load thread i is
-  // pinned to core + i.
+  // pinned to core + i (independent mode: core + i % spec.threads).
   Runner(Driver& driver, int core) : driver_(driver), core_(core) {}
   // When *stop becomes true (a signal handler), load() and run() drain what is in flight and
   // throw std::runtime_error("interrupted"), so servers and endpoints are closed on the way out.

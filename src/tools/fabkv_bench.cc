@@ -31,6 +31,7 @@ struct Sweeps {
   std::vector<double> read_ratios;
   std::vector<size_t> clients;
   std::vector<uint32_t> value_sizes;
+  std::vector<std::string> client_modes;
 };
 
 // The options of a run (and of matrix and calibrate, which fall through to them).
@@ -96,8 +97,16 @@ void add_run_options(CLI::App& app, BenchOptions& o, Sweeps& s) {
       ->capture_default_str();
   app.add_option("--threads", o.threads,
                  "load-generator threads: the clients are split over them, "
-                 "thread i pinned to --client-core + i (more threads than clients: one per client)")
+                 "thread i pinned to --client-core + i (more threads than clients: one per "
+                 "client); --client-mode independent: the cores its threads are spread over")
       ->capture_default_str();
+  app.add_option("--client-mode", s.client_modes,
+                 "shared: load threads round-robin over their clients (the generator's cost, "
+                 "the server's capacity); independent: a thread per client with its own pacing, "
+                 "spread over --threads cores (fairness between clients) (list: a sweep) "
+                 "[shared]")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"shared", "independent"}));
   app.add_option("--server-core", o.server_core,
                  "core of the servers fabkv-bench starts (-1: unpinned)")
       ->capture_default_str();
@@ -126,6 +135,9 @@ void sweep_defaults(const Sweeps& s, bool matrix, bool calibrate, BenchOptions& 
               : matrix           ? std::vector<size_t>{1, 4, 8}
                                  : std::vector<size_t>{8};
   o.value_sizes = !s.value_sizes.empty() ? s.value_sizes : std::vector<uint32_t>{32};
+  o.client_modes.clear();
+  for (const auto& m : s.client_modes) o.client_modes.push_back(parse_client_mode(m));
+  if (o.client_modes.empty()) o.client_modes = {ClientMode::kShared};
   if (calibrate && s.clients.empty()) o.clients = {4};
 }
 
