@@ -93,6 +93,11 @@ class Driver {
   }
   // Drives client c's connection once; returns the completions it ran.
   virtual size_t poll(size_t c) = 0;
+  // Sleeps until client c's connection has something for poll(c) (or can take more of what
+  // was posted), at most `timeout_ms`; false, at once, when the driver has nothing to sleep
+  // on. The runner's independent mode calls it when a client's round did nothing, so that
+  // clients outnumbering their cores sleep instead of spinning (runner.h).
+  virtual bool wait(size_t /*c*/, int /*timeout_ms*/) { return false; }
 
   // Largest value the system accepts (the fabkv layout's max_value; memcached's item size).
   virtual uint64_t max_value() const = 0;

@@ -170,7 +170,7 @@ class Runner::LoadThread final : public CompletionSink {
              const std::shared_ptr<const ScrambledZipfian>& zipf, size_t first, size_t n,
              Shared& shared, bool leader)
       : runner_(runner),
-        yield_when_idle_(spec.mode == ClientMode::kIndependent),
+        sleep_when_idle_(spec.mode == ClientMode::kIndependent),
         driver_(runner.driver_),
         w_(spec.workload),
         window_(spec.window),
@@ -355,9 +355,10 @@ class Runner::LoadThread final : public CompletionSink {
         }
         poll(c);
       }
-      // Independent clients may outnumber their cores: one waiting on its server lets the
-      // others run rather than spin out its time slice.
-      if (yield_when_idle_ && !fresh_) std::this_thread::yield();
+      // Independent clients may outnumber their cores: one waiting on its server sleeps on
+      // its connection (at most 1 ms, so the interval's end is seen), or else yields, so that
+      // the others run rather than it spinning out its time slice.
+      if (sleep_when_idle_ && !fresh_ && !driver_.wait(first_, 1)) std::this_thread::yield();
     }
     ended_ = std::min(now_ns(), measure_to_);
   }
@@ -507,7 +508,7 @@ class Runner::LoadThread final : public CompletionSink {
   }
 
   Runner& runner_;
-  const bool yield_when_idle_;
+  const bool sleep_when_idle_;
   Driver& driver_;
   const WorkloadSpec& w_;
   const uint32_t window_;

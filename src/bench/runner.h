@@ -15,7 +15,8 @@
 // holds nobody else up and per-client counts measure fairness (the survey's fig. 20). Its
 // threads are spread over `threads` cores from the client core (default: all on the client
 // core, so 8 clients on a 2-core machine share core 1 with the scheduler deciding who runs),
-// and a thread whose round posted and completed nothing yields its core to the others.
+// and a thread whose round posted and completed nothing sleeps on its connection
+// (Driver::wait: memcached, redis) or, where there is nothing to sleep on, yields its core.
 //
 // Measurement: warm-up, then a fixed interval; a request counts when it completes inside the
 // interval (its latency from post to completion). Verb counters and server CPU are sampled at

@@ -262,6 +262,15 @@ class SocketDriver : public Driver {
     return ran;
   }
 
+  bool wait(size_t c, int timeout_ms) override {
+    Conn& k = conns_[c];
+    if (k.fd < 0) return false;
+    pollfd p{k.fd, static_cast<short>(POLLIN | (k.out_pos < k.out.size() ? POLLOUT : 0)), 0};
+    while (::poll(&p, 1, timeout_ms) < 0 && errno == EINTR) {
+    }
+    return true;
+  }
+
   ServerSample sample_server() override {
     ServerSample s;
     s.cpu_s = process_cpu_seconds(o_.server_pid);
