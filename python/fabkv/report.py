@@ -10,8 +10,9 @@ python3, which has matplotlib, whatever the binding was built for.
 
 Plots follow the survey's evaluation (002_..., sec. 4): throughput vs clients per read ratio and
 distribution (figs. 12, 15), throughput vs read ratio (fig. 13), latency vs clients (figs. 16,
-17), throughput vs value size (fig. 19), uniformity ratio per system (fig. 20). Repeated runs of
-one configuration are summarised by their median. Needs matplotlib (Debian: python3-matplotlib).
+17), throughput vs value size (fig. 19), uniformity ratio per system (fig. 20: from the records of
+fabkv-bench --client-mode independent when the file has any, and it says which). Repeated runs
+of one configuration are summarised by their median. Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
 import json
@@ -84,6 +85,20 @@ def median_runs(runs):
     return out
 
 
+def client_mode(r):
+    """How fabkv-bench drove the clients (docs/bench.md, "Client modes"); records written
+    before the field existed were all shared."""
+    return r.get("client_mode", "shared")
+
+
+def uniformity_source(runs):
+    """The mode whose records fig. 20 plots and those records: the independent mode's when
+    the file has any (there each client's count is its own), else the shared mode's (equal
+    by construction)."""
+    mode = "independent" if any(client_mode(r) == "independent" for r in runs) else "shared"
+    return mode, [r for r in runs if client_mode(r) == mode]
+
+
 def most_common(values):
     return max(set(values), key=values.count)
 
@@ -92,7 +107,8 @@ def fmt_num(x, digits=1):
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def plots(table, out):
+def plots(table, out, uniformity=None):
+    """uniformity: (mode, table of that mode's records) for fig. 20; None: `table`, shared."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -177,14 +193,16 @@ def plots(table, out):
     ax.legend(fontsize=7)
     save(fig, "throughput_vs_value_size.png")
 
+    umode, utable = uniformity if uniformity is not None else ("shared", table)
     fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(dists) * len(ratios)), 3.4))
     groups = [(d, rr) for d in dists for rr in ratios]
     width = 0.8 / max(1, len(systems))
     for si, s in enumerate(systems):
         xs, ys = [], []
         for gi, (d, rr) in enumerate(groups):
-            v = sel(s, d, rr, cmax)
-            u = [x["uniformity"] for x in v.values() if x["uniformity"] is not None]
+            u = [v["uniformity"] for k, v in utable.items()
+                 if (k[0], k[1], k[2], k[4], k[5], k[6]) == (s, d, rr, cmax, win0, vs0)
+                 and v["uniformity"] is not None]
             if u:
                 xs.append(gi + si * width)
                 ys.append(u[0])
@@ -192,7 +210,10 @@ def plots(table, out):
     ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
     ax.set_xticklabels([f"{d}\n{rr * 100:.0f}% GET" for d, rr in groups], fontsize=8)
     ax.set_ylabel("max/min per-client ops")
-    ax.set_title(f"Uniformity ratio ({cmax} clients; 1 = perfectly fair)", fontsize=9)
+    how = ("a load thread per client" if umode == "independent"
+           else "round-robin: equal by construction")
+    ax.set_title(f"Uniformity ratio ({cmax} clients, {umode} client mode: {how}; "
+                 f"1 = perfectly fair)", fontsize=9)
     ax.axhline(1.0, color="black", linewidth=0.5)
     ax.set_ylim(bottom=0.9)  # the ratio is >= 1: start near it so small unfairness shows
     ax.legend(fontsize=7)
@@ -211,6 +232,11 @@ def summary(table, runs, out, plot_names):
     if loads:
         lines.append(f"1-minute load average during the runs: {min(loads):.1f} .. {max(loads):.1f} "
                      f"(on {m.get('cpus', '?')} CPUs; above ~2 other work shared the cores).")
+    umode, _ = uniformity_source(runs)
+    lines.append(f"Uniformity figure (uniformity_ratio.png): records of the {umode} client mode"
+                 + ("." if umode == "independent" else
+                    " (a load thread round-robins over its clients, so their counts are equal "
+                    "by construction; --client-mode independent measures fairness)."))
     cmds = sorted({r.get("command", "") for r in runs if r.get("command")})
     if cmds:
         lines += ["", "Commands:", ""] + [f"    {c}" for c in cmds]
@@ -281,8 +307,9 @@ def main(argv=None):
     runs = load(a.input)
     os.makedirs(a.out, exist_ok=True)
     table = median_runs(runs)
+    umode, uruns = uniformity_source(runs)
     try:
-        names = plots(table, a.out)
+        names = plots(table, a.out, (umode, median_runs(uruns)))
     except ImportError:
         sys.exit("report: matplotlib is missing (apt-get install python3-matplotlib)")
     text = summary(table, runs, a.out, names)

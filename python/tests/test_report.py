@@ -20,6 +20,23 @@ def test_summary_of_recorded_results(tmp_path):
     assert "fabkv:herd" in text and "memcached" in text
 
 
+def test_the_uniformity_figure_uses_the_independent_mode_and_says_so(tmp_path):
+    shared = report.load(str(RESULTS))
+    assert report.uniformity_source(shared)[0] == "shared"  # recorded before the modes
+    assert "records of the shared client mode" in report.summary(
+        report.median_runs(shared), shared, str(tmp_path), [])
+    # The same runs again as independent-mode records with one client starved: fig. 20 must
+    # take those, and only those.
+    independent = [dict(r, client_mode="independent", uniformity_ratio=7.5) for r in shared]
+    both = shared + independent
+    mode, used = report.uniformity_source(both)
+    assert mode == "independent" and used == independent
+    table = report.median_runs(used)
+    assert {v["uniformity"] for v in table.values()} == {7.5}
+    assert "records of the independent client mode" in report.summary(
+        report.median_runs(both), both, str(tmp_path), [])
+
+
 def test_a_bad_line_is_named(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"system": "fabkv"}\n')

@@ -134,6 +134,24 @@ TEST_F(BenchCli, TwoLoadThreadsAgainstTheNullTargetAndFabkv) {
   EXPECT_NE(r.out.find("t=2"), std::string::npos) << r.out;
 }
 
+// --client-mode shared,independent: each configuration once per mode, the record saying which
+// and the independent one driven by a thread per client.
+TEST_F(BenchCli, BothClientModesAgainstTheNullTarget) {
+  fs::path json = dir_ / "r.jsonl";
+  Ran r = run("--systems null --client-mode shared,independent --json " + json.string() + kQuick);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> modes;
+  for (const nlohmann::json& j : valid_records(json)) {
+    modes.push_back(j["client_mode"]);
+    EXPECT_EQ(j["load_threads"], j["client_mode"] == "independent" ? 2 : 1) << j.dump();
+    uint64_t sum = 0;
+    for (const auto& o : j["per_client_ops"]) sum += o.get<uint64_t>();
+    EXPECT_EQ(sum, j["ops"].get<uint64_t>());
+  }
+  EXPECT_EQ(modes, (std::vector<std::string>{"shared", "independent"}));
+  EXPECT_NE(r.out.find(" indep:"), std::string::npos) << r.out;
+}
+
 TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
   fs::path json = dir_ / "r.jsonl";
   const std::string before = "{\"recorded\":\"earlier\"}\n";
@@ -152,6 +170,8 @@ TEST_F(BenchCli, BadInputIsOneLineNonZeroAndLeavesTheResultsFileAlone) {
       {"--clients 0", "--clients 0"},
       {"--window 0", "--window"},
       {"--threads 0", "--threads 0"},
+      {"--client-mode fair", "--client-mode"},
+      {"--client-mode independent --clients 1025", "a thread per client"},
       {"--distribution pareto", "unknown distribution"},
       {"--systems cassandra", "unknown system"},
       {"--systems fabkv:nonsense", "unknown fabkv protocol"},
