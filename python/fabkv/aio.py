@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from typing import Deque, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Deque, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union, cast
 
 from . import _fabkv
 from .errors import Status
 
 Key = Union[str, bytes, bytearray, memoryview]
 Value = Union[str, bytes, bytearray, memoryview]
+_K = TypeVar("_K", bound=Key)
 
 _GET, _PUT, _DEL = 0, 1, 2
 _FIRST_SLEEP = 50e-6  # shm: the first pause between polls, doubled while nothing arrives
@@ -115,20 +116,20 @@ class Client:
         status, _, _ = await self._request(_DEL, "delete", key)
         return status == Status.OK
 
-    async def get_many(self, keys: Iterable[Key]) -> Dict[Key, bytes]:
+    async def get_many(self, keys: Iterable[_K]) -> Dict[_K, bytes]:
         """{key: value} of the keys found, keyed as given (all posted at once)."""
-        keys = list(keys)
-        got = await asyncio.gather(*(self._request(_GET, "get_many", k) for k in keys))
-        return {_hashable(k): v for k, (s, v, _) in zip(keys, got) if s == Status.OK}
+        given = list(keys)
+        got = await asyncio.gather(*(self._request(_GET, "get_many", k) for k in given))
+        return {cast(_K, _hashable(k)): v for k, (s, v, _) in zip(given, got) if s == Status.OK}
 
-    async def set_many(self, mapping: Mapping[Key, Value], *, expire: Optional[int] = None,
-                       expire_at: Optional[int] = None) -> List[Key]:
+    async def set_many(self, mapping: Mapping[_K, Value], *, expire: Optional[int] = None,
+                       expire_at: Optional[int] = None) -> List[_K]:
         """Stores every key: value; returns the keys not stored because the store is full."""
         at = _fabkv._expiry(expire, expire_at)
-        keys = list(mapping.keys())
+        given = list(mapping.keys())
         got = await asyncio.gather(*(self._request(_PUT, "set_many", k, mapping[k], 0, at,
-                                                   (Status.NO_SPACE,)) for k in keys))
-        return [k for k, (s, _, _) in zip(keys, got) if s == Status.NO_SPACE]
+                                                   (Status.NO_SPACE,)) for k in given))
+        return [k for k, (s, _, _) in zip(given, got) if s == Status.NO_SPACE]
 
     async def delete_many(self, keys: Iterable[Key]) -> int:
         """Deletes every key; returns how many were there."""
