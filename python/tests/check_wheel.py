@@ -23,7 +23,7 @@ PYTHON_DIR = pathlib.Path(__file__).resolve().parents[1]
 # What the venv's python runs: the round trip, the RUNPATH's libfabric, the plugin's entry point.
 ROUND_TRIP = r"""
 import importlib.metadata, pathlib, subprocess, sys
-import fabkv, fabkv.aio, fabkv.pytest_plugin
+import fabkv, fabkv.aio
 assert pathlib.Path(fabkv.__file__).parent.parent != pathlib.Path(sys.argv[2]), fabkv.__file__
 maps = pathlib.Path("/proc/self/maps").read_text()
 print("libfabric:", sorted({l.split()[-1] for l in maps.splitlines() if "libfabric" in l}))
