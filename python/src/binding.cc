@@ -136,8 +136,8 @@ py::object json_to_python(const nlohmann::json& j) {
 uint32_t expiry(const py::object& expire, const py::object& expire_at) {
   constexpr int64_t kMax = UINT32_MAX;
   if (!expire.is_none() && !expire_at.is_none())
-    throw py::value_error("fabkv: give expire (relative seconds) or expire_at (absolute Unix "
-                          "seconds), not both");
+    throw py::value_error(
+        "fabkv: give expire (relative seconds) or expire_at (absolute Unix seconds), not both");
   if (!expire_at.is_none()) {
     int64_t at = expire_at.cast<int64_t>();
     if (at < 0 || at > kMax)
@@ -379,8 +379,8 @@ class PyClient {
   // The exception of a finished request's status (aio raises it in its awaiter).
   py::object error_of(int code, const std::string& op) {
     return py::module_::import("fabkv.errors")
-        .attr("error_for")(code, fmt::format("fabkv: {}: {} ({})", op,
-                                             to_string(status_of(code)), options_.server));
+        .attr("error_for")(code, fmt::format("fabkv: {}: {} ({})", op, to_string(status_of(code)),
+                                             options_.server));
   }
 
   // True when the key was there.
@@ -456,9 +456,12 @@ class PyClient {
           p->status = s;
           if (s == Status::kOk && p->kind == WindowOp::Kind::kGet) p->out.assign(v);
         };
-        Status s = w.kind == WindowOp::Kind::kGet   ? c.get_async(w.key, cb)
-                   : w.kind == WindowOp::Kind::kPut ? c.put_async(w.key, w.value, cb, 0, w.expire_at)
-                                                    : c.del_async(w.key, cb);
+        Status s = Status::kError;
+        switch (w.kind) {
+          case WindowOp::Kind::kGet: s = c.get_async(w.key, cb); break;
+          case WindowOp::Kind::kPut: s = c.put_async(w.key, w.value, cb, 0, w.expire_at); break;
+          case WindowOp::Kind::kDel: s = c.del_async(w.key, cb); break;
+        }
         if (s != Status::kOk) w.status = s;  // not sent: the callback will not run
       }
       c.flush();
@@ -557,8 +560,8 @@ class PyCluster {
     return py::make_tuple(py::bytes(value), version);
   }
 
-  void put(py::handle key, py::handle value, const py::object& expire,
-           const py::object& expire_at, uint64_t version) {
+  void put(py::handle key, py::handle value, const py::object& expire, const py::object& expire_at,
+           uint64_t version) {
     uint32_t at = expiry(expire, expire_at);
     ByteArg k(key, "key");
     ByteArg v(value, "value");
@@ -834,8 +837,8 @@ GIL released. One Client may be shared between threads; its calls then take turn
            "put's other name (pymemcache's, redis-py's).")
       .def("gets", &PyClient::gets, py::arg("key"),
            "(value, version), or (None, None) when there is no such key.")
-      .def("cas", &PyClient::cas, py::arg("key"), py::arg("value"), py::arg("cas"),
-           py::kw_only(), py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+      .def("cas", &PyClient::cas, py::arg("key"), py::arg("value"), py::arg("cas"), py::kw_only(),
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
            "Stores value only if key still has version cas (from gets): True stored, False "
            "it has another version now, None there is no such key.")
       .def("get_many", &PyClient::get_many, py::arg("keys"),
@@ -913,8 +916,8 @@ as Client's do, with the GIL released.)")
       .def("set", &PyCluster::put, py::arg("key"), py::arg("value"), py::kw_only(),
            py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
            py::arg("version") = 0, "put's other name (pymemcache's, redis-py's).")
-      .def("cas", &PyCluster::cas, py::arg("key"), py::arg("value"), py::arg("cas"),
-           py::kw_only(), py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+      .def("cas", &PyCluster::cas, py::arg("key"), py::arg("value"), py::arg("cas"), py::kw_only(),
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
            "Stores value only if key still has version cas (from gets): True stored, False "
            "it has another version now, None there is no such key. Needs replicas=1.")
       .def("delete", &PyCluster::del, py::arg("key"),
