@@ -6,7 +6,8 @@ python/CMakeLists.txt; docs/python.md, "Getting it").
 
 The wheel's CMake build goes to --build-dir (scikit-build-core's build-dir setting), which is
 kept between runs, and compiles through ccache when it is on PATH: a second run recompiles
-nothing. pip's build isolation fetches scikit-build-core and pybind11 from the package index.
+nothing, and a first one finds the build tree's objects in ccache when that tree was compiled
+through ccache too (same compile lines: --cmake-define FABKV_WERROR=...). pip's build isolation fetches scikit-build-core and pybind11 from the package index.
 Every step has a timeout; the venv is made in a temporary folder and removed at the end.
 """
 import argparse
@@ -57,6 +58,9 @@ def main():
     ap.add_argument("--server-bin", required=True)
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--cmake-define", action="append", default=[],
+                    help="NAME=VALUE for the wheel's CMake (the build tree's FABKV_WERROR, so that "
+                         "the compile lines are the build tree's and ccache finds its objects)")
     args = ap.parse_args()
 
     env = {k: v for k, v in os.environ.items()
@@ -64,12 +68,17 @@ def main():
     if shutil.which("ccache"):
         env.setdefault("CMAKE_CXX_COMPILER_LAUNCHER", "ccache")
         env.setdefault("CMAKE_C_COMPILER_LAUNCHER", "ccache")
+        # The objects' debug info names their build folder; without this, ccache would take
+        # that folder into its key, and the build tree's objects would never match.
+        env.setdefault("CCACHE_NOHASHDIR", "1")
+    defines = [f"--config-settings=cmake.define.{d}" for d in args.cmake_define]
     with tempfile.TemporaryDirectory(prefix="fabkv-wheel-") as tmp:
         venv = pathlib.Path(tmp) / "venv"
         run([args.python, "-m", "venv", venv], 120, env=env)
         py = venv / "bin" / "python"
         run([py, "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir",
-             "--config-settings=build-dir=" + args.build_dir, str(PYTHON_DIR)], 900, env=env)
+             "--config-settings=build-dir=" + args.build_dir, *defines, str(PYTHON_DIR)], 900,
+            env=env)
         # From an empty folder, so that nothing of the source tree can be imported instead.
         run([py, "-c", ROUND_TRIP, args.server_bin, str(PYTHON_DIR)], 60, env=env, cwd=tmp)
 
