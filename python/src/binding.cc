@@ -419,6 +419,10 @@ class PyClient {
   py::object layout() {
     return json_to_python(call([](Client& c) { return c.layout(); }));
   }
+  // {verb: {posted, completed, bytes, ...}} of this client's endpoint (fabric/counters.h).
+  py::object verb_counters() {
+    return json_to_python(call([](Client& c) { return c.counters().to_json(); }));
+  }
   std::string provider() {
     return call([](Client& c) { return c.provider(); });
   }
@@ -861,6 +865,8 @@ GIL released. One Client may be shared between threads; its calls then take turn
       .def("next", &PyClient::next,
            "A sequencer's next value (protocols seq-rpc, seq-spec, seq-atomic).")
       .def("stats", &PyClient::stats, "The server's statistics as a dict.")
+      .def("verb_counters", &PyClient::verb_counters,
+           "This client's fabric operations per verb (posted, completed, bytes, ...), a dict.")
       .def("close", &PyClient::close, "Closes the connection (again: nothing).")
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("protocol", &PyClient::protocol)

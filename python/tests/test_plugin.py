@@ -14,8 +14,6 @@ from conftest import PROVIDERS, SERVER_BIN
 PYTHONPATH = os.pathsep.join([os.path.dirname(os.path.dirname(fabkv.__file__)),
                               os.environ.get("PYTHONPATH", "")])
 
-pytestmark = pytest.mark.server
-
 USER_TESTS = textwrap.dedent('''
     import fabkv
 
@@ -38,6 +36,7 @@ USER_TESTS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_a_users_suite_gets_real_servers(tmp_path, provider):
     pids = tmp_path / "pids"
@@ -56,7 +55,7 @@ def test_a_users_suite_gets_real_servers(tmp_path, provider):
             os.kill(pid, 0)
 
 
-def test_a_server_that_does_not_start_is_a_clear_error(tmp_path):
+def test_a_server_that_does_not_start_is_a_clear_error(tmp_path):  # no server: python_module
     (tmp_path / "test_user.py").write_text("def test_x(fabkv_server):\n    pass\n")
     env = dict(os.environ, FABKV_SERVER_BIN="/bin/false", PYTHONPATH=PYTHONPATH)
     r = subprocess.run(
