@@ -12,7 +12,8 @@ PACKAGES=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
   libxxhash-dev libisal-dev libssl-dev
   clang-format
-  memcached redis-server libmemcached-tools libmemcached-dev python3-pylibmc nutcracker
+  memcached redis-server libmemcached-tools libmemcached-dev python3-pylibmc python3-pymemcache
+  nutcracker
   iproute2 python3 python3-matplotlib
   python3-dev python3-venv pybind11-dev python3-pytest python3-mypy
 )

@@ -51,7 +51,9 @@ struct ClientOptions {
   // Access protocol, a name from proto/registry.h (its one-line summaries; docs/ has a page
   // per protocol). An unknown name fails at connect with the list.
   std::string protocol = proto::info(proto::kDefault).name;
-  std::string provider = "auto";  // auto|shm|tcp|verbs: must match the server's
+  // auto: the server's (docs/client.md, "Provider selection"); shm|tcp|verbs: refused unless
+  // it is the server's.
+  std::string provider = "auto";
   std::string transport;          // request transport "write"|"send"; "" = the protocol's
                                   // (or the server's --transport, where it may choose)
   std::string secret;             // control-channel shared secret ("" = none)

@@ -41,7 +41,7 @@ typedef struct fabkv_client fabkv_client;
 typedef struct fabkv_options {
   const char* server;     /* control channel "HOST:PORT" of fabkv-server; NULL: "127.0.0.1:7000" */
   const char* protocol;   /* access protocol, one of fabkv_protocols(); NULL: the first of them */
-  const char* provider;   /* "auto", "shm", "tcp", "verbs"; NULL: "auto" (must match the server) */
+  const char* provider;   /* "auto", "shm", "tcp", "verbs"; NULL: "auto" (the server's) */
   const char* transport;  /* requests by "write" or "send"; NULL: the protocol's (or, where it
                              lets the server choose, the server's --transport) */
   const char* secret;     /* control-channel shared secret; NULL: none */

@@ -62,15 +62,11 @@ std::unique_ptr<Session> Session::connect(const ClientOptions& options,
 }
 
 void Session::open(const std::string& host) {
-  fabric::FabricOptions fo;
-  fo.provider = o_.provider;
-  fo.peer_host = host;
-  fo.quiet = true;
-  fabric_ = fabric::Fabric::open(fo);
+  open_fabric(o_.provider, host);
   // A protocol may find that what its Hello offered does not fit this server (a region too
   // small for its max_value); it then says hello again, once per thing it learnt.
   for (int attempt = 0;; ++attempt) {
-    handshake();
+    greet(host);
     if (proto_->open(ctl_->welcome(), layout_) == proto::ClientProtocol::Opened::kReady) break;
     if (attempt == 2)
       throw ClientError(Status::kMalformed,
@@ -80,6 +76,43 @@ void Session::open(const std::string& host) {
     ep_.reset();
   }
   polls_memory_ = proto_->polls_memory();
+}
+
+void Session::open_fabric(const std::string& provider, const std::string& host) {
+  fabric::FabricOptions fo;
+  fo.provider = provider;
+  fo.peer_host = host;
+  fo.quiet = true;
+  fabric_ = fabric::Fabric::open(fo);
+}
+
+void Session::greet(const std::string& host) {
+  std::string theirs;
+  try {
+    handshake();
+    return;
+  } catch (const control::ControlError& e) {
+    theirs = e.server_provider();
+    if (o_.provider != "auto" || followed_server_ || theirs.empty() ||
+        theirs == fabric_->provider_name())
+      throw;
+  }
+  // Our guess was not the server's fabric. The protocol's registrations (its staging, its
+  // rings) belong to the fabric we guessed: the protocol goes before the endpoint and the
+  // fabric, and a new one says the new Hello on the server's fabric.
+  followed_server_ = true;
+  const std::string core = theirs.substr(0, theirs.find(';'));
+  proto_.reset();
+  ep_.reset();
+  fabric_.reset();
+  try {
+    open_fabric(core, host);
+  } catch (const std::exception& e) {
+    throw ClientError(Status::kError, "fabkv: the server serves " + core +
+                                          ", which this client cannot open: " + e.what());
+  }
+  proto_ = make_client_protocol(o_.protocol, *this, settings_);
+  handshake();
 }
 
 void Session::handshake() {

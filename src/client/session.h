@@ -79,6 +79,14 @@ class Session final : public proto::ClientHost {
  private:
   Session(const ClientOptions& o, const proto::ClientTestHooks& hooks);
   void open(const std::string& host);
+  // Opens fabric_ for `provider` (auto|shm|tcp|verbs|udp; fabric/provider.h), the server on
+  // `host`.
+  void open_fabric(const std::string& provider, const std::string& host);
+  // Says hello (handshake()). With provider auto, a first guess of the fabric that is not the
+  // server's is refused with the server's provider named in the refusal
+  // (ControlError::server_provider()): the client then opens that fabric, with a new protocol
+  // object, and says hello once more. One extra round trip, only when the guess was wrong.
+  void greet(const std::string& host);
   void handshake();
   // Is the control connection still up? It closes when the server process dies, which is
   // how a client learns "server gone" without waiting for a timeout. A system call, so at
@@ -103,7 +111,8 @@ class Session final : public proto::ClientHost {
   std::optional<control::ControlClient> ctl_;
   nlohmann::json layout_;
   std::unique_ptr<proto::ClientProtocol> proto_;
-  bool polls_memory_ = false;  // proto_->polls_memory(), asked once
+  bool polls_memory_ = false;     // proto_->polls_memory(), asked once
+  bool followed_server_ = false;  // greet() opened the server's fabric in place of our guess
   uint32_t spins_ = 0;
   PollOptions poll_;
   std::unique_ptr<fabric::Waiter> waiter_;  // adaptive only

@@ -144,8 +144,10 @@ ControlClient ControlClient::handshake(const std::string& host_port,
     throw ControlError(wp.status, "control " + host_port + ": bad welcome: " + wp.error);
   const Welcome& w = wp.welcome;
   if (w.status != Status::kOk) {
-    throw ControlError(w.status, "control " + host_port + ": server rejected the handshake (" +
-                                     to_string(w.status) + "): " + w.message);
+    throw ControlError(w.status,
+                       "control " + host_port + ": server rejected the handshake (" +
+                           to_string(w.status) + "): " + w.message,
+                       w.provider);
   }
   return ControlClient(std::move(fd), std::move(wp.welcome), host_port);
 }

@@ -19,12 +19,17 @@ namespace fabkv::control {
 // kConnectionFailed for refused/reset/EOF.
 class ControlError : public std::runtime_error {
  public:
-  ControlError(Status status, const std::string& what)
-      : std::runtime_error(what), status_(status) {}
+  ControlError(Status status, const std::string& what, std::string server_provider = {})
+      : std::runtime_error(what), status_(status), server_provider_(std::move(server_provider)) {}
   Status status() const { return status_; }
+  // The provider field of the server's refusal: a fabkv server names its own there, so that a
+  // client on another fabric learns which one to open (docs/control-channel.md, "Welcome").
+  // Empty for anything but a refusal, and from servers that do not name it.
+  const std::string& server_provider() const { return server_provider_; }
 
  private:
   Status status_;
+  std::string server_provider_;
 };
 
 class ControlClient {

@@ -27,6 +27,8 @@
 //                   auth = HMAC-SHA256 by a Challenge {method, reserved, nonce}, the client
 //                   with a Proof {mac} (control/auth.h), then the Welcome. Welcome, Request,
 //                   Reply and Error are as in v1.
+//   v2, issue #27:  no layout change; fabkv's server fills Welcome.provider in refusals too,
+//                   so that a client on another fabric learns the server's.
 #pragma once
 
 #include <cstddef>
@@ -141,7 +143,7 @@ struct Welcome {
   Status status = Status::kOk;
   std::string message;  // reason when status != kOk
   uint64_t session_id = 0;
-  std::string provider;
+  std::string provider;  // the server's; fabkv's server names it in a refusal too
   std::vector<std::vector<uint8_t>> fabric_addresses;  // server endpoint names
   std::vector<RegionDescriptor> regions;
   std::vector<uint8_t> payload;  // the service's (fabkv: proto/handshake.h)

@@ -76,6 +76,7 @@ bool Connections::text_command(Conn& c, std::string_view in, size_t* used) {
     case Verb::kMetaDebug: return meta_command(c, c.cmd);
     case Verb::kFlushAll:
     case Verb::kStats:
+    case Verb::kLruCrawler:
     case Verb::kVersion:
     case Verb::kVerbosity:
     case Verb::kQuit:
@@ -85,21 +86,38 @@ bool Connections::text_command(Conn& c, std::string_view in, size_t* used) {
   }
 }
 
+namespace {
+
+constexpr std::string_view kBadDataChunk = "CLIENT_ERROR bad data chunk\r\n";
+
+bool stores(Verb v) {
+  return v == Verb::kSet || v == Verb::kAdd || v == Verb::kReplace || v == Verb::kAppend ||
+         v == Verb::kPrepend || v == Verb::kCas;
+}
+
+}  // namespace
+
 // A line that is not a command to run: wait for more, answer an error, or close.
 bool Connections::text_unparsed(Conn& c, const ParseResult& pr) {
+  // memcached 1.6 reads a storage command's noreply first, and then says nothing of a data
+  // block too large or not ending in "\r\n" either.
+  const bool silent = c.cmd.noreply && stores(c.cmd.verb) &&
+                      (pr.status == Parse::kSwallow || pr.reply == kBadDataChunk);
   switch (pr.status) {
     case Parse::kNeedMore: return false;
-    case Parse::kError: return refuse(c, pr.reply);
+    case Parse::kError:
+      if (silent) s_.count(kClientErrors);
+      return silent || refuse(c, pr.reply);
     case Parse::kClose:
       refuse(c, pr.reply);
       c.closing = true;
       return false;
     case Parse::kSwallow: {
       c.swallow = pr.swallow;
-      emit(c, pr.reply);
-      // memcached: a set too large also drops the key's old value, so that a reader never
-      // takes the stale one for the value just refused.
-      if (c.cmd.verb == Verb::kSet && valid_key(c.cmd.key())) {
+      if (!silent) emit(c, pr.reply);
+      // memcached: a set (and an ms in any mode) too large also drops the key's old value, so
+      // that a reader never takes the stale one for the value just refused.
+      if ((c.cmd.verb == Verb::kSet || c.cmd.verb == Verb::kMetaSet) && valid_key(c.cmd.key())) {
         Call call;
         call.req.kind = Kind::kDelete;
         call.req.key = c.cmd.key();
@@ -191,6 +209,7 @@ bool Connections::text_other(Conn& c, const TextCommand& cmd) {
       return true;
     }
     case Verb::kStats: stats_text(c, cmd.args); return true;
+    case Verb::kLruCrawler: return lru_crawler(c, cmd.args);
     case Verb::kVersion: emit(c, fmt::format("VERSION {}\r\n", kVersionString)); return true;
     case Verb::kVerbosity:
       if (!cmd.noreply) emit(c, "OK\r\n");
@@ -304,17 +323,14 @@ void Connections::stats_text(Conn& c, std::span<const std::string_view> args) {
       emit(c, "RESET\r\n");
       return;
     }
-    if (args[0] == "settings") {
-      emit(c, fmt::format("STAT maxconns {}\r\nSTAT tcpport {}\r\nSTAT item_size_max {}\r\n"
-                          "STAT num_threads {}\r\nSTAT evictions on\r\nSTAT cas_enabled yes\r\n"
-                          "END\r\n",
-                          o_.max_conns, svc_.address().substr(svc_.address().rfind(':') + 1),
-                          o_.max_value, workers_.size()));
+    if (args[0] == "cachedump") {
+      cachedump(c, args);
       return;
     }
-    // items, slabs, sizes, conns: nothing to say in memcached's terms; anything else (stats
-    // noreply included) is not a stats group: memcached's ERROR.
-    if (args[0] == "items" || args[0] == "slabs" || args[0] == "sizes" || args[0] == "conns") {
+    if (args.size() == 1 && stats_group(c, args[0])) return;
+    // conns: nothing to say in memcached's terms; anything else (stats noreply included) is
+    // not a stats group: memcached's ERROR.
+    if (args[0] == "conns") {
       emit(c, "END\r\n");
       return;
     }

@@ -12,7 +12,7 @@ struct Put {
 };
 
 Put put(Mutate mutate, store::KeyHash h, std::string_view key, std::string_view value,
-        uint32_t flags, uint32_t expire_at, uint64_t expected) {
+        uint32_t flags, uint32_t expire_at, uint64_t expected, uint64_t keep_version = 0) {
   store::Request req;
   req.op = store::Op::kPut;
   req.hash = h;
@@ -21,6 +21,7 @@ Put put(Mutate mutate, store::KeyHash h, std::string_view key, std::string_view 
   req.put.flags = flags;
   req.put.expire_at = expire_at;
   req.put.expected_version = expected;
+  req.put.restore_version = keep_version;
   Put out;
   mutate(std::span<const store::Request>(&req, 1), [&](size_t, const store::Response& r) {
     out.status = r.status;
@@ -89,6 +90,13 @@ struct Target {
   Put put(std::string_view value, uint32_t flags, uint32_t expire_at, uint64_t expected) const {
     return memcached::put(mutate, h, r.key, value, flags, expire_at, expected);
   }
+  // touch, gat, mg T: the item again with a new expiry and its version kept, as memcached keeps
+  // an item's cas unique when only its expiry changes. The value is copied to `scratch` first
+  // (the put may move the item).
+  Put retouch(uint32_t expire_at) const {
+    scratch.assign(item.value);
+    return memcached::put(mutate, h, r.key, scratch, item.flags, expire_at, 0, item.version);
+  }
 };
 
 Result outcome(Outcome o) {
@@ -97,15 +105,14 @@ Result outcome(Outcome o) {
   return out;
 }
 
-// get, gat, mg (T: a new expiry is a new PUT of the same value; the engine keeps expiry with
-// the item).
+// get, gat, mg (T: a new expiry is a new PUT of the same value and version; the engine keeps
+// expiry with the item).
 Result retrieve(const Target& t) {
   if (!t.hit) return {};
   Result out = outcome(Outcome::kHit);
   out.flags = t.item.flags;
   if (t.r.kind == Kind::kGat || t.r.touch) {
-    t.scratch.assign(t.item.value);
-    const Put p = t.put(t.scratch, t.item.flags, t.r.expire_at, 0);
+    const Put p = t.retouch(t.r.expire_at);
     if (p.status != store::Status::kOk) return stored(p);
     out.value = t.scratch;
     out.cas = p.version;
@@ -183,8 +190,7 @@ Result arith(const Target& t) {
 
 Result touch_item(const Target& t) {
   if (!t.hit) return {};
-  t.scratch.assign(t.item.value);
-  const Put p = t.put(t.scratch, t.item.flags, t.r.expire_at, 0);
+  const Put p = t.retouch(t.r.expire_at);
   if (p.status != store::Status::kOk) return stored(p);
   Result out = outcome(Outcome::kTouched);
   out.cas = p.version;

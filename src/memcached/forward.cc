@@ -89,6 +89,11 @@ void Connections::take_inbox() {
   std::vector<Conn*> touched;
   for (Op* op : s_.taken) {
     if (op->origin != s_.index || !op->done) {
+      if (op->dump.active) {  // a piece of a key listing (dump.cc)
+        run_dump_st(*op);
+        s_.outbox[op->origin].push_back(op);
+        continue;
+      }
       // A command for this partition: run it and send it home.
       op->res = run_on_owner(s_, w_, op->call, op->scratch);
       if (op->res.outcome == Outcome::kHit) {
@@ -110,6 +115,7 @@ void Connections::take_inbox() {
       delete op;
       continue;
     }
+    if (op->dump.active) continue_dump(*c, op);
     if (touched.empty() || touched.back() != c) touched.push_back(c);
   }
   s_.taken.clear();

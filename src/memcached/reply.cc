@@ -74,8 +74,13 @@ void format_text(const Call& c, const Result& r, std::string* out) {
 }
 
 // Meta commands (protocol.txt "Meta Commands"): the return flags asked for, in their order.
-void meta_flags(const Call& c, const Result& r, std::string* out) {
+// The return flags of c.meta that `shown` names, in the command's order (memcached 1.6's
+// proto_text.c: a miss or a failure still returns O and k; ms returns O, k and c; ma's number
+// c, t, O and k).
+void meta_flags(const Call& c, const Result& r, std::string* out,
+                std::string_view shown = "Okbcfst") {
   for (std::string_view f : c.meta) {
+    if (shown.find(f[0]) == std::string_view::npos) continue;
     switch (f[0]) {
       case 'O':
       case 'k':
@@ -116,7 +121,9 @@ void format_meta(const Call& c, const Result& r, std::string* out) {
   switch (c.verb) {
     case Verb::kMetaGet: {
       if (r.outcome != Outcome::kHit) {
-        if (!quiet) out->append("EN\r\n");
+        if (quiet) return;
+        out->append("EN");
+        meta_flags(c, r, out, "Ok");
         return;
       }
       bool value = false;
@@ -127,8 +134,7 @@ void format_meta(const Call& c, const Result& r, std::string* out) {
         meta_flags(c, r, out);
         out->append(r.value).append("\r\n");
       } else {
-        if (quiet) return;  // a hit without a value says nothing in quiet mode
-        out->append("HD");
+        out->append("HD");  // quiet mode hides only EN (protocol.txt, "Meta Get")
         meta_flags(c, r, out);
       }
       return;
@@ -154,39 +160,45 @@ void format_meta(const Call& c, const Result& r, std::string* out) {
         std::string num = std::to_string(r.number);
         Result shown = r;
         shown.value = num;
+        if (quiet) return;  // memcached 1.6 hides ma's number in quiet mode, VA included
         if (value) {
           out->append("VA ");
           append_u64(out, num.size());
-          meta_flags(c, shown, out);
+          meta_flags(c, shown, out, "ctOkb");
           out->append(num).append("\r\n");
-        } else if (!quiet) {
+        } else {
           out->append("HD");
-          meta_flags(c, shown, out);
+          meta_flags(c, shown, out, "ctOkb");
         }
         return;
       }
-      if (r.outcome == Outcome::kNotFound) out->append("NF\r\n");
-      else if (r.outcome == Outcome::kExists) out->append("EX\r\n");
-      else if (r.outcome == Outcome::kNonNumeric)
+      if (r.outcome == Outcome::kNonNumeric) {
         out->append("CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
-      else out->append("NS\r\n");
+        return;
+      }
+      out->append(r.outcome == Outcome::kNotFound ? "NF"
+                  : r.outcome == Outcome::kExists ? "EX"
+                                                  : "NS");
+      meta_flags(c, r, out, "Ok");
       return;
     }
     default: {  // ms, md
       const bool ok = r.outcome == Outcome::kStored || r.outcome == Outcome::kDeleted ||
                       r.outcome == Outcome::kTouched;
+      const std::string_view shown = c.verb == Verb::kMetaSet ? "Okbc" : "Okb";
       if (ok) {
         if (quiet) return;
         out->append("HD");
-        meta_flags(c, r, out);
+        meta_flags(c, r, out, shown);
         return;
       }
       switch (r.outcome) {
-        case Outcome::kNotStored: out->append("NS\r\n"); break;
-        case Outcome::kExists: out->append("EX\r\n"); break;
-        case Outcome::kNotFound: out->append("NF\r\n"); break;
-        default: out->append(store_reply(r.outcome)); break;
+        case Outcome::kNotStored: out->append("NS"); break;
+        case Outcome::kExists: out->append("EX"); break;
+        case Outcome::kNotFound: out->append("NF"); break;
+        default: out->append(store_reply(r.outcome)); return;
       }
+      meta_flags(c, r, out, shown);
     }
   }
 }

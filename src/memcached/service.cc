@@ -75,20 +75,27 @@ bool Service::run_st(server::Worker& w) {
   return c.run();
 }
 
+store::StatsSnapshot Service::engine_totals() const {
+  store::StatsSnapshot es;
+  for (server::Worker* w : workers_) {
+    const store::StatsSnapshot x = w->engine().stats();
+    es.items += x.items;
+    es.bytes += x.bytes;
+    es.evictions += x.evictions;
+    es.index_drops += x.index_drops;
+    es.puts += x.puts;
+    es.expired += x.expired;
+    es.no_space += x.no_space;
+  }
+  return es;
+}
+
 nlohmann::json Service::stats() const {
   uint64_t sums[kCounters] = {};
   for (const auto& s : shards_)
     for (size_t i = 0; i < kCounters; ++i)
       sums[i] += s->counters[i].load(std::memory_order_relaxed);
-  store::StatsSnapshot es;
-  for (server::Worker* w : workers_) {
-    store::StatsSnapshot x = w->engine().stats();
-    es.items += x.items;
-    es.bytes += x.bytes;
-    es.evictions += x.evictions + x.index_drops;
-    es.puts += x.puts;
-    es.expired += x.expired;
-  }
+  const store::StatsSnapshot es = engine_totals();
   const uint32_t now = now_s();
   nlohmann::json j = nlohmann::json::object();
   // Insertion order is memcached's; nlohmann::json sorts keys, so build an ordered array.
@@ -107,7 +114,7 @@ nlohmann::json Service::stats() const {
   o["curr_items"] = es.items;
   o["total_items"] = es.puts;
   o["bytes"] = es.bytes;
-  o["evictions"] = es.evictions;
+  o["evictions"] = es.evictions + es.index_drops;
   o["expired_unfetched"] = es.expired;
   for (auto& [k, v] : o.items()) j[k] = v;
   return j;

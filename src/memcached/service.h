@@ -4,7 +4,8 @@
 // Composition. The server knows nothing of memcached: fabkv-server's main builds the Service
 // over the Server's workers and attaches it (Server::attach), and each worker then runs it as
 // its local work (server::LocalWork, once per round). The files: service.cc (this class),
-// shard.h (one worker's share, and the map of the rest: listener.cc, commands.cc, forward.cc),
+// shard.h (one worker's share, and the map of the rest: listener.cc, commands.cc, forward.cc,
+// stats.cc, dump.cc),
 // reply.h (the answers), text.h, binary.h and exec.h (the parsers and the commands on an engine).
 //
 // Threads and queues. There is no thread of its own: each worker serves a share of the
@@ -41,7 +42,8 @@ namespace fabkv::memcached {
 struct ServiceOptions {
   std::string listen;           // HOST:PORT; port 0 picks a free one
   uint32_t max_conns = 4096;    // open client connections at once
-  size_t max_value = 64 << 10;  // the engines' --max-value
+  size_t max_value = 64 << 10;  // the largest item: server::engine_max_value
+  size_t memory = 0;            // the engines' --memory (stats settings maxbytes)
 };
 
 class Service final : public server::LocalWork {
@@ -61,6 +63,8 @@ class Service final : public server::LocalWork {
 
   // Counters (any thread), as memcached's `stats` names them.
   nlohmann::json stats() const;
+  // The engines' counters summed over the partitions (any thread).
+  store::StatsSnapshot engine_totals() const;
 
   struct Shard;
 

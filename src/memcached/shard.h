@@ -6,6 +6,8 @@
 //   commands.cc  command execution: text, meta and binary commands into Calls, stats, and
 //                running a Call on its key's owner
 //   forward.cc   cross-worker forwarding: a Call to its key's owner and its answer back
+//   stats.cc     the stats groups (settings, slabs, items, sizes)
+//   dump.cc      key listings (lru_crawler metadump, stats cachedump), a partition piece by piece
 #pragma once
 
 #include <atomic>
@@ -64,8 +66,20 @@ inline constexpr const char* kCounterNames[kCounters] = {
     "bytes_written", "total_connections", "rejected_connections",
     "forwarded",     "client_errors"};
 
+// One piece of a key listing (dump.cc): a bounded scan of one partition's index, run by its
+// owner; the listing goes on piece by piece, one partition after the other.
+struct Dump {
+  bool active = false;
+  bool meta = false;       // lru_crawler metadump (else stats cachedump)
+  uint32_t partition = 0;  // the partition this piece scans
+  uint64_t cursor = 0;     // its first index bucket (store::Engine::scan)
+  uint64_t left = 0;       // items still wanted (cachedump's limit; UINT64_MAX: all)
+  bool finished = false;   // set by the owner: this piece ends the listing ("END" appended)
+};
+
 // A command forwarded to its key's owner, and back.
 struct Op {
+  Dump dump;
   Call call;
   uint32_t origin = 0;  // the connection's shard
   int fd = -1;
@@ -168,6 +182,16 @@ class Connections {
   bool refuse(Conn& c, std::string_view reply);  // a client error: counted and answered
   bool flush_all(Conn& c, Call& call);
   void stats_text(Conn& c, std::span<const std::string_view> args);
+  // stats settings, slabs, items, sizes: false when `group` is none of them (stats.cc).
+  bool stats_group(Conn& c, std::string_view group);
+
+  // ---- key listings (dump.cc)
+  bool lru_crawler(Conn& c, std::span<const std::string_view> args);
+  bool cachedump(Conn& c, std::span<const std::string_view> args);
+  void start_dump(Conn& c, bool meta, uint64_t limit);
+  void queue_dump(Conn& c, const Dump& d, std::deque<Op*>::iterator at);
+  void run_dump_st(Op& op);
+  void continue_dump(Conn& c, Op* op);
   void stats_binary(Conn& c, const Call& call);
   std::vector<std::pair<std::string, std::string>> stat_lines();
 

@@ -1,5 +1,6 @@
 #include "memcached/text.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <span>
@@ -19,7 +20,6 @@ constexpr std::string_view kBadDelta = "CLIENT_ERROR invalid numeric delta argum
 constexpr std::string_view kBadExptime = "CLIENT_ERROR invalid exptime argument\r\n";
 constexpr std::string_view kBadDelete =
     "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n";
-constexpr std::string_view kKeyTooLong = "CLIENT_ERROR key too long\r\n";
 
 template <class T>
 bool parse_num(std::string_view s, T* v) {
@@ -41,10 +41,13 @@ constexpr Verbs kVerbs[] = {
     {"stats", Verb::kStats},     {"version", Verb::kVersion},   {"verbosity", Verb::kVerbosity},
     {"quit", Verb::kQuit},       {"shutdown", Verb::kShutdown}, {"mg", Verb::kMetaGet},
     {"ms", Verb::kMetaSet},      {"md", Verb::kMetaDelete},     {"ma", Verb::kMetaArith},
-    {"mn", Verb::kMetaNoop},     {"me", Verb::kMetaDebug},
+    {"mn", Verb::kMetaNoop},     {"me", Verb::kMetaDebug},      {"lru_crawler", Verb::kLruCrawler},
 };
 
 constexpr std::string_view kBadToken = "CLIENT_ERROR bad token in command line format\r\n";
+constexpr std::string_view kBadModeLength = "CLIENT_ERROR incorrect length for M token\r\n";
+constexpr std::string_view kBadSetMode = "CLIENT_ERROR invalid mode for ms M token\r\n";
+constexpr std::string_view kBadArithMode = "CLIENT_ERROR invalid mode for ma M token\r\n";
 constexpr std::string_view kBase64 = "CLIENT_ERROR base64 keys are not supported\r\n";
 
 ParseResult error(std::string_view reply, size_t consumed) {
@@ -126,8 +129,8 @@ ParseResult parse_retrieval(const Line& l, Tokens& tokens) {
 ParseResult parse_meta_line(const Line& l, Tokens& tokens) {
   TextCommand* cmd = l.cmd;
   std::string_view k = tokens.next();
-  if (k.empty()) return error(kBadFormat, l.end);
-  if (k.size() > kMaxKeyBytes) return error(kKeyTooLong, l.end);
+  if (k.empty()) return error(kError, l.end);  // memcached 1.6: too few tokens
+  if (k.size() > kMaxKeyBytes) return error(kBadFormat, l.end);
   cmd->keys.push_back(k);
   uint64_t datalen = 0;
   if (cmd->verb == Verb::kMetaSet && !parse_num(tokens.next(), &datalen))
@@ -268,6 +271,7 @@ ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) 
     case Verb::kMetaArith:
     case Verb::kMetaDebug: return parse_meta_line(l, tokens);
     case Verb::kStats:
+    case Verb::kLruCrawler:
       for (std::string_view t = tokens.next(); !t.empty(); t = tokens.next()) {
         if (cmd->args.size() >= 8) return error(kError, l.end);
         cmd->args.push_back(t);
@@ -396,10 +400,23 @@ std::string_view parse_meta(const TextCommand& cmd, uint32_t now, Request* req) 
       break;
     default: return kError;
   }
-  for (std::string_view f : cmd.args)
-    if (!f.empty() && !flag(f, now, req)) return kBadToken;
-  // ms with a C: a store only if the item's version is that one.
-  if (req->cas != 0 && req->kind == Kind::kSet) req->kind = Kind::kCas;
+  for (std::string_view f : cmd.args) {
+    if (f.empty() || flag(f, now, req)) continue;
+    // memcached 1.6's answers for a bad mode (proto_text.c, _meta_flag_preparse and the
+    // mode switches of ms and ma).
+    if (f[0] == 'M' && f.size() != 2) return kBadModeLength;
+    if (f[0] == 'M') return cmd.verb == Verb::kMetaSet ? kBadSetMode : kBadArithMode;
+    return kBadToken;
+  }
+  // memcached 1.6 (proto_text.c): ms in set or replace mode with a C is a cas; C0 there and on
+  // md compares with 0, which no item has (version 0 never exists, store/engine.h), so ask
+  // with an impossible version rather than unconditionally. C0 on append, prepend and ma
+  // checks nothing.
+  const bool has_cas = std::any_of(cmd.args.begin(), cmd.args.end(),
+                                   [](std::string_view f) { return !f.empty() && f[0] == 'C'; });
+  const bool cas_store = req->kind == Kind::kSet || req->kind == Kind::kReplace;
+  if (has_cas && req->cas == 0 && (cas_store || req->kind == Kind::kDelete)) req->cas = UINT64_MAX;
+  if (has_cas && cas_store) req->kind = Kind::kCas;
   return {};
 }
 

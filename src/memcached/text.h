@@ -40,6 +40,7 @@ enum class Verb : uint8_t {
   kVerbosity,
   kQuit,
   kShutdown,
+  kLruCrawler,  // lru_crawler metadump (src/memcached/dump.cc); args as for stats
   kMetaGet,
   kMetaSet,
   kMetaDelete,
@@ -58,7 +59,8 @@ struct TextCommand {
   int64_t delay = 0;    // flush_all
   bool noreply = false;
   std::string_view data;  // storage and ms: the data block, without its "\r\n"
-  // stats: the arguments; meta commands: the flag tokens after the key (and ms's datalen).
+  // stats, lru_crawler: the arguments; meta commands: the flag tokens after the key (and ms's
+  // datalen).
   std::vector<std::string_view> args;
   std::string_view key() const { return keys.empty() ? std::string_view() : keys[0]; }
 };

@@ -1,5 +1,6 @@
 #include "server/options.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -110,6 +111,10 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
            "connections' and is closed, as memcached does past -c (each takes a descriptor and "
            "its buffers)")
       .range(1, 1000000);
+  s.bytes("memcached_item_size", "--memcached-item-size", &o->memcached_item_size,
+          "the largest memcached item (memcached's -I): values up to it are stored through "
+          "--memcached on the cache and store engines; the fabric protocols keep --max-value")
+      .range(1, store::kMaxValueSizeLimit);
   proto::declare_knobs(k, o);
 }
 
@@ -134,6 +139,13 @@ std::string_view needed_engine(const ServerOptions& o) {
 
 std::string_view engine_for(std::string_view need) {
   return need == proto::EngineNeed::kAny ? store::to_string(store::EngineKind::kCache) : need;
+}
+
+size_t engine_max_value(const ServerOptions& o) {
+  if (o.memcached.empty()) return o.max_value;
+  const std::string_view engine = o.engine.empty() ? engine_for(needed_engine(o)) : o.engine;
+  if (!store::engine_kind_from_string(engine)) return o.max_value;
+  return std::max(o.max_value, o.memcached_item_size);
 }
 
 void resolve_defaults(ServerOptions* o) {
@@ -212,8 +224,11 @@ void validate(const ServerOptions& o) {
   if (!o.memcached.empty() && engineless)
     throw std::invalid_argument(
         "--memcached needs key-value data: serve a protocol with an engine (not only sequencers)");
-  if (!engineless && o.memory / o.workers < 4 * (o.max_value + 512))
-    throw std::invalid_argument("--memory too small for the workers and --max-value");
+  if (!engineless && o.memory / o.workers < 4 * (engine_max_value(o) + 512))
+    throw std::invalid_argument(
+        o.max_value == engine_max_value(o)
+            ? "--memory too small for the workers and --max-value"
+            : "--memory too small for the workers and --memcached-item-size");
 }
 
 }  // namespace fabkv::server

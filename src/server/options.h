@@ -70,6 +70,10 @@ struct ServerOptions : proto::ProtocolOptions {
   // and data (docs/memcached.md); "" = off (the default).
   std::string memcached;
   uint32_t memcached_max_conns = 4096;  // past it: "ERROR Too many open connections", closed
+  // The largest memcached item (memcached's -I, 1 MiB by default): the cache and store engines
+  // take values up to it when --memcached is on (engine_max_value); the fabric protocols keep
+  // --max-value, which sizes every client's buffers.
+  size_t memcached_item_size = size_t{1} << 20;
   // This server's name on a cluster's ketama ring (docs/cluster.md), told to every client in
   // the handshake so that a cluster client whose list names it otherwise refuses it rather
   // than place keys where memcached's clients would not. "" = the ring name of the memcached
@@ -86,6 +90,13 @@ std::string_view needed_engine(const ServerOptions& o);
 // The engine (--engine) that satisfies a need: cache (the default) for kAny, else the need
 // itself (an engine's name, or "none": the worker then makes no engine).
 std::string_view engine_for(std::string_view need);
+
+// The largest value the engine takes: --max-value, or memcached's item size when the memcached
+// front end is on and the engine is cache or store (their values reach fabric clients only
+// through the worker's answers, which refuse a value above --max-value with kTooLarge:
+// Worker::execute_st). The engines whose memory clients READ keep --max-value (their records
+// and tables are sized by it).
+size_t engine_max_value(const ServerOptions& o);
 
 // Fills in what depends on other settings (engine "" -> engine_for(needed_engine(o))).
 void resolve_defaults(ServerOptions* o);

@@ -126,6 +126,9 @@ void Server::stop() {
 
 namespace {
 
+// "tcp" of "tcp;ofi_rxm": the name a user gives --provider.
+std::string core_provider(const std::string& name) { return name.substr(0, name.find(';')); }
+
 control::Welcome refuse(control::Status st, std::string why) {
   control::Welcome w;
   w.status = st;
@@ -138,6 +141,21 @@ control::Welcome refuse(control::Status st, std::string why) {
 std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
                                                     nlohmann::json* out,
                                                     const proto::Info** protocol) const {
+  if (hello.service != proto::kService)
+    return refuse(control::Status::kUnknownService,
+                  fmt::format("this is a fabkv server (service '{}'), not '{}'", proto::kService,
+                              hello.service));
+  // A client of another fabric cannot reach our endpoints, nor we its: it is told ours before
+  // anything else, and before anything is reserved for it; the refusal's provider field names
+  // it too, so that an auto client opens that fabric and says hello again (on_hello). (Its
+  // address is checked again in admit: the provider it names is only what it says.)
+  if (!hello.provider.empty() && hello.provider != provider()) {
+    const std::string ours = core_provider(provider()), theirs = core_provider(hello.provider);
+    return refuse(control::Status::kRejected,
+                  fmt::format("the server serves {}; this client asked for {}: start the client "
+                              "with --provider {} (or auto, which follows the server)",
+                              ours, theirs, ours));
+  }
   nlohmann::json& req = *out;
   try {
     req = hello.payload.empty() ? nlohmann::json::object()
@@ -147,10 +165,6 @@ std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
   }
   if (!req.is_object())
     return refuse(control::Status::kRejected, "the Hello payload is not a JSON object");
-  if (hello.service != proto::kService)
-    return refuse(control::Status::kUnknownService,
-                  fmt::format("this is a fabkv server (service '{}'), not '{}'", proto::kService,
-                              hello.service));
   std::string name = proto::info(proto::kDefault).name;
   if (req.contains("protocol")) {
     if (!req.at("protocol").is_string())
@@ -161,8 +175,10 @@ std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
   if (p == nullptr ||
       std::find(o_.protocols.begin(), o_.protocols.end(), name) == o_.protocols.end())
     return refuse(control::Status::kRejected,
-                  fmt::format("protocol '{}' is not served here (serving: {})", name,
-                              fmt::join(o_.protocols, ",")));
+                  fmt::format("the server serves {}; this client asked for protocol '{}', which "
+                              "is not served here: start the client with --protocol {}",
+                              fmt::join(o_.protocols, ","), name,
+                              o_.protocols.size() == 1 ? o_.protocols[0] : "and one of those"));
   if (req.contains("region")) {
     try {
       (void)proto::region_from_json(req.at("region"));
@@ -170,15 +186,6 @@ std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
       return refuse(control::Status::kRejected, std::string("bad staging region: ") + e.what());
     }
   }
-  // A client of another fabric cannot reach our endpoints, nor we its: tell it which provider
-  // to use, before anything is reserved for it. (Its address is checked again in on_hello: the
-  // provider it names is only what it says.)
-  if (!hello.provider.empty() && hello.provider != provider())
-    return refuse(control::Status::kRejected,
-                  fmt::format("this server's fabric provider is '{}' and the client's is '{}': "
-                              "start the client with --provider {}",
-                              provider(), hello.provider,
-                              provider().substr(0, provider().find(';'))));
   *protocol = p;
   return std::nullopt;
 }
@@ -229,6 +236,14 @@ control::Welcome Server::welcome(uint32_t index, uint16_t epoch, const proto::In
 }
 
 control::Welcome Server::on_hello(uint64_t session, const control::Hello& hello) {
+  control::Welcome w = admit(session, hello);
+  // Every refusal names the server's provider (docs/control-channel.md, "Welcome"): a client
+  // on another fabric learns which one to open.
+  if (w.status != control::Status::kOk) w.provider = provider();
+  return w;
+}
+
+control::Welcome Server::admit(uint64_t session, const control::Hello& hello) {
   nlohmann::json req;
   const proto::Info* p = nullptr;
   if (auto refused = check_hello(hello, &req, &p)) return std::move(*refused);

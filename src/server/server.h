@@ -44,11 +44,13 @@ class Server {
   nlohmann::json stats() const;
 
  private:
-  // Admission (control thread): the Hello checked, a client index reserved, every worker's
-  // protocol side asked, endpoints opened and the client's address taken, then the Welcome.
+  // Admission (control thread): admit(), and a refusal names the server's provider.
   control::Welcome on_hello(uint64_t session, const control::Hello& hello);
-  // The checks made before anything is reserved for the client: its payload (`*req`), service,
-  // protocol (`*p`), staging region and fabric provider. The refusal, or nullopt.
+  // The Hello checked, a client index reserved, every worker's protocol side asked, endpoints
+  // opened and the client's address taken, then the Welcome (or a refusal).
+  control::Welcome admit(uint64_t session, const control::Hello& hello);
+  // The checks made before anything is reserved for the client: its service, fabric provider,
+  // payload (`*req`), protocol (`*p`) and staging region. The refusal, or nullopt.
   std::optional<control::Welcome> check_hello(const control::Hello& hello, nlohmann::json* req,
                                               const proto::Info** p) const;
   // A free client index and its next epoch, and the server's name (under the same lock as

@@ -153,7 +153,7 @@ fabric::EndpointOptions Worker::open_endpoints() {
 void Worker::open_engine() {
   store::EngineOptions so;
   so.memory_bytes = o_.memory / o_.workers;
-  so.max_value_size = o_.max_value;
+  so.max_value_size = engine_max_value(o_);
   so.index_buckets = o_.index_buckets;
   // A server of protocols without key-value data only (the sequencers) runs without an engine.
   const bool engineless = needed_engine(o_) == proto::EngineNeed::kNone;
@@ -694,18 +694,29 @@ void Worker::block_st(const std::atomic<bool>& stop) {
 }
 
 void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionFn done) {
-  if (!oplog_) {
+  const bool oversize = engine_->max_value_size() > o_.max_value;
+  if (!oplog_ && !oversize) {
     engine_->run_batch(reqs, done);
     return;
   }
-  // Pilaf sec. 4: every acknowledged PUT/DELETE goes to the log before its answer is built
-  // (the log's writer thread reaches the disk later; log_barrier_st says when).
   engine_->run_batch(reqs, [&](size_t i, const store::Response& r) {
     const store::Request& req = reqs[i];
-    if (r.status == store::Status::kOk) {
+    // Pilaf sec. 4: every acknowledged PUT/DELETE goes to the log before its answer is built
+    // (the log's writer thread reaches the disk later; log_barrier_st says when).
+    if (oplog_ && r.status == store::Status::kOk) {
       if (req.op == store::Op::kPut)
         oplog_->append_put(req.key, req.value, r.version, req.put.expire_at, req.put.flags);
       else if (req.op == store::Op::kDel) oplog_->append_del(req.key);
+    }
+    // A memcached item above --max-value (engine_max_value, server/options.h) does not fit a
+    // fabric client's buffers: its GET is refused as too large.
+    if (oversize && req.op == store::Op::kGet && r.status == store::Status::kOk &&
+        r.value.size() > o_.max_value) {
+      store::Response refused = r;
+      refused.status = store::Status::kTooLarge;
+      refused.value = {};
+      done(i, refused);
+      return;
     }
     done(i, r);
   });

@@ -1,5 +1,6 @@
 #include "store/cache_engine.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <stdexcept>
@@ -275,6 +276,26 @@ bool CacheEngine::clear() {
   std::memset(static_cast<void*>(buckets_), 0, (bucket_mask_ + 1) * sizeof(layout::CacheBucket));
   stats_.items.store(0, std::memory_order_relaxed);
   return true;
+}
+
+uint64_t CacheEngine::scan(uint64_t cursor, uint64_t buckets, ScanFn fn) const {
+  const uint64_t end = std::min(cursor + buckets, bucket_mask_ + 1);
+  for (uint64_t i = cursor; i < end; ++i) {
+    for (uint64_t e : buckets_[i].entries) {
+      uint64_t abs;
+      if (e == 0 || !live(e, &abs)) continue;
+      const std::byte* it = item_at(abs);
+      const ItemHeader h = layout::load_header(it);
+      if (expired(h)) continue;
+      fn(ScanItem{.key = std::string_view(reinterpret_cast<const char*>(layout::item_key(it)),
+                                          h.key_size),
+                  .value_size = h.value_size,
+                  .expire_at = h.expire_at,
+                  .flags = h.flags,
+                  .version = h.version});
+    }
+  }
+  return end > bucket_mask_ ? 0 : end;
 }
 
 }  // namespace fabkv::store

@@ -33,6 +33,7 @@ class CacheEngine final : public Engine {
   using Engine::run_batch;
   void run_batch(std::span<const Request> reqs, CompletionFn done, size_t gap = 0) override;
   bool clear() override;
+  uint64_t scan(uint64_t cursor, uint64_t buckets, ScanFn fn) const override;
   EngineMemory memory() const override { return mem_.region(); }
   size_t max_value_size() const override { return max_value_; }
 

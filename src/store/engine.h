@@ -157,6 +157,17 @@ class FunctionRef<R(Args...)> {
 // request's position in the batch.
 using CompletionFn = FunctionRef<void(size_t index, const Response& r)>;
 
+// One live item as a key listing sees it (memcached's `lru_crawler metadump`, `stats
+// cachedump`: src/memcached/dump.cc).
+struct ScanItem {
+  std::string_view key;
+  uint32_t value_size = 0;
+  uint32_t expire_at = 0;  // absolute Unix seconds, 0 = never
+  uint32_t flags = 0;
+  uint64_t version = 0;
+};
+using ScanFn = FunctionRef<void(const ScanItem& item)>;
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -204,6 +215,14 @@ class Engine {
   // Removes every item (memcached's flush_all), owner thread only. False, changing nothing,
   // where the engine cannot (an engine whose table clients READ).
   virtual bool clear() { return false; }
+
+  // Calls `fn` for each live, unexpired item of the index buckets [cursor, cursor + buckets)
+  // (a store bucket with its overflow chain), owner thread only, changing nothing; returns the
+  // next cursor, 0 after the last bucket. So a listing of a huge partition is done in pieces of
+  // bounded work. Engines whose tables clients READ list nothing (0 at once).
+  virtual uint64_t scan(uint64_t /*cursor*/, uint64_t /*buckets*/, ScanFn /*fn*/) const {
+    return 0;
+  }
 
   // ---- any thread ----
   StatsSnapshot stats() const { return stats_.snapshot(); }

@@ -1,5 +1,6 @@
 #include "store/store_engine.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <stdexcept>
@@ -233,6 +234,28 @@ std::string StoreEngine::check() const {
     return "stats.items " + std::to_string(st.items) + " != " + std::to_string(items);
   if (st.overflow_buckets != overflow_buckets) return "stats.overflow_buckets wrong";
   return "";
+}
+
+uint64_t StoreEngine::scan(uint64_t cursor, uint64_t buckets, ScanFn fn) const {
+  const uint64_t end = std::min(cursor + buckets, bucket_mask_ + 1);
+  for (uint64_t i = cursor; i < end; ++i) {
+    for (const StoreBucket* b = &buckets_[i];; b = overflow(b->next)) {
+      for (uint64_t e : b->entries) {
+        if (e == 0) continue;
+        const std::byte* it = item(e);
+        const ItemHeader h = layout::load_header(it);
+        if (expired(h)) continue;
+        fn(ScanItem{.key = std::string_view(reinterpret_cast<const char*>(layout::item_key(it)),
+                                            h.key_size),
+                    .value_size = h.value_size,
+                    .expire_at = h.expire_at,
+                    .flags = h.flags,
+                    .version = h.version});
+      }
+      if (b->next == 0) break;
+    }
+  }
+  return end > bucket_mask_ ? 0 : end;
 }
 
 }  // namespace fabkv::store

@@ -164,8 +164,8 @@ void add_client_options(CLI::App& app, Flags& f) {
                            },
                            "", "PROTOCOL"));
   f.provider_opt = app.add_option("--provider", f.o.provider,
-                                  "libfabric provider: auto|shm|tcp|verbs; must match the server's "
-                                  "(auto: shm for a local server, tcp otherwise)")
+                                  "libfabric provider: auto|shm|tcp|verbs; auto follows the "
+                                  "server's, any other must be the server's")
                        ->capture_default_str();
   app.add_option("--transport", f.o.transport,
                  "request transport: write (HERD's WRITE into the request region) or send; "

@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
       memcached::ServiceOptions mo;
       mo.listen = o.memcached;
       mo.max_conns = o.memcached_max_conns;
-      mo.max_value = o.max_value;
+      mo.max_value = server::engine_max_value(o);
+      mo.memory = o.memory;
       auto front_end = std::make_unique<memcached::Service>(mo, srv->workers());
       memcached_address = front_end->address();
       srv->attach(std::move(front_end), memcached_address);

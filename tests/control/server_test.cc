@@ -84,6 +84,13 @@ struct Fixture {
         w.message = "no service named 'nope'";
         return w;
       }
+      if (hello.service == "elsewhere") {  // as fabkv's server refuses another fabric
+        Welcome w;
+        w.status = Status::kRejected;
+        w.message = "the server serves verbs";
+        w.provider = "verbs;ofi_rxm";
+        return w;
+      }
       hellos.fetch_add(1);
       return test_welcome();
     };
@@ -459,6 +466,31 @@ TEST(ControlServer, HandlerRejectionReachesClient) {
   expect_rejected([&] { ControlClient::connect(fx.server.address(), h, 3000); },
                   Status::kUnknownService, "no service named 'nope'");
   EXPECT_EQ(fx.server.stats().rejected_by_handler, 1u);
+  expect_good_handshake(fx);
+}
+
+// The provider a refusal names reaches the client as ControlError::server_provider() (an auto
+// client follows it, src/client/session.cc); the control channel's own refusals name none.
+TEST(ControlServer, ARefusalHandsTheServersProviderToTheClient) {
+  Fixture fx;
+  Hello h = good_hello();
+  h.service = "elsewhere";
+  try {
+    ControlClient::connect(fx.server.address(), h, 3000);
+    ADD_FAILURE() << "admitted";
+  } catch (const ControlError& e) {
+    EXPECT_EQ(e.status(), Status::kRejected) << e.what();
+    EXPECT_EQ(e.server_provider(), "verbs;ofi_rxm") << e.what();
+  }
+  h = good_hello();
+  h.version = 1;
+  try {
+    ControlClient::connect(fx.server.address(), h, 3000);
+    ADD_FAILURE() << "admitted";
+  } catch (const ControlError& e) {
+    EXPECT_EQ(e.status(), Status::kBadVersion) << e.what();
+    EXPECT_EQ(e.server_provider(), "") << e.what();
+  }
   expect_good_handshake(fx);
 }
 

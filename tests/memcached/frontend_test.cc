@@ -213,6 +213,31 @@ TEST_P(SameData, MemcachedAndHerdSeeEachOthersWrites) {
   EXPECT_EQ(c.cmd(fmt::format("cas m1 0 0 1 {}\r\nx\r\n", version)), "STORED");
 }
 
+// A memcached item above --max-value (64 KiB) is stored (--memcached-item-size, 1 MiB), but a
+// fabric client's buffers hold --max-value: its GET is refused as too large, and the server and
+// the client serve on.
+TEST_P(SameData, ItemAboveMaxValueIsTooLargeForHerd) {
+  McServer server({"--workers", "2", "--provider", GetParam(), "--protocols", "herd"});
+  ClientOptions o;
+  o.server = server.address();
+  o.provider = GetParam();
+  o.protocol = "herd";
+  o.timeout_ms = 10000;
+  auto herd = Client::connect(o);
+  McConn c(server.port());
+  const std::string big((64 << 10) + 1, 'b');
+  ASSERT_EQ(c.cmd(fmt::format("set big 0 0 {}\r\n{}\r\n", big.size(), big)), "STORED");
+  ASSERT_EQ(c.cmd(fmt::format("set fits 0 0 {}\r\n{}\r\n", 64 << 10, big.substr(1))), "STORED");
+  std::string v;
+  EXPECT_EQ(herd->get("big", &v), Status::kTooLarge);
+  ASSERT_EQ(herd->get("fits", &v), Status::kOk);
+  EXPECT_EQ(v, big.substr(1));
+  EXPECT_EQ(herd->put("big2", big), Status::kTooLarge);
+  EXPECT_EQ(c.cmd("get big\r\n"), fmt::format("VALUE big 0 {}", big.size()));
+  EXPECT_EQ(c.bytes(big.size() + 2), big + "\r\n");
+  EXPECT_EQ(c.line(), "END");
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, SameData, ::testing::Values("shm", "tcp"));
 
 // ---- bad input ----------------------------------------------------------------------------
@@ -257,8 +282,9 @@ TEST(BadInput, OverLongLineIsRefusedAndClosedOthersServed) {
   EXPECT_EQ(other.cmd("set a 0 0 1\r\na\r\n"), "STORED");
 }
 
+// memcached's default item size (-I 1m) with fabkv-server's default flags (--memcached-item-size).
 TEST(BadInput, TooLargeValueIsSwallowedAndOneMebibyteWorks) {
-  McServer server({"--max-value", "1M", "--memory", "64M"});
+  McServer server({"--memory", "64M"});
   McConn c(server.port());
   const std::string mib(1 << 20, 'v');
   ASSERT_EQ(c.cmd("set big 5 0 1048576\r\n" + mib + "\r\n"), "STORED");

@@ -127,15 +127,15 @@ TEST(MetaFlags, MalformedFlagsAsMemcachedAnswersThem) {
   EXPECT_EQ(reply("mg k T5x\r\n"), bad_token);
   EXPECT_EQ(reply("ms k 1 F-1\r\nx\r\n"), bad_token);
   EXPECT_EQ(reply("ms k 1 F99999999999\r\nx\r\n"), bad_token);  // above 32 bits
-  EXPECT_EQ(reply("ms k 1 MZ\r\nx\r\n"), bad_token);
-  EXPECT_EQ(reply("ms k 1 MEE\r\nx\r\n"), bad_token);
+  EXPECT_EQ(reply("ms k 1 MZ\r\nx\r\n"), "CLIENT_ERROR invalid mode for ms M token\r\n");
+  EXPECT_EQ(reply("ms k 1 MEE\r\nx\r\n"), "CLIENT_ERROR incorrect length for M token\r\n");
   EXPECT_EQ(reply("ms k 1 C\r\nx\r\n"), bad_token);
   EXPECT_EQ(reply("md k Cabc\r\n"), bad_token);
   EXPECT_EQ(reply("ma k Dx\r\n"), bad_token);
   EXPECT_EQ(reply("ma k J\r\n"), bad_token);
   EXPECT_EQ(reply("ma k N-\r\n"), bad_token);
-  EXPECT_EQ(reply("ma k MX\r\n"), bad_token);
-  EXPECT_EQ(reply("ma k M\r\n"), bad_token);
+  EXPECT_EQ(reply("ma k MX\r\n"), "CLIENT_ERROR invalid mode for ma M token\r\n");
+  EXPECT_EQ(reply("ma k M\r\n"), "CLIENT_ERROR incorrect length for M token\r\n");
   EXPECT_EQ(reply("mg k b\r\n"), "CLIENT_ERROR base64 keys are not supported\r\n");
   // A key the text protocol does not take (a control character) is a bad chunk.
   EXPECT_EQ(reply("mg k\x01 v\r\n"), "CLIENT_ERROR bad data chunk\r\n");

@@ -4,11 +4,13 @@
 // in the handshake with a message that says why; the slot and the address vector they would
 // have used come back clean, and the next correct client is served. Also the control
 // channel's secret through fabkv-cli.
+#include <chrono>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "client/client.h"
+#include "common/deadline.h"
 #include "raw_client.h"
 
 namespace fabkv::testing {
@@ -16,16 +18,29 @@ namespace {
 
 std::string other_provider(const std::string& p) { return p == "shm" ? "tcp" : "shm"; }
 
+// A refusal comes in the handshake: a refused client exits well before the data path's timeout
+// (kWrongClientTimeoutMs, twice this) could pass, as it did when an unusable fabric was found
+// only on the data path. A refused fabkv-cli takes 0.05-0.5 s here, but opening tcp alone is
+// ~0.6 s of CPU (tests/client/fault_test.cc), stretched on a loaded host, several times more
+// in sanitizer builds: the bound leaves room for that.
+#ifdef FABKV_SANITIZED
+constexpr int kRefusedWithinMs = 5000;
+#else
+constexpr int kRefusedWithinMs = 3000;
+#endif
+constexpr int kWrongClientTimeoutMs = 2 * kRefusedWithinMs;
+
 struct CliRun {
   int rc = -1;
   std::string out;  // stdout and stderr
 };
 
-// fabkv-cli through /bin/sh, so that its stderr is read too (ChildProcess pipes stdout only).
+// fabkv-cli through /bin/sh, so that its stderr is read too (ChildProcess pipes stdout only),
+// and a newline after it, so that a value printed without one (get) is read as a line.
 CliRun run_cli(const std::vector<std::string>& args) {
-  std::string cmd = std::string("exec '") + FABKV_CLI_BIN + "'";
+  std::string cmd = std::string("'") + FABKV_CLI_BIN + "'";
   for (const auto& a : args) cmd += " '" + a + "'";
-  cmd += " 2>&1";
+  cmd += " 2>&1; rc=$?; echo; exit $rc";
   perf::ChildProcess p({"/bin/sh", "-c", cmd});
   p.close_stdin();
   CliRun r;
@@ -45,8 +60,9 @@ class Admission : public ::testing::TestWithParam<std::string> {
   }
 
   CliRun cli(const std::string& provider, const std::vector<std::string>& command) {
-    std::vector<std::string> a = {"--server", server_->address(), "--provider",
-                                  provider,   "--timeout-ms",     "3000"};
+    std::vector<std::string> a = {"--server",     server_->address(),
+                                  "--provider",   provider,
+                                  "--timeout-ms", std::to_string(kWrongClientTimeoutMs)};
     a.insert(a.end(), command.begin(), command.end());
     return run_cli(a);
   }
@@ -94,25 +110,25 @@ class Admission : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<fabric::Fabric> own_;
 };
 
-// The issue's reproduction, on both servers and with both wrong clients: --provider auto picks
-// shm for a local server, so against a tcp server it is a wrong-fabric client too. Each is
-// refused with the provider to use and exit code 2; the correct client right after is served,
-// round after round (before, one wrong client on tcp made every later client time out).
+// A client that asks for another fabric than the server's (shm against tcp, tcp against shm)
+// is refused at once, in the handshake, with both named and the flag to use, and exit code 2;
+// the correct client right after is served, round after round (issue #24: before, one wrong
+// client on tcp made every later client time out).
 TEST_P(Admission, AClientOfAnotherFabricIsRefusedAndTheNextOneIsServed) {
-  const std::string server = GetParam();
-  std::vector<std::string> wrong = {other_provider(server)};
-  if (server == "tcp") wrong.push_back("auto");
+  const std::string server = GetParam(), wrong = other_provider(server);
   for (int round = 0; round < 3; ++round) {
-    for (const std::string& w : wrong) {
-      SCOPED_TRACE("client --provider " + w + ", round " + std::to_string(round));
-      CliRun r = cli(w, {"put", "x", "y"});
-      EXPECT_EQ(r.rc, 2) << r.out;
-      EXPECT_NE(r.out.find("fabric provider is"), std::string::npos) << r.out;
-      EXPECT_NE(r.out.find("start the client with --provider " + server), std::string::npos)
-          << r.out;
-      CliRun ok = cli(server, {"put", "x", "y" + std::to_string(round)});
-      EXPECT_EQ(ok.rc, 0) << "the correct client after it: " << ok.out;
-    }
+    SCOPED_TRACE("client --provider " + wrong + ", round " + std::to_string(round));
+    const auto t0 = Clock::now();
+    CliRun r = cli(wrong, {"put", "x", "y"});
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("the server serves " + server + "; this client asked for " + wrong),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("start the client with --provider " + server), std::string::npos) << r.out;
+    EXPECT_LT(took.count(), kRefusedWithinMs) << r.out;
+    CliRun ok = cli(server, {"put", "x", "y" + std::to_string(round)});
+    EXPECT_EQ(ok.rc, 0) << "the correct client after it: " << ok.out;
   }
   expect_served("after-wrong-fabrics");
   // Nobody refused is counted as a client.
@@ -212,6 +228,67 @@ TEST(AdmissionSecret, FabkvCliProvesTheSecretOrIsToldWhy) {
   EXPECT_NE(r.out.find("this server has no secret, but the client has one"), std::string::npos)
       << r.out;
   EXPECT_EQ(cli(without, {}).rc, 0);
+}
+
+// provider "auto" (the default of fabkv-cli, the C++, C and Python clients) guesses shm for a
+// server on this host. A tcp server's refusal names tcp; the client opens tcp, says hello
+// again and is served (issue #27: before, it was refused). Not a provider-parameterised test:
+// on a shm server the guess is right and there is nothing to follow, and this one also runs in
+// the sanitizer builds (which leave out the tests named .../tcp), where the client drops its
+// first fabric and opens another.
+TEST(AdmissionAuto, AnAutoClientOpensATcpServersFabric) {
+  ServerProcess server("tcp");
+  // fabkv-cli with its default flags writes, and reads back.
+  CliRun put = run_cli({"--server", server.address(), "put", "by-cli", "from fabkv-cli"});
+  EXPECT_EQ(put.rc, 0) << put.out;
+  CliRun get = run_cli({"--server", server.address(), "get", "by-cli"});
+  EXPECT_EQ(get.rc, 0) << get.out;
+  EXPECT_EQ(get.out, "from fabkv-cli\n");
+  // The C++ client with its default options.
+  ClientOptions o;
+  o.server = server.address();
+  ASSERT_EQ(o.provider, "auto");
+  std::unique_ptr<Client> c;
+  ASSERT_NO_THROW(c = Client::connect(o));
+  EXPECT_EQ(c->provider().substr(0, 4), "tcp;") << c->provider();
+  std::string v;
+  ASSERT_EQ(c->get("by-cli", &v), Status::kOk);
+  EXPECT_EQ(v, "from fabkv-cli");
+  ASSERT_EQ(c->put("by-client", "from C++"), Status::kOk);
+  ASSERT_EQ(c->get("by-client", &v), Status::kOk);
+  EXPECT_EQ(v, "from C++");
+}
+
+// A client that asks for another request transport than the server takes (--transport on
+// both sides, herd) is refused at once with both named; one that leaves it unset gets the
+// server's. On shm only: the check is the same on every fabric, and python/tests/
+// test_provider.py makes it on both.
+TEST(AdmissionTransport, AWrongTransportIsRefusedWithBothNamed) {
+  for (const std::string served : {"write", "send"}) {
+    const std::string asked = served == "write" ? "send" : "write";
+    SCOPED_TRACE("server --transport " + served + ", client --transport " + asked);
+    ServerProcess s("shm", {"--transport", served});
+    auto cli_to = [&](std::vector<std::string> args) {
+      std::vector<std::string> a = {"--server",     s.address(),
+                                    "--provider",   "shm",
+                                    "--timeout-ms", std::to_string(kWrongClientTimeoutMs)};
+      a.insert(a.end(), args.begin(), args.end());
+      return run_cli(a);
+    };
+    const auto t0 = Clock::now();
+    CliRun r = cli_to({"--transport", asked, "put", "x", "y"});
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("the server takes herd requests by " + served +
+                         " (its --transport); this client asked for " + asked),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("start the client with --transport " + served), std::string::npos)
+        << r.out;
+    EXPECT_LT(took.count(), kRefusedWithinMs) << r.out;
+    CliRun ok = cli_to({"put", "x", "y"});
+    EXPECT_EQ(ok.rc, 0) << ok.out;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Providers, Admission, ::testing::Values("shm", "tcp"),

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "proto/registry.h"
@@ -351,6 +352,44 @@ TEST_P(EngineTest, BatchFormWritesResponses) {
   EXPECT_EQ(resp[4].status, Status::kNotFound);
   EXPECT_EQ(resp[5].value, "1");
   EXPECT_EQ(resp[6].status, Status::kNotFound);
+}
+
+// scan (the memcached front end's key listings): every live item once, in pieces of at most
+// `buckets` index buckets, nothing expired or deleted; engines whose tables clients READ list
+// nothing.
+TEST_P(EngineTest, ScanVisitsEveryLiveItemOnceInBoundedPieces) {
+  auto e = make(size_t{8} << 20, 1024);
+  std::map<std::string, uint64_t> want;
+  for (int i = 0; i < 500; ++i) {
+    const std::string k = "key" + std::to_string(i);
+    PutOptions o;
+    o.flags = static_cast<uint32_t>(i);
+    o.expire_at = i % 10 == 9 ? clock_.now + 1 : 0;
+    uint64_t v = 0;
+    ASSERT_EQ(e->put(k, std::string(i % 7, 'v'), o, &v), Status::kOk);
+    if (i % 10 != 9 && i % 10 != 8) want[k] = v;
+  }
+  for (int i = 8; i < 500; i += 10) ASSERT_EQ(e->del("key" + std::to_string(i)), Status::kOk);
+  clock_.now += 2;  // the keys ending in 9 expire
+  std::map<std::string, uint64_t> seen;
+  uint64_t cursor = 0, pieces = 0;
+  do {
+    size_t in_piece = 0;
+    cursor = e->scan(cursor, 16, [&](const ScanItem& it) {
+      EXPECT_TRUE(seen.emplace(std::string(it.key), it.version).second) << it.key;
+      EXPECT_EQ(it.value_size, std::stoul(std::string(it.key.substr(3))) % 7);
+      EXPECT_EQ(it.flags, std::stoul(std::string(it.key.substr(3))));
+      ++in_piece;
+    });
+    EXPECT_LE(in_piece, 16u * 8);  // at most 16 buckets' entries (cache: 8, store: 7 + chain)
+    ++pieces;
+  } while (cursor != 0 && pieces < 10000);
+  if (std::string(GetParam()) != "cache" && std::string(GetParam()) != "store") {
+    EXPECT_TRUE(seen.empty());
+    return;
+  }
+  EXPECT_EQ(pieces, 1024u / 16);
+  EXPECT_EQ(seen, want);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EngineTest,

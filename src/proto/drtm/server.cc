@@ -60,9 +60,10 @@ class DrtmServer final : public rpc::RpcServer {
 
   std::string admit(const proto::Info& p, const nlohmann::json& hello, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
-    if (hello.value("transport", std::string("send")) != "send")
-      return fmt::format("{} sends what needs the worker as messages: transport must be send",
-                         p.name);
+    // What needs the worker travels as messages.
+    if (std::string why = rpc::check_transport(hello, p.name, rpc::Transport::kSend, true);
+        !why.empty())
+      return why;
     if (engine_ == nullptr) return "this server does not run the drtm engine";
     welcome(rpc::Transport::kSend, out);
     const uint32_t w = worker_.index();

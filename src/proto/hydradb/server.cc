@@ -43,11 +43,12 @@ class HydraServer final : public rpc::RpcServer {
 
   // As server-reply: a ring the client lets us WRITE, large enough for every worker's W
   // answers of the largest value; plus the item arena it may READ.
-  std::string admit(const proto::Info&, const nlohmann::json& hello, uint32_t, uint16_t,
+  std::string admit(const proto::Info& p, const nlohmann::json& hello, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
     if (engine_ == nullptr) return "this server does not run the hydradb engine";
-    if (hello.value("transport", std::string("write")) != "write")
-      return "hydradb takes requests by write only";
+    if (std::string why = rpc::check_transport(hello, p.name, rpc::Transport::kWrite, true);
+        !why.empty())
+      return why;
     try {
       (void)proto::region_from_json(hello.at("ring"));
     } catch (const std::exception& e) {

@@ -35,8 +35,9 @@ class PilafServer final : public rpc::RpcServer {
   // Pilaf clients send PUT/DELETE (pilaf-vo: everything) as messages (Pilaf sec. 3.1, 5.1).
   std::string admit(const proto::Info& p, const nlohmann::json& hello, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
-    if (hello.value("transport", std::string("send")) != "send")
-      return fmt::format("{} sends its requests as messages: transport must be send", p.name);
+    if (std::string why = rpc::check_transport(hello, p.name, rpc::Transport::kSend, true);
+        !why.empty())
+      return why;
     if (engine_ == nullptr) return "this server does not run the pilaf engine";
     welcome(rpc::Transport::kSend, out);
     tables_.add_regions("pilaf", worker_.index(), &out->regions);

@@ -75,10 +75,11 @@ class RfrpcServer final : public rpc::RpcServer {
   // The client must offer a ring it lets us WRITE (for server-reply mode), large enough for
   // every worker's W results of the largest value; one too small is told the size and comes
   // back (as server-reply's, proto/server_reply/server.cc).
-  std::string admit(const proto::Info&, const nlohmann::json& hello, uint32_t, uint16_t,
+  std::string admit(const proto::Info& p, const nlohmann::json& hello, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
-    if (hello.value("transport", std::string("write")) != "write")
-      return "rfrpc takes requests by write only";
+    if (std::string why = rpc::check_transport(hello, p.name, rpc::Transport::kWrite, true);
+        !why.empty())
+      return why;
     try {
       (void)proto::region_from_json(hello.at("ring"));
     } catch (const std::exception& e) {

@@ -495,16 +495,27 @@ TransportServer::TransportServer(proto::ServerHost& w, const proto::Info& p, Con
     : RpcServer(w, p, by_transport(configured_transport(w), cfg)),
       transport_(configured_transport(w)) {}
 
+std::string check_transport(const nlohmann::json& hello, std::string_view protocol,
+                            Transport served, bool fixed) {
+  if (!hello.contains("transport")) return "";
+  if (!hello.at("transport").is_string()) return "transport must be a string";
+  const std::string asked = hello.at("transport").get<std::string>();
+  if (asked == to_string(served)) return "";
+  if (fixed)
+    return fmt::format(
+        "the server takes {} requests by {} only; this client asked for {}: "
+        "start the client without --transport",
+        protocol, to_string(served), asked);
+  return fmt::format(
+      "the server takes {} requests by {} (its --transport); this client asked "
+      "for {}: start the client with --transport {}, or without it to follow "
+      "the server",
+      protocol, to_string(served), asked, to_string(served));
+}
+
 std::string TransportServer::admit(const proto::Info& p, const nlohmann::json& hello, uint32_t,
                                    uint16_t, proto::WelcomeParts* out) {
-  std::string asked = to_string(transport_);
-  if (hello.contains("transport")) {
-    if (!hello.at("transport").is_string()) return "transport must be a string";
-    asked = hello.at("transport").get<std::string>();
-  }
-  if (asked != to_string(transport_))
-    return fmt::format("this server takes {} requests by {} (--transport), not {}", p.name,
-                       to_string(transport_), asked);
+  if (std::string why = check_transport(hello, p.name, transport_, false); !why.empty()) return why;
   welcome(transport_, out);
   return "";
 }

@@ -120,6 +120,12 @@ class RpcServer : public proto::ServerProtocol {
   Counters counters_;
 };
 
+// "" when the Hello asks for the transport `served` (or for none); else the refusal, which
+// names both: "the server takes herd requests by write; this client asked for send", and the
+// flag to use. `fixed`: the protocol has one transport, the server no choice of it.
+std::string check_transport(const nlohmann::json& hello, std::string_view protocol,
+                            Transport served, bool fixed);
+
 // A server side whose requests travel as the server's --transport says (herd's knob, resolved
 // by provider: proto/herd/options.h), WRITten into slots or SENT, and whose answers are one
 // SEND each: herd, and seq-rpc over it. A client may ask for a transport only to be told if

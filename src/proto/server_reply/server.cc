@@ -22,10 +22,11 @@ class ServerReplyServer final : public rpc::RpcServer {
 
   // The client must offer a ring it lets us WRITE, large enough for every worker's W answers
   // of the largest value.
-  std::string admit(const proto::Info&, const nlohmann::json& hello, uint32_t, uint16_t,
+  std::string admit(const proto::Info& p, const nlohmann::json& hello, uint32_t, uint16_t,
                     proto::WelcomeParts* out) override {
-    if (hello.value("transport", std::string("write")) != "write")
-      return "server-reply takes requests by write only";
+    if (std::string why = rpc::check_transport(hello, p.name, rpc::Transport::kWrite, true);
+        !why.empty())
+      return why;
     fabric::RemoteRegion ring;
     try {
       ring = proto::region_from_json(hello.at("ring"));
