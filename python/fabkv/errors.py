@@ -8,6 +8,7 @@ delete() returns False.
 """
 import builtins
 import enum
+from typing import Dict, Type, Union
 
 
 class Status(enum.IntEnum):
@@ -29,7 +30,7 @@ class Status(enum.IntEnum):
 class Error(Exception):
     """A fabkv call failed; .status says how."""
 
-    def __init__(self, message, status=Status.ERROR):
+    def __init__(self, message: str, status: Union[int, Status] = Status.ERROR) -> None:
         super().__init__(message)
         self.status = Status(status)
 
@@ -66,7 +67,7 @@ class Contended(Error):
     """A pilaf or farm GET saw the key change under 64 READs in a row: retry later."""
 
 
-_BY_STATUS = {
+_BY_STATUS: Dict[Status, Type[Error]] = {
     Status.TOO_LARGE: TooLarge,
     Status.INVALID_KEY: InvalidKey,
     Status.NO_SPACE: NoSpace,
@@ -78,10 +79,10 @@ _BY_STATUS = {
 }
 
 
-def error_for(status, message):
+def error_for(status: int, message: str) -> Error:
     """The exception for a status (the extension raises what this returns)."""
     try:
-        status = Status(status)
+        known = Status(status)
     except ValueError:  # a status newer than this file: still a fabkv.Error
-        status = Status.ERROR
-    return _BY_STATUS.get(status, Error)(message, status)
+        known = Status.ERROR
+    return _BY_STATUS.get(known, Error)(message, known)

@@ -55,6 +55,15 @@ int status_code(Status s) {
   return FABKV_ERROR;
 }
 
+// The status of a C API number (the inverse of status_code), kError for an unknown one.
+Status status_of(int code) {
+  for (Status s : {Status::kOk, Status::kNotFound, Status::kTooLarge, Status::kNoSpace,
+                   Status::kVersionMismatch, Status::kInvalidKey, Status::kServerGone,
+                   Status::kTimeout, Status::kMalformed, Status::kContended})
+    if (status_code(s) == code) return s;
+  return Status::kError;
+}
+
 // A failed call on its way to Python: the translator registered in the module turns it into
 // fabkv.errors.error_for(code, message), with the GIL held again.
 class StatusError : public std::runtime_error {
@@ -120,6 +129,55 @@ py::object json_to_python(const nlohmann::json& j) {
   }
   throw StatusError(s, what);
 }
+
+// The absolute expiry of a put from its keywords: expire (relative seconds, pymemcache's and
+// redis-py's) or expire_at (absolute Unix seconds, the wire's), 0 = never. Both given, a negative
+// time, or one past what the wire's 32 bits hold (2106) is a ValueError: nothing is sent.
+uint32_t expiry(const py::object& expire, const py::object& expire_at) {
+  constexpr int64_t kMax = UINT32_MAX;
+  if (!expire.is_none() && !expire_at.is_none())
+    throw py::value_error(
+        "fabkv: give expire (relative seconds) or expire_at (absolute Unix seconds), not both");
+  if (!expire_at.is_none()) {
+    int64_t at = expire_at.cast<int64_t>();
+    if (at < 0 || at > kMax)
+      throw py::value_error(fmt::format(
+          "fabkv: expire_at must be 0 (never) or Unix seconds up to {}, not {}", kMax, at));
+    return static_cast<uint32_t>(at);
+  }
+  if (expire.is_none()) return 0;
+  int64_t rel = expire.cast<int64_t>();
+  if (rel == 0) return 0;
+  int64_t now = static_cast<int64_t>(::time(nullptr));
+  if (rel < 0 || rel > kMax - now)
+    throw py::value_error(fmt::format(
+        "fabkv: expire must be 0 (never) or seconds from now up to {}, not {}", kMax - now, rel));
+  return static_cast<uint32_t>(now + rel);
+}
+
+// The keys of an iterable (or the keys of a mapping) as given and as bytes.
+struct Keys {
+  std::vector<py::object> given;  // as the caller gave them (a bytearray as bytes: hashable)
+  std::vector<std::string> bytes;
+  explicit Keys(const py::iterable& keys) {
+    for (py::handle h : keys) {
+      ByteArg k(h, "key");
+      given.push_back(PyBytes_Check(h.ptr()) || PyUnicode_Check(h.ptr())
+                          ? py::reinterpret_borrow<py::object>(h)
+                          : py::bytes(k.view().data(), k.view().size()));
+      bytes.emplace_back(k.view());
+    }
+  }
+};
+
+// One request of a window (PyClient::window): what to send, then its answer.
+struct WindowOp {
+  enum class Kind : uint8_t { kGet, kPut, kDel } kind = Kind::kGet;
+  std::string key, value;
+  uint32_t expire_at = 0;
+  Status status = Status::kError;  // kError until its callback runs
+  std::string out;                 // kGet: the value found
+};
 
 // One T (Client, Cluster) behind a mutex, null once closed. call() runs f(T&) with the GIL
 // released and the mutex held.
@@ -189,11 +247,140 @@ class PyClient {
     return py::bytes(value);
   }
 
-  void put(py::handle key, py::handle value, uint32_t expire_at) {
+  void put(py::handle key, py::handle value, const py::object& expire,
+           const py::object& expire_at) {
+    uint32_t at = expiry(expire, expire_at);
     ByteArg k(key, "key");
     ByteArg v(value, "value");
-    Status s = call([&](Client& c) { return c.put(k.view(), v.view(), 0, expire_at); });
+    Status s = call([&](Client& c) { return c.put(k.view(), v.view(), 0, at); });
     check(s, "put", k.view().size(), v.view().size());
+  }
+
+  // (value, version), or (None, None) when there is no such key (pymemcache's gets).
+  py::tuple gets(py::handle key) {
+    ByteArg k(key, "key");
+    std::string value;
+    uint64_t version = 0;
+    Status s = call([&](Client& c) { return c.get(k.view(), &value, &version); });
+    if (s == Status::kNotFound) return py::make_tuple(py::none(), py::none());
+    check(s, "gets", k.view().size(), 0);
+    return py::make_tuple(py::bytes(value), version);
+  }
+
+  // Stores only over `version` (gets): True stored, False the key has another version now,
+  // None no such key (pymemcache's cas).
+  py::object cas(py::handle key, py::handle value, uint64_t version, const py::object& expire,
+                 const py::object& expire_at) {
+    uint32_t at = expiry(expire, expire_at);
+    if (version == 0) throw py::value_error("fabkv: cas needs the version gets returned, not 0");
+    ByteArg k(key, "key");
+    ByteArg v(value, "value");
+    Status s = call([&](Client& c) { return c.put(k.view(), v.view(), version, at); });
+    if (s == Status::kVersionMismatch) return py::bool_(false);
+    if (s == Status::kNotFound) return py::none();
+    check(s, "cas", k.view().size(), v.view().size());
+    return py::bool_(true);
+  }
+
+  // {key: value} of the keys found, keyed as given; one window of requests.
+  py::dict get_many(const py::iterable& keys) {
+    Keys ks(keys);
+    std::vector<WindowOp> ops(ks.bytes.size());
+    for (size_t j = 0; j < ops.size(); ++j) ops[j].key = ks.bytes[j];
+    window(ops, "get_many");
+    py::dict out;
+    for (size_t j = 0; j < ops.size(); ++j)
+      if (ops[j].status == Status::kOk) out[ks.given[j]] = py::bytes(ops[j].out);
+    return out;
+  }
+
+  // The keys of `items` (a mapping) that were not stored because the store is full (NoSpace),
+  // as pymemcache's set_many returns those not stored; any other failure raises.
+  py::list set_many(py::handle items, const py::object& expire, const py::object& expire_at) {
+    uint32_t at = expiry(expire, expire_at);
+    if (!py::hasattr(items, "keys"))  // PyMapping_Check takes a list too
+      throw py::type_error("fabkv: set_many takes a mapping of keys to values");
+    Keys ks(py::reinterpret_borrow<py::object>(items).attr("keys")());
+    std::vector<WindowOp> ops(ks.bytes.size());
+    for (size_t j = 0; j < ops.size(); ++j) {
+      ops[j].kind = WindowOp::Kind::kPut;
+      ops[j].key = ks.bytes[j];
+      ops[j].value = ByteArg(items[ks.given[j]], "value").view();
+      ops[j].expire_at = at;
+    }
+    window(ops, "set_many");
+    py::list failed;
+    for (size_t j = 0; j < ops.size(); ++j)
+      if (ops[j].status == Status::kNoSpace) failed.append(ks.given[j]);
+    return failed;
+  }
+
+  // The number of keys that were there; one window of requests.
+  size_t delete_many(const py::iterable& keys) {
+    Keys ks(keys);
+    std::vector<WindowOp> ops(ks.bytes.size());
+    for (size_t j = 0; j < ops.size(); ++j) {
+      ops[j].kind = WindowOp::Kind::kDel;
+      ops[j].key = ks.bytes[j];
+    }
+    window(ops, "delete_many");
+    size_t n = 0;
+    for (const WindowOp& op : ops) n += op.status == Status::kOk;
+    return n;
+  }
+
+  // ---- for fabkv.aio (python/fabkv/aio.py), which runs the client from an event loop:
+  // _submit posts one request and returns its token at once (never more than the window in
+  // flight: the caller keeps count); _poll drives progress once (and expires late requests)
+  // and returns what finished as (token, status, value, version).
+  uint64_t submit(int kind, py::handle key, py::handle value, uint64_t version,
+                  uint32_t expire_at) {
+    ByteArg k(key, "key");
+    std::string v = value.is_none() ? std::string() : std::string(ByteArg(value, "value").view());
+    uint64_t token = ++last_token_;
+    auto cb = [this, token](Status s, std::string_view val, uint64_t ver) {
+      finished_.push_back({token, s, std::string(val), ver});
+    };
+    Status s = call([&](Client& c) {
+      switch (kind) {
+        case 0: return c.get_async(k.view(), cb);
+        case 1: return c.put_async(k.view(), v, cb, version, expire_at);
+        default: return c.del_async(k.view(), cb);
+      }
+    });
+    check(s, kind == 0 ? "get" : kind == 1 ? "put" : "delete", k.view().size(), v.size());
+    return token;
+  }
+
+  py::list poll_finished(bool expire) {
+    std::vector<Finished> got;
+    call([&](Client& c) {
+      c.poll();
+      if (expire) c.expire();
+      got.swap(finished_);
+      return 0;
+    });
+    py::list out;
+    for (Finished& f : got)
+      out.append(py::make_tuple(f.token, status_code(f.status), py::bytes(f.value), f.version));
+    return out;
+  }
+
+  py::tuple wait_fds() {
+    auto fds = call([](Client& c) { return c.wait_fds(); });
+    return py::make_tuple(fds.fabric, fds.control);
+  }
+  bool can_wait() {
+    return call([](Client& c) { return c.can_wait(); });
+  }
+  size_t in_flight() {
+    return call([](Client& c) { return c.in_flight(); });
+  }
+  // The exception of a finished request's status (aio raises it in its awaiter).
+  py::object error_of(int code, const std::string& op) {
+    return py::module_::import("fabkv.errors")
+        .attr("error_for")(code, fmt::format("fabkv: {}: {} ({})", op, to_string(status_of(code)),
+                                             options_.server));
   }
 
   // True when the key was there.
@@ -232,6 +419,10 @@ class PyClient {
   py::object layout() {
     return json_to_python(call([](Client& c) { return c.layout(); }));
   }
+  // {verb: {posted, completed, bytes, ...}} of this client's endpoint (fabric/counters.h).
+  py::object verb_counters() {
+    return json_to_python(call([](Client& c) { return c.counters().to_json(); }));
+  }
   std::string provider() {
     return call([](Client& c) { return c.provider(); });
   }
@@ -258,14 +449,52 @@ class PyClient {
     return client_.call(std::forward<F>(f));
   }
 
+  // Posts every op (get_async, put_async, del_async: each waits for a free slot when its
+  // worker's window is full) and then waits for all (flush): one window of requests, not a
+  // round trip each, bounded by timeout_ms after the last post. Raises for the first op that
+  // failed other than by a miss or a full store (kNotFound, kNoSpace: the caller's to report).
+  void window(std::vector<WindowOp>& ops, const char* op) {
+    call([&](Client& c) {
+      for (WindowOp& w : ops) {
+        auto cb = [p = &w](Status s, std::string_view v, uint64_t) {
+          p->status = s;
+          if (s == Status::kOk && p->kind == WindowOp::Kind::kGet) p->out.assign(v);
+        };
+        Status s = Status::kError;
+        switch (w.kind) {
+          case WindowOp::Kind::kGet: s = c.get_async(w.key, cb); break;
+          case WindowOp::Kind::kPut: s = c.put_async(w.key, w.value, cb, 0, w.expire_at); break;
+          case WindowOp::Kind::kDel: s = c.del_async(w.key, cb); break;
+        }
+        if (s != Status::kOk) w.status = s;  // not sent: the callback will not run
+      }
+      c.flush();
+      return 0;
+    });
+    for (const WindowOp& w : ops)
+      if (w.status != Status::kOk && w.status != Status::kNotFound && w.status != Status::kNoSpace)
+        check(w.status, op, w.key.size(), w.value.size());
+  }
+
   void check(Status s, const char* op, size_t klen, size_t vlen) {
     if (s == Status::kOk) return;
     raise_status(s, op, klen, vlen, s == Status::kTooLarge ? max_value() : 0,
                  s == Status::kServerGone || s == Status::kTimeout ? options_.server : "");
   }
 
+  struct Finished {
+    uint64_t token;
+    Status status;
+    std::string value;
+    uint64_t version;
+  };
+
   ClientOptions options_;
   Guarded<Client> client_;
+  // fabkv.aio's requests: tokens handed out, and what finished since the last _poll (filled
+  // by callbacks, which run inside the client's calls, under Guarded's mutex).
+  uint64_t last_token_ = 0;
+  std::vector<Finished> finished_;
 };
 
 // fabkv.Cluster: many servers, each key on its ketama server (client/cluster.h). Connects to
@@ -335,7 +564,9 @@ class PyCluster {
     return py::make_tuple(py::bytes(value), version);
   }
 
-  void put(py::handle key, py::handle value, uint32_t expire_at, uint64_t version) {
+  void put(py::handle key, py::handle value, const py::object& expire, const py::object& expire_at,
+           uint64_t version) {
+    uint32_t at = expiry(expire, expire_at);
     ByteArg k(key, "key");
     ByteArg v(value, "value");
     if (version != 0 && replicas_ > 1)
@@ -343,8 +574,32 @@ class PyCluster {
                         "fabkv: put: a version needs replicas=1 (each replica "
                         "numbers its versions itself)");
     Status s = run("put", k.view(), v.view().size(),
-                   [&](Cluster& c) { return c.put(k.view(), v.view(), version, expire_at); });
+                   [&](Cluster& c) { return c.put(k.view(), v.view(), version, at); });
     if (s == Status::kNotFound) raise_status(s, "put", 0, 0, 0, "no such key to replace");
+  }
+
+  // Client.cas's answers: True stored, False another version now, None no such key.
+  py::object cas(py::handle key, py::handle value, uint64_t version, const py::object& expire,
+                 const py::object& expire_at) {
+    uint32_t at = expiry(expire, expire_at);
+    if (version == 0) throw py::value_error("fabkv: cas needs the version gets returned, not 0");
+    if (replicas_ > 1)
+      throw StatusError(Status::kError,
+                        "fabkv: cas: a version needs replicas=1 (each replica numbers its "
+                        "versions itself)");
+    ByteArg k(key, "key");
+    ByteArg v(value, "value");
+    std::string detail;
+    Status s = cluster_.call([&](Cluster& c) {
+      auto before = failures(c);
+      Status st = c.put(k.view(), v.view(), version, at);
+      if (st != Status::kOk) detail = what_failed(c, before);
+      return st;
+    });
+    if (s == Status::kVersionMismatch) return py::bool_(false);
+    if (s == Status::kNotFound) return py::none();
+    if (s != Status::kOk) raise_status(s, "cas", k.view().size(), v.view().size(), 0, detail);
+    return py::bool_(true);
   }
 
   bool del(py::handle key) {
@@ -398,7 +653,8 @@ class PyCluster {
 
   // The keys of `items` (a mapping) that were not stored, as pylibmc's set_multi returns them;
   // raises when none was stored, or for a key or value refused as such (TooLarge, InvalidKey).
-  py::list put_multi(py::handle items, uint32_t expire_at) {
+  py::list put_multi(py::handle items, const py::object& expire, const py::object& expire_at) {
+    uint32_t at = expiry(expire, expire_at);
     if (!py::hasattr(items, "keys"))  // PyMapping_Check takes a list too
       throw py::type_error("fabkv: put_multi takes a mapping of keys to values");
     std::vector<py::object> given;
@@ -413,7 +669,7 @@ class PyCluster {
     std::string detail;
     cluster_.call([&](Cluster& c) {
       auto before = failures(c);
-      got = c.put_multi(kv, expire_at);
+      got = c.put_multi(kv, at);
       detail = what_failed(c, before);
       return 0;
     });
@@ -577,13 +833,40 @@ GIL released. One Client may be shared between threads; its calls then take turn
       .def("get", &PyClient::get, py::arg("key"),
            "The value of key as bytes, or None when there is no such key.")
       .def("put", &PyClient::put, py::arg("key"), py::arg("value"), py::kw_only(),
-           py::arg("expire_at") = 0,
-           "Stores value under key. expire_at: absolute Unix seconds, 0 = never.")
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+           "Stores value under key. expire: seconds from now, or expire_at: absolute Unix "
+           "seconds (not both); 0 or neither = never.")
+      .def("set", &PyClient::put, py::arg("key"), py::arg("value"), py::kw_only(),
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+           "put's other name (pymemcache's, redis-py's).")
+      .def("gets", &PyClient::gets, py::arg("key"),
+           "(value, version), or (None, None) when there is no such key.")
+      .def("cas", &PyClient::cas, py::arg("key"), py::arg("value"), py::arg("cas"), py::kw_only(),
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+           "Stores value only if key still has version cas (from gets): True stored, False "
+           "it has another version now, None there is no such key.")
+      .def("get_many", &PyClient::get_many, py::arg("keys"),
+           "{key: value} of the keys found (one window of requests).")
+      .def("set_many", &PyClient::set_many, py::arg("mapping"), py::kw_only(),
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+           "Stores every key: value of the mapping (one window of requests); returns the keys "
+           "not stored because the store is full.")
+      .def("delete_many", &PyClient::delete_many, py::arg("keys"),
+           "Deletes every key (one window of requests); returns how many were there.")
+      .def("_submit", &PyClient::submit, py::arg("kind"), py::arg("key"), py::arg("value"),
+           py::arg("version"), py::arg("expire_at"))
+      .def("_poll", &PyClient::poll_finished, py::arg("expire"))
+      .def("_wait_fds", &PyClient::wait_fds)
+      .def("_can_wait", &PyClient::can_wait)
+      .def("_error", &PyClient::error_of, py::arg("code"), py::arg("op"))
+      .def_property_readonly("_in_flight", &PyClient::in_flight)
       .def("delete", &PyClient::del, py::arg("key"),
            "Deletes key; True when it was there, False when it was not.")
       .def("next", &PyClient::next,
            "A sequencer's next value (protocols seq-rpc, seq-spec, seq-atomic).")
       .def("stats", &PyClient::stats, "The server's statistics as a dict.")
+      .def("verb_counters", &PyClient::verb_counters,
+           "This client's fabric operations per verb (posted, completed, bytes, ...), a dict.")
       .def("close", &PyClient::close, "Closes the connection (again: nothing).")
       .def_property_readonly("closed", &PyClient::closed)
       .def_property_readonly("protocol", &PyClient::protocol)
@@ -631,18 +914,31 @@ as Client's do, with the GIL released.)")
       .def("gets", &PyCluster::gets, py::arg("key"),
            "(value, version), or (None, None) when there is no such key.")
       .def("put", &PyCluster::put, py::arg("key"), py::arg("value"), py::kw_only(),
-           py::arg("expire_at") = 0, py::arg("version") = 0,
-           "Stores value under key on its server (and replicas). expire_at: absolute Unix "
-           "seconds, 0 = never; version: store only over that version (gets), needs replicas=1.")
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+           py::arg("version") = 0,
+           "Stores value under key on its server (and replicas). expire: seconds from now, or "
+           "expire_at: absolute Unix seconds (not both), 0 = never; version: store only over "
+           "that version (gets), needs replicas=1.")
+      .def("set", &PyCluster::put, py::arg("key"), py::arg("value"), py::kw_only(),
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+           py::arg("version") = 0, "put's other name (pymemcache's, redis-py's).")
+      .def("cas", &PyCluster::cas, py::arg("key"), py::arg("value"), py::arg("cas"), py::kw_only(),
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+           "Stores value only if key still has version cas (from gets): True stored, False "
+           "it has another version now, None there is no such key. Needs replicas=1.")
       .def("delete", &PyCluster::del, py::arg("key"),
            "Deletes key; True when it was there, False when it was not.")
       .def("get_multi", &PyCluster::get_multi, py::arg("keys"),
            "{key: value} of the keys found; missing keys and keys whose servers failed are left "
            "out (raises only when every key failed).")
       .def("put_multi", &PyCluster::put_multi, py::arg("items"), py::kw_only(),
-           py::arg("expire_at") = 0,
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
            "Stores every key: value of the mapping, each server's share pipelined; returns the "
            "keys not stored (raises only when none was).")
+      .def("get_many", &PyCluster::get_multi, py::arg("keys"), "get_multi's other name.")
+      .def("set_many", &PyCluster::put_multi, py::arg("mapping"), py::kw_only(),
+           py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
+           "put_multi's other name.")
       .def("server_for_key", &PyCluster::server_for_key, py::arg("key"),
            "The index in servers of the key's server now, None when no server is left.")
       .def("servers_for_key", &PyCluster::servers_for_key, py::arg("key"),
@@ -679,6 +975,8 @@ PYBIND11_MODULE(_fabkv, m) {
     }
   });
 
+  m.def("_expiry", &fabkv::python::expiry, py::arg("expire"), py::arg("expire_at"),
+        "The absolute expiry (Unix seconds, 0 = never) of a put's expire= or expire_at=.");
   fabkv::python::bind_protocols(m);
   fabkv::python::bind_client(m);
   fabkv::python::bind_cluster(m);

@@ -67,6 +67,9 @@ Status Client::del_async(std::string_view key, Callback cb) {
 size_t Client::poll() { return session_->poll(); }
 Status Client::flush() { return session_->flush(); }
 size_t Client::in_flight() const { return session_->in_flight(); }
+Client::WaitFds Client::wait_fds() const { return session_->wait_fds(); }
+bool Client::can_wait() { return session_->can_wait(); }
+size_t Client::expire() { return session_->expire(); }
 nlohmann::json Client::protocol_counters() const { return session_->protocol_counters(); }
 nlohmann::json Client::stats() { return session_->stats(); }
 fabric::VerbSnapshot Client::counters() const { return session_->counters(); }

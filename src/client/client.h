@@ -124,6 +124,24 @@ class Client {
   Status flush();
   size_t in_flight() const;
 
+  // ---- for a caller that runs its own event loop (python/fabkv/aio.py): what to wait on
+  // between poll()s instead of spinning or sleeping. docs/client.md, "Waiting".
+  struct WaitFds {
+    // Readable when the provider may have something for us (tcp: any bytes from the server).
+    // -1 when there is none: shm has no wait object, and poll "spin" opens none.
+    int fabric = -1;
+    // The control connection: readable (or hung up) when the server closes it. -1 once closed.
+    int control = -1;
+  };
+  WaitFds wait_fds() const;
+  // True when blocking on wait_fds().fabric is safe now (fi_trywait); false while the provider
+  // has completions queued or work to do first (poll() again), and when there is no fabric fd.
+  bool can_wait();
+  // Ends the requests past their deadline (their callbacks run with kTimeout), or every request
+  // with kServerGone once the control connection is closed: what poll() does only every 128
+  // rounds. Returns the number of callbacks run.
+  size_t expire();
+
   // Server statistics (control request {"op":"stats"}). Throws ClientError.
   nlohmann::json stats();
   // What the protocol counted on this client (ClientProtocol::counters(); a protocol that

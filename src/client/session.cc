@@ -279,6 +279,21 @@ Status Session::flush() {
   return gone_ ? Status::kServerGone : Status::kOk;
 }
 
+Client::WaitFds Session::wait_fds() const { return {ep_->wait_fd(), ctl_ ? ctl_->fd() : -1}; }
+
+bool Session::can_wait() {
+  if (!waiter_ || ep_->wait_fd() < 0) return false;
+  // A zero-length wait: fi_trywait first (fabric/waiter.h), then a look at the descriptors.
+  fabric::Endpoint* eps[] = {ep_.get()};
+  return waiter_->wait(eps, {}, std::chrono::microseconds(0)) != fabric::Waiter::Woke::kPending;
+}
+
+size_t Session::expire() {
+  check_control(true);
+  if (gone_) return proto_->expire(true);
+  return proto_->in_flight() > 0 ? proto_->expire(false) : 0;
+}
+
 nlohmann::json Session::control_request(const nlohmann::json& request) {
   if (!ctl_ || gone_) throw ClientError(Status::kServerGone, "fabkv: server gone");
   try {

@@ -52,6 +52,10 @@ class Session final : public proto::ClientHost {
   size_t poll();
   Status flush();
   size_t in_flight() const { return proto_->in_flight(); }
+  // Client::wait_fds(), can_wait(), expire(): for a caller's own event loop.
+  Client::WaitFds wait_fds() const;
+  bool can_wait();
+  size_t expire();
 
   // ---- the rest of Client's API
   nlohmann::json stats();
