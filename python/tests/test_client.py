@@ -1,6 +1,8 @@
 """fabkv.Client against real fabkv-server processes on each provider (conftest.py)."""
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -200,3 +202,43 @@ def test_every_sequencer_counts_up(start_server, provider, protocol, tmp_path):
         assert got == sorted(got) and len(set(got)) == 50
         other = {b.next() for _ in range(50)}
         assert not other & set(got)
+
+
+CLOSE_WHILE_LATE_ANSWERS_ARRIVE = """
+import os, signal, sys
+import fabkv
+from conftest import stop_process
+address, provider, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = fabkv.Client(address, provider=provider, timeout_ms=1000)
+for i in range(10):
+    c.put(f"late-{i}", "v")
+stop_process(pid)
+try:
+    c.get("late-3")
+    print("answered")
+except fabkv.TimeoutError:
+    print("timed out")
+os.kill(pid, signal.SIGCONT)
+c.close()
+print("closed")
+"""
+
+
+def test_closing_while_late_answers_arrive_touches_no_freed_memory(start_server, provider):
+    # A GET times out against a stopped server; the server resumes and answers it while the
+    # client closes at once. On tcp, ofi_rxm's close hands that late answer to the receive it
+    # matches and copies it into the receive's buffer, which the protocol had already freed
+    # (a segfault in Client's destructor, before client/session.cc closed the endpoint first).
+    # In a child process, so that a crash is this test's failure and not pytest's.
+    s = start_server(provider, "herd")
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [os.path.dirname(os.path.dirname(os.path.abspath(fabkv.__file__))), here,
+            os.environ.get("PYTHONPATH", "")]
+    for _ in range(3):
+        run = subprocess.run(
+            [sys.executable, "-c", CLOSE_WHILE_LATE_ANSWERS_ARRIVE, s.address, provider,
+             str(s.proc.pid)],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+        assert run.returncode == 0, f"exit {run.returncode}: {run.stdout}{run.stderr}"
+        assert run.stdout.split() == ["timed", "out", "closed"]

@@ -98,12 +98,11 @@ void Session::greet(const std::string& host) {
       throw;
   }
   // Our guess was not the server's fabric. The protocol's registrations (its staging, its
-  // rings) belong to the fabric we guessed: the protocol goes before the endpoint and the
-  // fabric, and a new one says the new Hello on the server's fabric.
+  // rings) belong to the fabric we guessed: they go, after the endpoint (see ~Session) and
+  // before the fabric, and a new protocol says the new Hello on the server's fabric.
   followed_server_ = true;
   const std::string core = theirs.substr(0, theirs.find(';'));
-  proto_.reset();
-  ep_.reset();
+  close_endpoint_then_protocol();
   fabric_.reset();
   try {
     open_fabric(core, host);
@@ -152,7 +151,17 @@ Session::~Session() {
     while (proto_->in_flight() > 0 && !gone_ && !d.expired()) poll();
   }
   if (ctl_) ctl_->close();
-  proto_.reset();  // its registrations go before the endpoint and the fabric
+  close_endpoint_then_protocol();
+}
+
+void Session::close_endpoint_then_protocol() {
+  // The endpoint first: closing it may still deliver answers that arrived late (on tcp,
+  // ofi_rxm's fi_close hands each message it holds for a connection to the receive it matches,
+  // copying into that receive's buffer), and those buffers are the protocol's. Its memory
+  // registrations, which are the domain's and bound to no endpoint (fabric/memory_region.cc
+  // never calls fi_mr_bind), then go before the fabric (the member order of session.h).
+  ep_.reset();
+  proto_.reset();
 }
 
 void Session::check_control(bool now) {

@@ -87,6 +87,8 @@ class Session final : public proto::ClientHost {
   // (ControlError::server_provider()): the client then opens that fabric, with a new protocol
   // object, and says hello once more. One extra round trip, only when the guess was wrong.
   void greet(const std::string& host);
+  // Closes ep_, then proto_ (whose buffers the endpoint's receives point into).
+  void close_endpoint_then_protocol();
   void handshake();
   // Is the control connection still up? It closes when the server process dies, which is
   // how a client learns "server gone" without waiting for a timeout. A system call, so at
