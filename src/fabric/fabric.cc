@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 #include <rdma/fabric.h>
@@ -76,6 +77,9 @@ fi_info* make_hints(const std::string& provider, EndpointType type, bool atomics
 }  // namespace
 
 std::unique_ptr<Fabric> Fabric::open(const FabricOptions& o) {
+  // Before any fi_getinfo of the process (choose_provider's included): rxm reads its settings
+  // when libfabric initialises its providers.
+  const std::vector<RxmSetting> rxm = configure_rxm(o.rxm);
   ProviderChoice choice = choose_provider(o.provider, o.peer_host);
   std::string provider = choice.provider;
   if (o.type == EndpointType::kDgram && provider == "tcp") {
@@ -142,6 +146,11 @@ std::unique_ptr<Fabric> Fabric::open(const FabricOptions& o) {
   check(fi_domain(f->fabric_, f->info_, &f->domain_, nullptr), "fi_domain");
   if (!o.quiet)
     spdlog::info("fabric: provider {} ({}); {}", f->provider_name_, choice.reason, f->describe());
+  if (!o.quiet && f->provider_name_.find("ofi_rxm") != std::string::npos) {
+    std::string sizes;
+    for (const RxmSetting& s : rxm) sizes += fmt::format(" {}={}", s.name, s.value);
+    spdlog::info("fabric: rxm buffers:{} (docs/fabric.md)", sizes);
+  }
   return f;
 }
 

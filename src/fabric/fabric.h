@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "fabric/rxm.h"
+
 struct fi_info;
 struct fid_fabric;
 struct fid_domain;
@@ -30,6 +32,9 @@ struct FabricOptions {
   bool atomics = true;       // ask for FI_ATOMIC (dropped automatically for DGRAM)
   bool thread_safe = false;  // FI_THREAD_SAFE instead of FI_THREAD_DOMAIN (one thread per domain)
   bool quiet = false;        // do not log the provider choice
+  // What one endpoint must receive at once, for the sizes of ofi_rxm's buffers (fabric/rxm.h).
+  // Read by the process's first open only.
+  RxmNeeds rxm;
 };
 
 class Fabric {

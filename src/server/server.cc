@@ -66,6 +66,10 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   fo.provider = o.provider;
   fo.peer_host = host;  // auto: a loopback listener means same-host clients (shm)
   fo.bind_host = (host == "0.0.0.0" || host == "::") ? "" : host;
+  // A worker's endpoint receives the requests of every client, W each; the largest is a
+  // whole value with its key and headers (rpc::RpcServer::max_request_bytes).
+  fo.rxm.in_flight = size_t{o.max_clients} * o.rpc.window;
+  fo.rxm.largest_message = o.max_value + store::kMaxKeySize + 64;
   if (!o.oplog.empty()) check_oplog_workers(o);
   for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<Worker>(w, o, fo));
 
