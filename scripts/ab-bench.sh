@@ -7,19 +7,21 @@
 #   scripts/ab-bench.sh A_BIN_DIR B_BIN_DIR OUT.jsonl
 #
 # Environment: SYSTEMS (default: every key-value protocol and one sequencer), ROUNDS (3),
-# CLIENTS (1,4), DURATION (2 s), PROVIDER (shm). Server on core 0, load on core 1 (fabkv-bench's
-# defaults). Each line of OUT.jsonl is a fabkv-bench result with "build": "A" or "B" added.
-# A summary (median throughput per system and build, B/A) is printed at the end.
+# CLIENTS (1,4), WINDOW (1, outstanding requests per client), DURATION (2 s), PROVIDER (shm).
+# Server on core 0, load on core 1 (fabkv-bench's defaults). Each line of OUT.jsonl is a
+# fabkv-bench result with "build": "A" or "B" added. A summary (median throughput per system
+# and build, B/A) is printed at the end.
 set -euo pipefail
 A=${1:?A_BIN_DIR}; B=${2:?B_BIN_DIR}; OUT=${3:?OUT.jsonl}
 SYSTEMS=${SYSTEMS:-fabkv:herd,fabkv:server-reply,fabkv:pilaf,fabkv:farm,fabkv:drtm,fabkv:hydradb,fabkv:rfrpc,fabkv:seq-rpc}
 ROUNDS=${ROUNDS:-3}; CLIENTS=${CLIENTS:-1,4}; DURATION=${DURATION:-2}; PROVIDER=${PROVIDER:-shm}
+WINDOW=${WINDOW:-1}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 : >"$OUT"
 run() {  # build-label bin-dir
   "$2/fabkv-bench" matrix --systems "$SYSTEMS" --provider "$PROVIDER" --clients "$CLIENTS" \
-    --read-ratio 0.95 --distribution uniform --value-size 32 --window 1 --duration "$DURATION" \
-    --warmup 0.5 --keys 100000 --quiet --json "$tmp/run.jsonl" >/dev/null
+    --read-ratio 0.95 --distribution uniform --value-size 32 --window "$WINDOW" \
+    --duration "$DURATION" --warmup 0.5 --keys 100000 --quiet --json "$tmp/run.jsonl" >/dev/null
   /usr/bin/python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     r = json.loads(l); r["build"] = sys.argv[2]; print(json.dumps(r))' "$tmp/run.jsonl" "$1" >>"$OUT"
