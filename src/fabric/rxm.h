@@ -33,8 +33,11 @@ inline constexpr size_t kRxmClientInFlight = 64;
 inline constexpr size_t kRxmControlBuffers = 16;
 // FI_TCP_MAX_RX_SIZE: rxm's control messages (a header and a rendezvous request) fit.
 inline constexpr size_t kRxmTcpRxBytes = 512;
-// libfabric's own default for FI_OFI_RXM_MSG_RX_SIZE on tcp, and so fabkv's ceiling.
-inline constexpr size_t kRxmMaxRxBuffers = 4096;
+// The most FI_OFI_RXM_MSG_RX_SIZE may be: the tcp provider's msg endpoints take at most 1,024
+// receives (libfabric 2.1, prov/tcp/src/xnet_attr.c), and with a larger setting rxm offers no
+// endpoint over tcp at all, so fi_getinfo returns the tcp provider's own rdm endpoint, which
+// an rxm peer cannot talk to.
+inline constexpr size_t kRxmMaxRxBuffers = 1024;
 
 struct RxmSizes {
   size_t buffer_size = 0;  // FI_OFI_RXM_BUFFER_SIZE: eager message size, one buffer's payload
