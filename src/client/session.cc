@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fabric/error.h"
+#include "fabric/rxm.h"
 #include "proto/json.h"
 #include "proto/registry.h"
 
@@ -124,6 +125,9 @@ void Session::handshake() {
   ep_ = std::make_unique<fabric::Endpoint>(*fabric_, eo);
   nlohmann::json payload = nlohmann::json::object();
   proto_->hello(&payload);
+  // Over rxm both sides must have one eager size (fabric/rxm.h): the server compares.
+  if (fabric_->provider_name().find("ofi_rxm") != std::string::npos)
+    payload["rxm_eager_bytes"] = fabric::rxm_eager_bytes();
   control::Hello hello;
   hello.service = proto::kService;
   hello.provider = fabric_->provider_name();

@@ -43,6 +43,14 @@ std::vector<RxmSetting> rxm_settings(const RxmSizes& s) {
           {"FI_TCP_MAX_RX_SIZE", std::to_string(s.tcp_rx_size)}};
 }
 
+size_t rxm_eager_bytes() {
+  const char* v = std::getenv("FI_OFI_RXM_BUFFER_SIZE");
+  if (v == nullptr || *v == '\0') return kRxmEagerBytes;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 0);
+  return end != nullptr && *end == '\0' ? static_cast<size_t>(n) : kRxmEagerBytes;
+}
+
 std::vector<RxmSetting> configure_rxm(const RxmNeeds& needs) {
   static std::once_flag once;
   std::call_once(once, [&] {

@@ -56,6 +56,12 @@ struct RxmSetting {
 };
 std::vector<RxmSetting> rxm_settings(const RxmSizes& sizes);
 
+// The eager size rxm runs with in this process: FI_OFI_RXM_BUFFER_SIZE as configure_rxm left it
+// (the user's, else fabkv's), kRxmEagerBytes before that. The handshake compares the client's
+// with the server's (client/session.cc, server/server.cc): with two different sizes rxm drops
+// the connection and the client would only see its requests time out.
+size_t rxm_eager_bytes();
+
 // Sets each of rxm_settings(rxm_sizes(needs)) that the environment does not already hold, the
 // first time it is called in the process (later calls change nothing: rxm has read them).
 // Returns the settings the environment held afterwards, for logs.

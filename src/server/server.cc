@@ -11,6 +11,7 @@
 #include "common/deadline.h"
 #include "common/log.h"
 #include "control/client.h"
+#include "fabric/rxm.h"
 #include "proto/handshake.h"
 #include "proto/json.h"
 #include "proto/registry.h"
@@ -154,7 +155,10 @@ std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
   // it too, so that an auto client opens that fabric and says hello again (on_hello). (Its
   // address is checked again in admit: the provider it names is only what it says.)
   if (!hello.provider.empty() && hello.provider != provider()) {
-    const std::string ours = core_provider(provider()), theirs = core_provider(hello.provider);
+    std::string ours = core_provider(provider()), theirs = core_provider(hello.provider);
+    // One core provider under two stacks (tcp's own rdm endpoint against tcp;ofi_rxm, which
+    // an explicit FI_OFI_RXM_MSG_RX_SIZE above 1024 gives, docs/fabric.md): the full names.
+    if (ours == theirs) ours = provider(), theirs = hello.provider;
     return refuse(control::Status::kRejected,
                   fmt::format("the server serves {}; this client asked for {}: start the client "
                               "with --provider {} (or auto, which follows the server)",
@@ -169,6 +173,16 @@ std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
   }
   if (!req.is_object())
     return refuse(control::Status::kRejected, "the Hello payload is not a JSON object");
+  if (auto theirs = req.find("rxm_eager_bytes");
+      theirs != req.end() && provider().find("ofi_rxm") != std::string::npos) {
+    const size_t ours = fabric::rxm_eager_bytes();
+    if (!theirs->is_number_unsigned() || theirs->get<size_t>() != ours)
+      return refuse(control::Status::kRejected,
+                    fmt::format("the server's ofi_rxm eager size is {} bytes; this client's is {}: "
+                                "set FI_OFI_RXM_BUFFER_SIZE alike on both sides, or on neither "
+                                "(docs/fabric.md)",
+                                ours, theirs->dump()));
+  }
   std::string name = proto::info(proto::kDefault).name;
   if (req.contains("protocol")) {
     if (!req.at("protocol").is_string())

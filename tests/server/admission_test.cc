@@ -11,6 +11,7 @@
 
 #include "client/client.h"
 #include "common/deadline.h"
+#include "fabric/rxm.h"
 #include "raw_client.h"
 
 namespace fabkv::testing {
@@ -37,8 +38,9 @@ struct CliRun {
 
 // fabkv-cli through /bin/sh, so that its stderr is read too (ChildProcess pipes stdout only),
 // and a newline after it, so that a value printed without one (get) is read as a line.
-CliRun run_cli(const std::vector<std::string>& args) {
-  std::string cmd = std::string("'") + FABKV_CLI_BIN + "'";
+// `env`: an assignment for the environment of fabkv-cli alone ("NAME=value"), or "".
+CliRun run_cli(const std::vector<std::string>& args, const std::string& env = "") {
+  std::string cmd = (env.empty() ? "" : env + " ") + "'" + FABKV_CLI_BIN + "'";
   for (const auto& a : args) cmd += " '" + a + "'";
   cmd += " 2>&1; rc=$?; echo; exit $rc";
   perf::ChildProcess p({"/bin/sh", "-c", cmd});
@@ -257,6 +259,31 @@ TEST(AdmissionAuto, AnAutoClientOpensATcpServersFabric) {
   ASSERT_EQ(c->put("by-client", "from C++"), Status::kOk);
   ASSERT_EQ(c->get("by-client", &v), Status::kOk);
   EXPECT_EQ(v, "from C++");
+}
+
+// Over tcp, ofi_rxm drops a connection between endpoints of different eager sizes
+// (FI_OFI_RXM_BUFFER_SIZE, fabric/rxm.h), and a client then only saw its requests time out.
+// The handshake compares the two sizes: a client given another one is refused at once with
+// both named, and the server serves the next client on. tcp only: shm has no rxm.
+TEST(AdmissionRxm, AClientOfAnotherRxmEagerSizeIsRefusedWithBothNamed) {
+  ServerProcess server("tcp");
+  const std::string ours = std::to_string(fabric::kRxmEagerBytes);
+  const std::string theirs = std::to_string(4 * fabric::kRxmEagerBytes);
+  auto t0 = std::chrono::steady_clock::now();
+  CliRun bad = run_cli({"--server", server.address(), "--timeout-ms",
+                        std::to_string(kWrongClientTimeoutMs), "put", "k", "v"},
+                       "FI_OFI_RXM_BUFFER_SIZE=" + theirs);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_EQ(bad.rc, 2) << bad.out;
+  EXPECT_NE(bad.out.find("the server's ofi_rxm eager size is " + ours +
+                         " bytes; this client's is " + theirs),
+            std::string::npos)
+      << bad.out;
+  EXPECT_LT(ms, kRefusedWithinMs) << bad.out;
+  CliRun good = run_cli({"--server", server.address(), "put", "k", "v"});
+  EXPECT_EQ(good.rc, 0) << good.out;
 }
 
 // A client that asks for another request transport than the server takes (--transport on
