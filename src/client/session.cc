@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "fabric/error.h"
+#include "fabric/provider.h"
 #include "fabric/rxm.h"
 #include "proto/json.h"
 #include "proto/registry.h"
@@ -102,7 +103,7 @@ void Session::greet(const std::string& host) {
   // rings) belong to the fabric we guessed: they go, after the endpoint (see ~Session) and
   // before the fabric, and a new protocol says the new Hello on the server's fabric.
   followed_server_ = true;
-  const std::string core = theirs.substr(0, theirs.find(';'));
+  const std::string core = fabric::core_provider(theirs);
   close_endpoint_then_protocol();
   fabric_.reset();
   try {

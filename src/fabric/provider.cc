@@ -79,8 +79,7 @@ ProviderChoice choose_provider(const std::string& requested, const std::string& 
     throw std::invalid_argument("unknown provider '" + requested +
                                 "' (expected auto, shm, tcp, verbs or udp)");
   if (const char* env = std::getenv("FI_PROVIDER"); env != nullptr && *env != '\0') {
-    std::string p = env;
-    if (auto semi = p.find(';'); semi != std::string::npos) p = p.substr(0, semi);
+    const std::string p = core_provider(env);
     return {p, "FI_PROVIDER=" + std::string(env) + " is set in the environment"};
   }
   if (rdma_device_present())

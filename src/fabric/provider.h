@@ -17,6 +17,10 @@ struct ProviderChoice {
 // else tcp. Throws std::invalid_argument for an unknown name.
 ProviderChoice choose_provider(const std::string& requested, const std::string& peer_host);
 
+// The core provider of a libfabric provider name, the one a user gives --provider: "tcp" of
+// "tcp;ofi_rxm", "shm" of "shm".
+inline std::string core_provider(const std::string& name) { return name.substr(0, name.find(';')); }
+
 // True when `host` names this machine: empty, "localhost", a loopback address, or the address
 // of one of its interfaces.
 bool is_local_host(const std::string& host);

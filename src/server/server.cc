@@ -11,6 +11,7 @@
 #include "common/deadline.h"
 #include "common/log.h"
 #include "control/client.h"
+#include "fabric/provider.h"
 #include "fabric/rxm.h"
 #include "proto/handshake.h"
 #include "proto/json.h"
@@ -131,9 +132,6 @@ void Server::stop() {
 
 namespace {
 
-// "tcp" of "tcp;ofi_rxm": the name a user gives --provider.
-std::string core_provider(const std::string& name) { return name.substr(0, name.find(';')); }
-
 control::Welcome refuse(control::Status st, std::string why) {
   control::Welcome w;
   w.status = st;
@@ -155,7 +153,8 @@ std::optional<control::Welcome> Server::check_hello(const control::Hello& hello,
   // it too, so that an auto client opens that fabric and says hello again (on_hello). (Its
   // address is checked again in admit: the provider it names is only what it says.)
   if (!hello.provider.empty() && hello.provider != provider()) {
-    std::string ours = core_provider(provider()), theirs = core_provider(hello.provider);
+    std::string ours = fabric::core_provider(provider()),
+                theirs = fabric::core_provider(hello.provider);
     // One core provider under two stacks (tcp's own rdm endpoint against tcp;ofi_rxm, which
     // an explicit FI_OFI_RXM_MSG_RX_SIZE above 1024 gives, docs/fabric.md): the full names.
     if (ours == theirs) ours = provider(), theirs = hello.provider;
