@@ -157,7 +157,9 @@ uint32_t expiry(const py::object& expire, const py::object& expire_at) {
 
 // The keys of an iterable (or the keys of a mapping) as given and as bytes.
 struct Keys {
-  std::vector<py::object> given;  // as the caller gave them (a bytearray as bytes: hashable)
+  // As the caller gave them: str and bytes as given; a bytearray or memoryview (not hashable,
+  // or not for long) as the bytes it held.
+  std::vector<py::object> given;
   std::vector<std::string> bytes;
   explicit Keys(const py::iterable& keys) {
     for (py::handle h : keys) {
@@ -612,17 +614,9 @@ class PyCluster {
   // only when every key failed (no server answered for any), or for a key refused as such
   // (TooLarge, InvalidKey: nothing could ever read it).
   py::dict get_multi(py::iterable keys) {
-    std::vector<py::object> given;
-    std::vector<std::string> bytes;
-    for (py::handle h : keys) {
-      ByteArg k(h, "key");
-      // The result's keys: str and bytes as given; a bytearray or memoryview (not hashable,
-      // or not for long) as the bytes it held.
-      given.push_back(PyBytes_Check(h.ptr()) || PyUnicode_Check(h.ptr())
-                          ? py::reinterpret_borrow<py::object>(h)
-                          : py::bytes(k.view().data(), k.view().size()));
-      bytes.emplace_back(k.view());
-    }
+    Keys ks(keys);
+    std::vector<py::object>& given = ks.given;
+    std::vector<std::string>& bytes = ks.bytes;
     std::vector<Cluster::GetResult> got;
     std::string detail;
     cluster_.call([&](Cluster& c) {

@@ -286,13 +286,7 @@ uint64_t CacheEngine::scan(uint64_t cursor, uint64_t buckets, ScanFn fn) const {
       if (e == 0 || !live(e, &abs)) continue;
       const std::byte* it = item_at(abs);
       const ItemHeader h = layout::load_header(it);
-      if (expired(h)) continue;
-      fn(ScanItem{.key = std::string_view(reinterpret_cast<const char*>(layout::item_key(it)),
-                                          h.key_size),
-                  .value_size = h.value_size,
-                  .expire_at = h.expire_at,
-                  .flags = h.flags,
-                  .version = h.version});
+      if (!expired(h)) fn(layout::scan_item(it, h));
     }
   }
   return end > bucket_mask_ ? 0 : end;

@@ -141,6 +141,12 @@ inline ItemView item_view(const std::byte* p, const ItemHeader& h) {
           h.version, h.expire_at, h.flags};
 }
 
+// What a scan (Engine::scan) hands out for the item at `p` with header `h`.
+inline ScanItem scan_item(const std::byte* p, const ItemHeader& h) {
+  return {std::string_view(reinterpret_cast<const char*>(item_key(p)), h.key_size), h.value_size,
+          h.expire_at, h.flags, h.version};
+}
+
 // Index entry, 64 bits: tag in the high 16 bits, a 48-bit location in the low 48. An all-zero
 // entry is empty; tags are never 0 (hash.h), so a used entry is never 0.
 //   cache: location = absolute log offset / 8, truncated to 48 bits (2 PiB of appends before
