@@ -22,7 +22,7 @@ import time
 PYTHON_DIR = pathlib.Path(__file__).resolve().parents[1]
 
 # What the venv's python runs: the round trip, the RUNPATH's libfabric, the plugin's entry point,
-# the type information.
+# the type information, the papers' numbers (paper.toml, package data).
 ROUND_TRIP = r"""
 import importlib.metadata, pathlib, subprocess, sys
 import fabkv, fabkv.aio
@@ -30,6 +30,9 @@ package = pathlib.Path(fabkv.__file__).parent
 assert package.parent != pathlib.Path(sys.argv[2]), fabkv.__file__
 for typed in ("py.typed", "_fabkv.pyi"):  # mypy reads the installed package's types
     assert (package / typed).is_file(), typed
+import fabkv.paper  # the papers' numbers: paper.toml is package data, read from the package
+assert fabkv.paper.PAPER_TOML.parent == package, fabkv.paper.PAPER_TOML
+assert len(fabkv.paper.load()) >= 20
 maps = pathlib.Path("/proc/self/maps").read_text()
 print("libfabric:", sorted({l.split()[-1] for l in maps.splitlines() if "libfabric" in l}))
 eps = importlib.metadata.entry_points()
