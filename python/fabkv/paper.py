@@ -73,6 +73,7 @@ class Figure:
     nic: str
     claims: List[str] = field(default_factory=list)
     points: List[Point] = field(default_factory=list)
+    testbed: str = ""       # the machines, NIC, PCIe link, cores, client machines
 
     def nic_of(self, point: Point) -> str:
         """The model's NIC for `point`: its own when it names one, else the figure's."""
@@ -84,7 +85,7 @@ class SchemaError(ValueError):
 
 
 _FIGURE_STR = ("id", "paper", "seed", "ref", "title", "setup", "x", "y", "unit", "nic")
-_FIGURE_KEYS = set(_FIGURE_STR) | {"claims", "point"}
+_FIGURE_KEYS = set(_FIGURE_STR) | {"claims", "point", "testbed"}
 _POINT_REQUIRED = ("series", "x", "y", "quote")
 _POINT_KEYS = set(_POINT_REQUIRED) | {"relation", "note", "nic"}
 
@@ -158,7 +159,11 @@ def _figure(index: int, raw: Any) -> Figure:
     points = [_point(f"{where}, point #{i + 1}", p) for i, p in enumerate(points_raw)]
     if points and not raw["unit"].strip():
         raise SchemaError(f"{where}: unit is empty but the figure has points")
-    return Figure(**{k: raw[k] for k in _FIGURE_STR}, claims=list(claims), points=points)
+    testbed = raw.get("testbed", "")
+    if not isinstance(testbed, str):
+        raise SchemaError(f"{where}: testbed must be a string")
+    return Figure(**{k: raw[k] for k in _FIGURE_STR}, claims=list(claims), points=points,
+                  testbed=testbed)
 
 
 def parse(text: str, name: str = "paper.toml") -> List[Figure]:

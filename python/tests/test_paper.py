@@ -69,6 +69,7 @@ def test_every_point_is_numeric_and_quoted():
     for f in paper.load():
         assert f.seed == paper.SEEDS[f.paper]
         assert f.claims or f.points, f.id
+        assert f.testbed, f.id  # optional in the schema, given for every figure here
         for p in f.points:
             assert isinstance(p.y, float) and p.quote.strip(), (f.id, p)
             n += 1
@@ -130,6 +131,8 @@ def test_quotes_are_matched_with_whitespace_collapsed(tmp_path):
     ('claims = ["c"]', 'claims = "c"', "claims must be a list"),
     ("y = 18.5", 'y = 18.5\nrelation = "about"', "relation 'about' is none of"),
     ('x = "read-intensive"', "x = true", "x must be a number or a non-empty string"),
+    ('claims = ["c"]', 'claims = ["c"]\ntestbed = 1', "testbed must be a string"),
+    ("y = 18.5", 'y = 18.5\nnic = "cx5"', "nic 'cx5' is none of"),
 ])
 def test_schema_errors(old, new, message):
     assert old in MINIMAL
