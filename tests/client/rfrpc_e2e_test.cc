@@ -347,23 +347,36 @@ TEST_P(RfrpcE2E, HybridSwitchesToServerReplyWhileSlowAndBack) {
   auto delta = [&](const char* n) { return counter(p, n) - counter(p0, n); };
   EXPECT_EQ(delta("switches_to_fetch"), 0u) << p.dump();
   EXPECT_EQ(d[fabric::Verb::kWrite].posted, uint64_t{kSlow});
-  EXPECT_LE(d[fabric::Verb::kRead].posted, 2 * delta("patience_reads")) << p.dump();
-  EXPECT_LE(delta("patience_reads"), 1u) << p.dump();
+  // A patience fetch (client.cc, kReplyPatienceNs: 4x the last processing time, 168 ms here)
+  // fires when a result is that late: on a loaded 2-core host the worker, starved, can be. It
+  // then READs until the result is there (remote fetching does not pause: a READ every round
+  // trip). Every READ comes from one; without server-reply every call would READ R times.
+  if (delta("patience_reads") == 0) {
+    EXPECT_EQ(d[fabric::Verb::kRead].posted, 0u) << p.dump();
+  }
+  EXPECT_LE(delta("patience_reads"), 3u) << p.dump();
   EXPECT_GE(delta("ring_results"), uint64_t{kSlow} - delta("patience_reads"));
   EXPECT_EQ(server_view(c.get()).reply_writes - s0.reply_writes, uint64_t{kSlow});
   EXPECT_GT(p.at("last_proc_us").get<double>(), 40000.0);  // the worker's recorded time
-  // Quick results: back to remote fetching after two quick results in a row. A quick call held
-  // by a preempted worker records ms (CI saw 4 ms in a 4-call phase, on shm) and restarts the
-  // count, so the phase lasts until the switch, up to 200 calls.
+  // Quick results: back to remote fetching after `calm_needed` quick results in a row: two,
+  // doubled by hybrid.h's hysteresis after each short stay in fetch mode. On a loaded host the
+  // first quick phase flips back and forth (a preempted call is slow) and the slow phase's
+  // switch comes soon after a flip back, so the need can be 64 or more. A quick call held by a
+  // preempted worker records ms (CI saw 4 ms in a 4-call phase, on shm) and restarts the count,
+  // so the phase lasts until the switch: up to 200 calls more than four times the need.
   // (The first quick phase may have flipped already: count from what the slow phase left.)
   const uint64_t back_before = counter(p, "switches_to_fetch");
+  const auto needed = uint64_t(p.at("calm_needed").get<double>());
+  ASSERT_GE(needed, 2u) << p.dump();
   int quick = 0;
-  for (; quick < 200 && counter(c->protocol_counters(), "switches_to_fetch") == back_before;
+  for (; uint64_t(quick) < 200 + 4 * needed &&
+         counter(c->protocol_counters(), "switches_to_fetch") == back_before;
        ++quick)
     ASSERT_EQ(c->get("small", &v), Status::kOk);
   p = c->protocol_counters();
-  EXPECT_GT(counter(p, "switches_to_fetch"), back_before) << quick << " quick calls: " << p.dump();
-  EXPECT_GE(quick, 2) << "two quick results in a row switch back, not one";
+  EXPECT_GT(counter(p, "switches_to_fetch"), back_before)
+      << quick << " quick calls, " << needed << " needed: " << p.dump();
+  EXPECT_GE(uint64_t(quick), needed) << "the switch back waits for the quick results it needs";
   before = c->counters();
   const nlohmann::json p1 = c->protocol_counters();
   for (int i = 0; i < 50; ++i) ASSERT_EQ(c->get("small", &v), Status::kOk);

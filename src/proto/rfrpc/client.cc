@@ -187,6 +187,9 @@ class RfrpcClient final : public proto::ClientProtocol {
         {"workers_in_reply_mode", in_reply},
         // Gauges, as doubles (summing tools add up only the unsigned counters above).
         {"fetch_rtt_us", paths_.empty() ? 0.0 : double(paths_[0].fetch_rtt_ns()) / 1000.0},
+        // Quick results in a row the next switch back to fetching needs (worker 0; hybrid.h's
+        // hysteresis doubles it after each short stay).
+        {"calm_needed", paths_.empty() ? 0.0 : double(paths_[0].calm_needed())},
         {"last_proc_us",
          last_proc_.empty() ? 0.0 : double(decode_proc_time(last_proc_[0])) / 1000.0}};
     rpc_.counters(&j);
