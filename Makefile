@@ -2,6 +2,9 @@
 #   make        build everything into build/ (executables in build/bin/)
 #   make demo   the main job: a local fabkv-server on shm, memcached and redis, a short
 #               fabkv-bench matrix against all three, the summary table and a report with plots
+#   make figures  the seed papers' figures run here, each beside the paper's numbers and the
+#               NIC model's prediction (docs/figures.md): reports/figures-<timestamp>/, ~20 min;
+#               QUICK=1: fewer points, shorter runs (~4 min); OUT=DIR to choose the folder
 #   make test   check the format (make format-check), build, run every test, then again under
 #               ASan+UBSan (clang) with a short fuzz run (the provider-parameterised tests on shm
 #               only: the tcp cases run the same fabkv code and double the time), and the
@@ -17,7 +20,7 @@ CMAKE_GEN  := -G Ninja
 # libfabric 2.x built by scripts/install-libfabric.sh (absent when the system has >= 2).
 export PKG_CONFIG_PATH := $(CURDIR)/.deps/libfabric/lib/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
 
-.PHONY: all deps build demo format format-check test test-release test-asan test-tsan clean
+.PHONY: all deps build demo figures format format-check test test-release test-asan test-tsan clean
 
 all: build
 
@@ -30,6 +33,13 @@ build: deps
 
 demo: build
 	@BUILD=$(CURDIR)/$(BUILD) scripts/demo-bench.sh
+
+# The runner needs fabkv-bench, fabkv-server and fabkv-perf; Debian's python3 has matplotlib.
+figures: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFABKV_WERROR=ON >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target fabkv-bench fabkv-server fabkv-perf
+	@/usr/bin/python3 python/fabkv/figures.py run --build $(CURDIR)/$(BUILD) \
+	  $(if $(QUICK),--quick) $(if $(OUT),--out $(OUT))
 
 # Every tracked C/C++ file, tests and fuzzers included: they are read as much as the library.
 SOURCES = $(shell git ls-files '*.cc' '*.h' '*.c')

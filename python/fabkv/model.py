@@ -272,8 +272,9 @@ def mix_from_record(rec):
     return mix
 
 
-def read_records(path):
-    """The records of a fabkv-bench JSON Lines file that carry fabric verb counters."""
+def read_jsonl(path, required=()):
+    """Every record of a JSON Lines file (fabkv-bench's, fabkv-perf's), blank lines skipped;
+    ValueError names the file and line that is not JSON or lacks one of `required`."""
     out = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -283,10 +284,17 @@ def read_records(path):
             try:
                 rec = json.loads(line)
             except ValueError as e:
-                raise ValueError(f"line {n}: {e}") from None
-            if (rec.get("fabric_verbs") or {}).get("server") is not None:
-                out.append(rec)
+                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
+            missing = [k for k in required if k not in rec]
+            if missing:
+                raise ValueError(f"{path}:{n}: missing {', '.join(missing)}")
+            out.append(rec)
     return out
+
+
+def read_records(path):
+    """The records of a fabkv-bench JSON Lines file that carry fabric verb counters."""
+    return [r for r in read_jsonl(path) if (r.get("fabric_verbs") or {}).get("server") is not None]
 
 
 # --- the papers' own designs, as verb mixes -------------------------------------------------
@@ -456,7 +464,7 @@ def main(argv=None):
     try:
         records = read_records(a.results)
     except (OSError, ValueError) as e:
-        print(f"fabkv.model: {a.results}: {e}", file=sys.stderr)
+        print(f"fabkv.model: {e}", file=sys.stderr)
         return 1
     if not records:
         print(f"fabkv.model: {a.results}: no record with fabric_verbs", file=sys.stderr)

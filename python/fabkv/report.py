@@ -15,11 +15,15 @@ fabkv-bench --client-mode independent when the file has any, and it says which).
 of one configuration are summarised by their median. Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 from collections import defaultdict
+
+try:
+    from . import model
+except ImportError:  # run by path (fabkv-bench report): this file's folder is on sys.path
+    import model
 
 REQUIRED = ["system", "protocol", "workload", "clients", "window", "duration_s", "ops",
             "throughput_ops", "latency_us", "per_client_ops", "uniformity_ratio",
@@ -31,29 +35,23 @@ def label(r):
 
 
 def load(path):
-    runs = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"report: {path}:{n}: not JSON ({e.msg})")
-            missing = [k for k in REQUIRED if k not in r]
-            if missing:
-                sys.exit(f"report: {path}:{n}: missing {', '.join(missing)}")
-            runs.append(r)
+    """The runs of a results file (model.read_jsonl: one reader for both), or exit naming the
+    line that is not a fabkv-bench record."""
+    try:
+        runs = model.read_jsonl(path, REQUIRED)
+    except ValueError as e:
+        sys.exit(f"report: {e}")
     if not runs:
         sys.exit(f"report: {path} has no runs")
     return runs
 
 
 def key_of(r):
+    """One configuration; the client mode last, so that a shared and an independent run of the
+    same workload stay apart (they measure different things: docs/bench.md, "Client modes")."""
     w = r["workload"]
     return (label(r), w["distribution"], w["read_ratio"], w.get("read_modify_write", False),
-            r["clients"], r["window"], w["value_size"])
+            r["clients"], r["window"], w["value_size"], client_mode(r))
 
 
 def median_runs(runs):
@@ -249,7 +247,8 @@ def summary(table, runs, out, plot_names):
         verbs = "-" if v["verbs"] is None else "/".join(fmt_num(v["verbs"][x], 2) for x in
                                                         ("read", "write", "send", "recv", "atomic"))
         rr = f"{k[2] * 100:.0f}" + (" RMW" if k[3] else "")
-        lines.append(f"| {k[0]} | {k[1]} | {rr} | {k[4]} | {k[5]} | {k[6]} | "
+        system = k[0] + (f" ({k[7]})" if k[7] != "shared" else "")
+        lines.append(f"| {system} | {k[1]} | {rr} | {k[4]} | {k[5]} | {k[6]} | "
                      f"{v['throughput'] / 1e3:.1f} | {fmt_num(v['p50'])} | {fmt_num(v['p99'])} | "
                      f"{fmt_num(v['uniformity'], 2)} | {fmt_num(v['cpu'], 2)} | {verbs} | "
                      f"{fmt_num(v['bytes'])} |")
@@ -308,8 +307,12 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     table = median_runs(runs)
     umode, uruns = uniformity_source(runs)
+    # The throughput and latency plots from one mode (shared when there are such runs), so
+    # that a configuration run in both modes is one point, not two.
+    pmode = "shared" if any(client_mode(r) == "shared" for r in runs) else "independent"
     try:
-        names = plots(table, a.out, (umode, median_runs(uruns)))
+        names = plots({k: v for k, v in table.items() if k[7] == pmode}, a.out,
+                      (umode, median_runs(uruns)))
     except ImportError:
         sys.exit("report: matplotlib is missing (apt-get install python3-matplotlib)")
     text = summary(table, runs, a.out, names)

@@ -194,4 +194,4 @@ def test_cli_prints_a_table_per_record(tmp_path):
     broken.write_text(FIXTURE.read_text().splitlines()[0] + "\n{not json\n")
     bad = subprocess.run([sys.executable, str(ROOT / "python" / "fabkv" / "model.py"),
                           str(broken)], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 1 and "broken.jsonl: line 2:" in bad.stderr
+    assert bad.returncode == 1 and "broken.jsonl:2: not JSON" in bad.stderr
