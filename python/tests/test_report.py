@@ -57,3 +57,13 @@ def test_the_file_runs_alone_as_fabkv_bench_runs_it(tmp_path):
         return
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "summary.md").exists() and list(tmp_path.glob("*.png"))
+
+
+def test_shared_and_independent_runs_of_one_configuration_stay_apart(tmp_path):
+    shared = report.load(str(RESULTS))
+    independent = [dict(r, client_mode="independent", throughput_ops=1.0) for r in shared]
+    table = report.median_runs(shared + independent)
+    assert len(table) == 2 * len(report.median_runs(shared))
+    assert {v["throughput"] for k, v in table.items() if k[-1] == "independent"} == {1.0}
+    assert all(v["throughput"] != 1.0 for k, v in table.items() if k[-1] == "shared")
+    assert "(independent)" in report.summary(table, shared + independent, str(tmp_path), [])
