@@ -365,6 +365,88 @@ def survey_fig20(R):
             if r.get("uniformity_ratio") is not None]
 
 
+# The survey's text states ratios (python/fabkv/paper.toml's survey points): the same ratios
+# computed from fabkv's runs, named as the paper's points are.
+BASELINES = ("memcached", "redis")
+
+
+def _ratio(series, x, num, den):
+    return [Item(series, x, num / den)] if num and den else []
+
+
+def _median(xs):
+    xs = [x for x in xs if x]
+    return statistics.median(xs) if xs else None
+
+
+def survey_fig12_ratio(R):
+    """RDMA systems over the baselines: medians at the highest GET share and most clients."""
+    rs = sel(R, "survey-matrix", dist="uniform")
+    if not rs:
+        return []
+    rr = max(r["workload"]["read_ratio"] for r in rs)
+    cmax = max(r["clients"] for r in rs)
+    at = [r for r in rs if r["workload"]["read_ratio"] == rr and r["clients"] == cmax]
+    rdma = _median(mops(r) for r in at if label(r) not in BASELINES)
+    base = _median(mops(r) for r in at if label(r) in BASELINES)
+    return _ratio("RDMA systems over Redis and Memcached", "read-intensive", rdma, base)
+
+
+def survey_latency_ratios(R, dist):
+    """Survey figs. 16-17's ratios: each system's mean latency at the most and the fewest
+    GETs, at the most clients; the baselines' largest over the RDMA systems' smallest."""
+    rs = sel(R, "survey-matrix", dist=dist)
+    if not rs:
+        return []
+    cmax = max(r["clients"] for r in rs)
+    rs = [r for r in rs if r["clients"] == cmax]
+    hi, lo = max(r["workload"]["read_ratio"] for r in rs), min(r["workload"]["read_ratio"]
+                                                               for r in rs)
+
+    def lat(system, rr):
+        return _median(mean_us(r) for r in rs if survey_short(label(r)) == system
+                       and r["workload"]["read_ratio"] == rr)
+    out = []
+    for name, system in (("HydraDB", "hydradb"), ("FaRM", "farm")):
+        out += _ratio(name, "latency drop as the GET share falls", lat(system, hi), lat(system, lo))
+    out += _ratio("Pilaf", "latency rise as the GET share falls", lat("pilaf", lo),
+                  lat("pilaf", hi))
+    base = max((mean_us(r) for r in rs if label(r) in BASELINES), default=None)
+    rdma = min((mean_us(r) for r in rs if label(r) not in BASELINES), default=None)
+    return out + _ratio("Redis and Memcached over RDMA systems", "largest gap", base, rdma)
+
+
+def survey_fig14_ratio(R):
+    rs = sel(R, "survey-fig14", system="fabkv:farm")
+    vmax = max((r["workload"]["value_size"] for r in rs), default=None)
+    z = _median(mops(r) for r in rs if r["workload"]["value_size"] == vmax
+                and r["workload"]["distribution"] == "zipf")
+    u = _median(mops(r) for r in rs if r["workload"]["value_size"] == vmax
+                and r["workload"]["distribution"] == "uniform")
+    return _ratio("Zipfian over Uniform", "larger values", z, u)
+
+
+def survey_fig18_ratio(R):
+    def at(inline):
+        rs = [r for r in sel(R, "survey-fig18" + ("-inline" if inline else ""))
+              if r["spec"]["verb"] == "write"]
+        smin = min((r["spec"]["size"] for r in rs), default=None)
+        return _median(mops(r) for r in rs if r["spec"]["size"] == smin)
+    return _ratio("inline WRITE over non-inline WRITE", "small payloads", at(True), at(False))
+
+
+def survey_fig19_ratio(R):
+    rs = [r for r in sel(R, "survey-fig19") if label(r) not in BASELINES]
+    sizes = sorted({r["workload"]["value_size"] for r in rs})
+    drops = []
+    for system in {label(r) for r in rs}:
+        t = {r["workload"]["value_size"]: mops(r) for r in rs if label(r) == system}
+        if t.get(sizes[0]) and t.get(sizes[-1]):
+            drops.append(t[sizes[0]] / t[sizes[-1]])
+    return [Item("RDMA systems, smallest over largest value", "8 to 512 B", max(drops))] \
+        if drops else []
+
+
 # --- the papers' own designs through the model ---------------------------------------------
 
 def herd_design(series, x, nic):
@@ -456,24 +538,30 @@ SPECS = [
          plot_panels=False),
     Spec("rfrpc-fig14", ["rfrpc-batch-"], rfrpc_fig14, "mean latency (us) per batch size "
          "(0 = no batching, shown at 1)", model="", no_model=LATENCY),
-    Spec("survey-fig12", ["survey-matrix"], lambda R: survey_clients(R, "uniform", mops),
+    Spec("survey-fig12", ["survey-matrix"],
+         lambda R: survey_clients(R, "uniform", mops) + survey_fig12_ratio(R),
          "Mops, uniform keys", limits=SURVEY_NOTE, table_panels=1),
     Spec("survey-fig13", ["survey-matrix"], survey_fig13, "Mops at the largest client count",
          limits=SURVEY_NOTE),
-    Spec("survey-fig14", ["survey-fig14"], survey_fig14, "Mops of READ-based GETs, 8 clients",
+    Spec("survey-fig14", ["survey-fig14"], lambda R: survey_fig14(R) + survey_fig14_ratio(R),
+         "Mops of READ-based GETs, 8 clients",
          limits="fabkv's Zipf keys are scrambled over the key space (unclustered); the "
                 "clustered deployment is not run. " + SURVEY_NOTE),
     Spec("survey-fig15", ["survey-matrix"], lambda R: survey_clients(R, "zipf", mops),
          "Mops, Zipf 0.99 keys", limits=SURVEY_NOTE, table_panels=1),
-    Spec("survey-fig16", ["survey-matrix"], lambda R: survey_clients(R, "zipf", mean_us),
+    Spec("survey-fig16", ["survey-matrix"],
+         lambda R: survey_clients(R, "zipf", mean_us) + survey_latency_ratios(R, "zipf"),
          "mean latency (us), Zipf 0.99", model="", no_model=LATENCY, table_panels=1),
-    Spec("survey-fig17", ["survey-matrix"], lambda R: survey_clients(R, "uniform", mean_us),
+    Spec("survey-fig17", ["survey-matrix"],
+         lambda R: survey_clients(R, "uniform", mean_us) + survey_latency_ratios(R, "uniform"),
          "mean latency (us), uniform", model="", no_model=LATENCY, table_panels=1),
-    Spec("survey-fig18", ["survey-fig18", "survey-fig18-inline"], survey_fig18,
+    Spec("survey-fig18", ["survey-fig18", "survey-fig18-inline"],
+         lambda R: survey_fig18(R) + survey_fig18_ratio(R),
          "Mops of one client's inbound READs/WRITEs (fabkv-perf, window 16)", model="",
          no_model="raw verbs: the model's per-verb rates are its input, not a prediction",
          limits="IPoIB is not available here."),
-    Spec("survey-fig19", ["survey-fig19"], survey_fig19, "Mops, 8 clients, 50% GET",
+    Spec("survey-fig19", ["survey-fig19"], lambda R: survey_fig19(R) + survey_fig19_ratio(R),
+         "Mops, 8 clients, 50% GET",
          limits=SURVEY_NOTE),
     Spec("survey-fig20", ["survey-fig20"], survey_fig20,
          "max/min completed requests per client, 8 clients, a load thread each "
@@ -726,6 +814,8 @@ def section(spec, fig, rows, items, records, png):
     lines = [f"## {spec.id}: {title}", ""]
     if fig is not None:
         lines += [f"**Paper's setup.** {fig.setup}", ""]
+        if getattr(fig, "testbed", ""):
+            lines += [f"**Paper's testbed.** {fig.testbed}", ""]
         if fig.claims:
             lines += ["**The paper's claims.**", ""] + [f"- {c}" for c in fig.claims] + [""]
     else:
@@ -808,6 +898,8 @@ def plot(spec, fig, rows, out):
     f, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(4.2 * len(panels) + 1, 3.4))
     for ax, panel in zip(axes[0], panels):
         mine = [r for r in rows if panel is None or r["panel"] in (panel, "")]
+        if any(isinstance(r["x"], (int, float)) for r in mine):  # a ratio the text states
+            mine = [r for r in mine if isinstance(r["x"], (int, float))]  # stays in the table
         _draw(ax, mine, "fabkv", "-", " (here)")
         other = ax.twinx() if spec.model == "throughput" else ax
         if spec.model:

@@ -1,5 +1,6 @@
 """fabkv.figures (make figures): the report from recorded records, and the sentence's logic."""
 import json
+import os
 import pathlib
 import re
 
@@ -120,3 +121,22 @@ def test_model_check_reports_misses_and_why():
     s = figures.model_check(rows, {"a": "a reason"})
     assert s.startswith("The model of the paper's own designs is within 20% of the paper at 1 of 2")
     assert "a at GET by +30% (a reason)" in s
+
+
+@pytest.mark.server
+@pytest.mark.skipif("shm" not in os.environ.get("FABKV_TEST_PROVIDERS", "shm,tcp").split(","),
+                    reason="the runner measures on shm; once is enough")
+def test_the_runner_runs_one_figure_and_renders_it(tmp_path):
+    # make figures QUICK=1 for one figure: the three sequencers, 0.2 s each, real servers.
+    build = pathlib.Path(os.environ.get("FABKV_SERVER_BIN", "build/bin/fabkv-server")).parents[1]
+    code = figures.main(["run", "--quick", "--only", "guidelines-table3", "--build", str(build),
+                         "--out", str(tmp_path), "--paper", str(PAPER)])
+    assert code == 0
+    runs = json.loads((tmp_path / "runs.json").read_text())
+    assert runs["quick"] and runs["failures"] == []
+    records = figures.read_records(str(tmp_path / "records.jsonl"))
+    assert {r["protocol"] for r in records} == {"seq-rpc", "seq-spec", "seq-atomic"}
+    assert all(r["figures_run"] == "guidelines-table3" and r["throughput_ops"] > 0
+               for r in records)
+    body = sections((tmp_path / "figures.md").read_text())
+    assert set(body) == {"guidelines-table3"} and "**Shape.** " in body["guidelines-table3"]
