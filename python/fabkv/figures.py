@@ -14,7 +14,6 @@ or as fabkv.figures.
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -198,14 +197,6 @@ class Item:
     nic: str = ""
 
 
-def median_item(series, x, rs, f, panel="", nic=""):
-    vals = [f(r) for r in rs if f(r) is not None]
-    if not vals:
-        return None
-    mid = sorted(rs, key=lambda r: f(r) if f(r) is not None else 0)[len(rs) // 2]
-    return Item(series, x, statistics.median(vals), [mid], panel, nic)
-
-
 def mops(r):
     return r["throughput_ops"] / 1e6 if r.get("throughput_ops") is not None else None
 
@@ -317,7 +308,7 @@ def rfrpc_fig13(R):
 
 
 def rfrpc_fig14(R):
-    return [Item("RF-RPC-batch", float(max(1, r["batch_entries"])), mean_us(r), [r])
+    return [Item("RF-RPC-batch", float(r["batch_entries"]), mean_us(r), [r])
             for r in sel(R, "rfrpc-batch-")]
 
 
@@ -537,7 +528,7 @@ SPECS = [
          limits="Batching has no server-reply mode in fabkv: server-reply is shown unbatched.",
          plot_panels=False),
     Spec("rfrpc-fig14", ["rfrpc-batch-"], rfrpc_fig14, "mean latency (us) per batch size "
-         "(0 = no batching, shown at 1)", model="", no_model=LATENCY),
+         "(0 = no batching)", model="", no_model=LATENCY),
     Spec("survey-fig12", ["survey-matrix"],
          lambda R: survey_clients(R, "uniform", mops) + survey_fig12_ratio(R),
          "Mops, uniform keys", limits=SURVEY_NOTE, table_panels=1),
