@@ -665,10 +665,15 @@ def ordering_text(values):
     groups = {}
     for (panel, series, x), v in values.items():
         if v:
-            groups.setdefault((panel, str(x)), []).append((v, series))
+            groups.setdefault((panel, x), []).append((v, series))
     if not groups:
         return ""
-    (panel, x), vs = max(groups.items(), key=lambda g: (len(g[1]), g[0]))
+
+    def rank(g):  # the most series; then the last panel and the largest x
+        (panel, x), vs = g
+        return len(vs), panel, isinstance(x, (int, float)), x if isinstance(x, (int, float)) else 0
+    (panel, x), vs = max(groups.items(), key=rank)
+    x = f"{x:g}" if isinstance(x, float) else x
     if len(vs) < 2:
         return ""
     vs.sort(reverse=True)
