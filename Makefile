@@ -3,8 +3,8 @@
 #   make demo   the main job: a local fabkv-server on shm, memcached and redis, a short
 #               fabkv-bench matrix against all three, the summary table and a report with plots
 #   make figures  the seed papers' figures run here, each beside the paper's numbers and the
-#               NIC model's prediction (docs/figures.md): reports/figures-<timestamp>/, ~20 min;
-#               QUICK=1: fewer points, shorter runs (~4 min); OUT=DIR to choose the folder
+#               NIC model's prediction (docs/figures.md): reports/figures-<timestamp>/, ~11 min;
+#               QUICK=1: fewer points, shorter runs (~2 min); OUT=DIR to choose the folder
 #   make test   check the format (make format-check), build, run every test, then again under
 #               ASan+UBSan (clang) with a short fuzz run (the provider-parameterised tests on shm
 #               only: the tcp cases run the same fabkv code and double the time), and the
