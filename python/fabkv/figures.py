@@ -917,8 +917,9 @@ def plot(spec, fig, rows, out):
     return name
 
 
-def render(records, out, paper_path=PAPER_TOML, only=None):
-    """figures.md, figures.json and the PNGs in `out`; returns the markdown."""
+def render(records, out, paper_path=PAPER_TOML, only=None, failures=()):
+    """figures.md, figures.json and the PNGs in `out`; returns the markdown. `failures`: the
+    runs that failed, named at the top."""
     os.makedirs(out, exist_ok=True)
     papers = load_papers(paper_path)
     try:
@@ -927,6 +928,9 @@ def render(records, out, paper_path=PAPER_TOML, only=None):
     except ImportError:
         can_plot = False
     md = ["# The papers' figures, run here", "", intro(records, papers, can_plot), ""]
+    if failures:
+        md += ["**Runs that failed** (their figures lack those values):", ""]
+        md += [f"- {f}" for f in failures] + [""]
     doc = []
     for spec in SPECS:
         if only and spec.id not in only:
@@ -1057,6 +1061,7 @@ def main(argv=None):
     g.add_argument("--paper", default=PAPER_TOML)
     a = ap.parse_args(argv)
     only = [x for x in a.only.split(",") if x]
+    failures = []
     if a.cmd == "run":
         wall, failures = run_all(a.quick, a.out, a.build, only)
         with open(os.path.join(a.out, "runs.json"), "w") as f:
@@ -1067,7 +1072,7 @@ def main(argv=None):
     except (OSError, ValueError) as e:
         print(f"figures: {a.input}: {e}", file=sys.stderr)
         return 1
-    render(records, a.out, a.paper, only)
+    render(records, a.out, a.paper, only, failures)
     print(f"figures: wrote {os.path.join(a.out, 'figures.md')}")
     return 0
 

@@ -140,3 +140,13 @@ def test_the_runner_runs_one_figure_and_renders_it(tmp_path):
                for r in records)
     body = sections((tmp_path / "figures.md").read_text())
     assert set(body) == {"guidelines-table3"} and "**Shape.** " in body["guidelines-table3"]
+
+
+def test_failed_runs_are_named_and_a_figure_without_records_says_so(tmp_path):
+    records = [r for r in figures.read_records(str(RECORDS))
+               if r["figures_run"] != "guidelines-table3"]
+    text = figures.render(records, str(tmp_path), str(PAPER),
+                          failures=["guidelines-table3: exit 1: no server"])
+    assert "**Runs that failed**" in text and "- guidelines-table3: exit 1: no server" in text
+    assert "no records: the run did not complete" in sections(text)["guidelines-table3"]
+    assert "no records" not in sections(text)["herd-fig9"]
