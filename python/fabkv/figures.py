@@ -881,12 +881,28 @@ def _draw(ax, rows, col, style, label_suffix=""):
         ax.set_xticklabels(cats, fontsize=7)
 
 
+def _spans(vals, factor=30):
+    vals = [v for v in vals if isinstance(v, (int, float)) and v > 0]
+    return len(vals) > 1 and max(vals) / min(vals) > factor
+
+
+def _scales(ax, rows):
+    """Logarithmic axes where the values span more than 30x (clients 1-128, keys 100-20000)."""
+    if _spans([r["x"] for r in rows]) and all(
+            isinstance(r["x"], (int, float)) and r["x"] > 0 for r in rows):
+        ax.set_xscale("log", base=2)
+    if _spans([r["fabkv"] for r in rows]):
+        ax.set_yscale("log")
+
+
 def plot(spec, fig, rows, out):
     """figure-id.png: per panel fabkv's values (solid); the model (dashed) and the paper's
     numbers (black crosses) on a second axis when the unit is throughput on the NIC."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    if any(isinstance(r["x"], (int, float)) for r in rows):  # a ratio the text states (named
+        rows = [r for r in rows if isinstance(r["x"], (int, float))]  # x) stays in the table
     panels = sorted({r["panel"] for r in rows if r["fabkv"] is not None}) if spec.plot_panels \
         else [None]
     if not panels:
@@ -894,8 +910,6 @@ def plot(spec, fig, rows, out):
     f, axes = plt.subplots(1, len(panels), squeeze=False, figsize=(4.2 * len(panels) + 1, 3.4))
     for ax, panel in zip(axes[0], panels):
         mine = [r for r in rows if panel is None or r["panel"] in (panel, "")]
-        if any(isinstance(r["x"], (int, float)) for r in mine):  # a ratio the text states
-            mine = [r for r in mine if isinstance(r["x"], (int, float))]  # stays in the table
         _draw(ax, mine, "fabkv", "-", " (here)")
         other = ax.twinx() if spec.model == "throughput" else ax
         if spec.model:
@@ -903,6 +917,7 @@ def plot(spec, fig, rows, out):
         _draw(other, mine, "paper", "x")
         if other is not ax:
             other.set_ylabel(f"model / paper ({figure_nic(fig)}, Mops)", fontsize=8)
+        _scales(ax, mine)
         ax.set_title(panel or "", fontsize=9)
         ax.set_xlabel(fig.x[:50] if fig is not None else "x", fontsize=8)
         ax.set_ylabel(spec.measures[:45], fontsize=8)
