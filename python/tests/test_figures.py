@@ -10,7 +10,7 @@ from fabkv import figures
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 RECORDS = DATA / "figures-quick.jsonl"  # a few records of each run of `make figures QUICK=1`
-PAPER = DATA / "paper-stand-in.toml"
+PAPER = figures.PAPER_TOML  # the real python/fabkv/paper.toml
 
 
 def sections(text):
