@@ -1,4 +1,4 @@
-// HERD's knob (proto/herd/options.h): TOML table [herd], flag --transport.
+// HERD's knobs (proto/herd/options.h): TOML table [herd], flags --transport, --herd-responses.
 #include "proto/herd/options.h"
 
 #include "common/knobs.h"
@@ -25,6 +25,15 @@ void declare(Knobs& k, Options* o) {
            "how HERD requests arrive when the client does not say: auto (send on shm, write "
            "on tcp and verbs: the faster measured there) | write (into the request region, HERD "
            "sec. 4.2) | send (to the worker, HERD sec. 5.5)");
+  s.choice("responses", "--herd-responses", &o->responses,
+           {{to_string(Responses::kRdm), Responses::kRdm},
+            {to_string(Responses::kDgram), Responses::kDgram}},
+           "how HERD answers leave: rdm (a SEND on the reliable endpoint) | dgram (one datagram "
+           "endpoint per worker, HERD sec. 3.3: udp beside tcp, UD on verbs; a lost answer is "
+           "the client's timeout and retry)");
+  s.number("test_drop_responses", "--test-herd-drop-responses", &o->test_drop_responses,
+           "TEST ONLY: with --herd-responses dgram each worker drops this many of its first "
+           "answers");
 }
 
 }  // namespace fabkv::herd

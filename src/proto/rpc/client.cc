@@ -230,10 +230,14 @@ size_t RpcClient::on_tx(fabric::Completion& c) {
   return 1;
 }
 
-size_t RpcClient::answer(const ResponseHeader& h, std::string_view value) {
+size_t RpcClient::answer(const ResponseHeader& h, std::string_view value, Fate* fate) {
+  Fate ignored;
+  if (fate == nullptr) fate = &ignored;
   // Only answers to this incarnation of our index: a response the server built for a
   // departed client whose index we took must never complete one of our requests.
+  *fate = Fate::kForeign;
   if (h.worker >= workers_.size() || h.client != client_ || h.epoch != epoch_) return 0;
+  *fate = Fate::kUnmatched;
   Worker& wk = workers_[h.worker];
   // A request the worker found as garbage is answered kMalformed without its op (wire.h).
   const bool any_op = h.op == kOpUnknown &&
@@ -245,6 +249,7 @@ size_t RpcClient::answer(const ResponseHeader& h, std::string_view value) {
       s.awaiting = false;
       set_zombie(s, false);
       if (!send_transport_ || !s.tx_pending) release_staging(s);
+      *fate = run ? Fate::kRan : Fate::kLate;
       if (!run) return 0;
       finish(s, from_wire(h.status), value, h.version);
       return 1;

@@ -107,7 +107,17 @@ class RpcClient {
   // kMalformed answer with op kOpUnknown, wire.h) if this incarnation of our index asked for
   // it. `value` must stay valid during the callback and must not be reusable by a request the
   // callback posts. Returns callbacks run.
-  size_t answer(const ResponseHeader& h, std::string_view value);
+  // What answer() made of an answer: it ran its request's callback; it was the late answer of
+  // a request given up on (a timeout); no request of ours waits for it (a duplicate, or later
+  // still); or it names another client, incarnation or worker (not ours at all).
+  enum class Fate : uint8_t { kRan, kLate, kUnmatched, kForeign };
+  size_t answer(const ResponseHeader& h, std::string_view value, Fate* fate = nullptr);
+  // Answers arrive elsewhere (herd's datagram endpoint, proto/herd/dgram.h): open() posts no
+  // receive buffers. Before open().
+  void set_recv_answers(bool on) { config_.recv_answers = on; }
+  // The bound on one attempt, where the owner retries (herd by datagram): requests expire
+  // after `ms` instead of the client's timeout. After open().
+  void set_attempt_timeout_ms(int ms) { timeout_ms_ = ms; }
   size_t expire(bool all);
   size_t in_flight() const { return in_flight_; }
 

@@ -88,7 +88,7 @@ void RpcServer::open() {
   const size_t slots = size_t{max_clients_} * window_;
   const size_t answer_bytes = cfg_.answer_bytes != 0 ? cfg_.answer_bytes : worker_.recv_size();
   stride_ = (answer_bytes + 7) & ~size_t{7};
-  tx_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(), slots * stride_,
+  tx_ = std::make_unique<fabric::RegisteredBuffer>(answer_fabric(), slots * stride_,
                                                    fabric::Access::kLocalOnly);
   if (cfg_.slots) {
     region_ = std::make_unique<fabric::RegisteredBuffer>(worker_.fabric(), slots * slot_size_,

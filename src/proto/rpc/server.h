@@ -76,6 +76,9 @@ class RpcServer : public proto::ServerProtocol {
     return len;
   }
   fabric::LocalBuffer answer_buffer(uint32_t c, uint32_t seq, size_t len) const;
+  // The fabric the answer buffers are registered with (open()): the worker's, or the one a
+  // protocol sends its answers through (herd's datagram endpoint, proto/herd/dgram.h).
+  virtual fabric::Fabric& answer_fabric() { return worker_.fabric(); }
   // Config::next: n consecutive values for the round's kNext requests; returns the first, or 0
   // when none can be handed out (each request is then answered kInternal).
   virtual uint64_t claim_st(size_t /*n*/) { return 0; }
