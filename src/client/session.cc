@@ -243,7 +243,9 @@ void Session::idle(size_t ran, Deadline d) {
   left = std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(10));
   const int ctl[] = {ctl_ ? ctl_->fd() : -1};
   std::span<const int> extra(ctl, ctl[0] >= 0 ? 1 : 0);
-  fabric::Endpoint* eps[] = {ep_.get()};
+  fabric::Endpoint* own = proto_->own_endpoint();
+  fabric::Endpoint* both[] = {ep_.get(), own};
+  const std::span<fabric::Endpoint* const> eps(both, own != nullptr ? 2 : 1);
   fabric::Waiter::Woke woke;
   if (ep_->wait_fd() >= 0) {
     // tcp: any bytes from the server wake us (an answer by SEND, a WRITE into our ring, a
@@ -298,7 +300,9 @@ Client::WaitFds Session::wait_fds() const { return {ep_->wait_fd(), ctl_ ? ctl_-
 bool Session::can_wait() {
   if (!waiter_ || ep_->wait_fd() < 0) return false;
   // A zero-length wait: fi_trywait first (fabric/waiter.h), then a look at the descriptors.
-  fabric::Endpoint* eps[] = {ep_.get()};
+  fabric::Endpoint* own = proto_->own_endpoint();
+  fabric::Endpoint* both[] = {ep_.get(), own};
+  const std::span<fabric::Endpoint* const> eps(both, own != nullptr ? 2 : 1);
   return waiter_->wait(eps, {}, std::chrono::microseconds(0)) != fabric::Waiter::Woke::kPending;
 }
 

@@ -60,11 +60,12 @@ Waiter::Woke Waiter::wait(std::span<Endpoint* const> eps, std::span<const int> e
     pfds_.push_back({ep->wait_fd_, POLLIN, 0});
   }
   for (int fd : extra) pfds_.push_back({fd, POLLIN, 0});
-  if (!fids_.empty()) {
-    // fi_trywait: completions queued, or work the provider must do first, say "not now";
-    // only after FI_SUCCESS may the descriptors be waited on.
-    int ret = fi_trywait(eps[0]->fabric().fabric(), fids_.data(), static_cast<int>(fids_.size()));
-    if (ret != 0) return Woke::kPending;  // -FI_EAGAIN, or an error: do not block on it
+  // fi_trywait: completions queued, or work the provider must do first, say "not now"; only
+  // after FI_SUCCESS may the descriptors be waited on. Asked of each endpoint's own fabric.
+  for (Endpoint* ep : eps) {
+    if (ep->wait_fd_ < 0) continue;
+    fid* f = &ep->cq_->fid;
+    if (fi_trywait(ep->fabric().fabric(), &f, 1) != 0) return Woke::kPending;
   }
   if (timeout.count() < 0) timeout = std::chrono::microseconds(0);
   timespec ts{static_cast<time_t>(timeout.count() / 1000000),

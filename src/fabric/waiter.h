@@ -54,7 +54,8 @@ class Waiter {
   };
   // Blocks until a wait object of `eps` fires, a descriptor of `extra` is readable (or hung
   // up), wake() is called, or `timeout` passes. Endpoints without a wait object are left out:
-  // the caller bounds `timeout` for what they may hold. All `eps` share one Fabric.
+  // the caller bounds `timeout` for what they may hold. `eps` may belong to different Fabrics
+  // (a client's reliable endpoint and its datagram endpoint, proto/herd/dgram.h).
   Woke wait(std::span<Endpoint* const> eps, std::span<const int> extra,
             std::chrono::microseconds timeout);
 

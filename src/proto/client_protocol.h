@@ -120,6 +120,10 @@ class ClientProtocol {
   virtual Opened open(const control::Welcome& welcome, const nlohmann::json& layout) = 0;
   // True when answers arrive in local memory that poll() must look at (set at open()).
   virtual bool polls_memory() const { return false; }
+  // An endpoint of the protocol's own, opened waitable, whose completions poll() reaps (herd's
+  // datagram answers, proto/herd/dgram.h): a session that blocks when idle wakes for it too.
+  // nullptr when none (set at open()).
+  virtual fabric::Endpoint* own_endpoint() { return nullptr; }
 
   // ---- data path ------------------------------------------------------------------------
   // kOk once posted: the callback then runs exactly once. Anything else: nothing was sent,

@@ -42,6 +42,7 @@ class HerdClient final : public proto::ClientProtocol {
   }
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override;
   bool polls_memory() const override { return ready_; }
+  fabric::Endpoint* own_endpoint() override { return ready_ ? &dgram_->endpoint() : nullptr; }
   size_t poll() override;
   Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (!ready_) return rpc_.submit(r, std::move(cb));

@@ -99,8 +99,7 @@ class DgramSender {
         bad_address{0};
   };
   // Throws FabricError (no datagram endpoints beside `reliable`).
-  DgramSender(const fabric::Fabric& reliable, uint32_t max_clients, uint32_t test_drop,
-              bool quiet);
+  DgramSender(const fabric::Fabric& reliable, uint32_t max_clients, uint32_t test_drop, bool quiet);
   ~DgramSender();
 
   fabric::Fabric& fabric() { return *fabric_; }
@@ -169,6 +168,7 @@ class DgramReceiver {
   Counters& counters() { return counters_; }
   const Counters& counters() const { return counters_; }
   const fabric::VerbCounters& verbs() const { return ep_->counters(); }
+  fabric::Endpoint& endpoint() { return *ep_; }
 
  private:
   void repost(size_t slot);

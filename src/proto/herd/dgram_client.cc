@@ -12,6 +12,7 @@ fabric::EndpointOptions receiver_options() {
   eo.tx_depth = 16;
   eo.rx_depth = 1024;
   eo.cq_depth = 2048;
+  eo.waitable = true;  // a session that blocks when idle wakes for its answers (own_endpoint)
   return eo;
 }
 

@@ -95,6 +95,9 @@ void DgramSender::send_st(uint32_t c, fabric::LocalBuffer b) {
 }
 
 void DgramSender::poll_st() {
+  // Inlined sends raise no completion: nothing to reap, and no provider call (on udp a CQ read
+  // is a recvmsg on the endpoint's socket).
+  if (unreaped_ == 0) return;
   fabric::Completion cs[32];
   size_t n = 0;
   do {

@@ -19,8 +19,7 @@ namespace {
 class HerdServer final : public rpc::TransportServer {
  public:
   HerdServer(proto::ServerHost& w, const proto::Info& p)
-      : TransportServer(w, p, rpc::RpcServer::Config{}),
-        responses_(w.settings().herd.responses) {}
+      : TransportServer(w, p, rpc::RpcServer::Config{}), responses_(w.settings().herd.responses) {}
 
   void open() override {
     if (responses_ == Responses::kDgram)
