@@ -146,24 +146,22 @@ class DgramReceiver {
   size_t max_message() const { return fabric_->max_msg_size(); }
   // Posts n receive buffers of `size` bytes each (the first time, or again for a new layout).
   void post(size_t n, size_t size);
-  // Reaps what arrived: f(bytes, len) per datagram, then its buffer is posted again.
+  // Reaps what arrived, up to kPollMax datagrams: f(bytes, len) per datagram, then its buffer
+  // is posted again. udp takes one datagram off its socket per CQ read (its progress), so the
+  // CQ is read until it is empty: the answers of a window that arrived together are taken in
+  // one call, not one per round of the caller's loop.
+  static constexpr size_t kPollMax = 16;
   template <class F>
   size_t poll(F&& f) {
-    fabric::Completion cs[16];
-    const size_t n = ep_->poll(cs);
-    for (size_t i = 0; i < n; ++i) {
-      const fabric::Completion& c = cs[i];
-      const size_t slot = c.context != nullptr ? c.context->tag : rx_ctx_.size();
-      if (slot >= rx_ctx_.size()) continue;
-      if (c.error == 0) {
-        counters_.received++;
-        f(rx_->data() + slot * size_, std::min(c.len, size_));
-      } else if (c.error != 125 /* ECANCELED: closing */) {
-        counters_.errors++;  // a datagram the provider could not deliver whole (truncated)
-      }
-      repost(slot);
+    size_t total = 0;
+    while (total < kPollMax) {
+      fabric::Completion cs[kPollMax];
+      const size_t n = ep_->poll(std::span(cs, kPollMax - total));
+      for (size_t i = 0; i < n; ++i) take(cs[i], f);
+      total += n;
+      if (n == 0) break;
     }
-    return n;
+    return total;
   }
   Counters& counters() { return counters_; }
   const Counters& counters() const { return counters_; }
@@ -171,6 +169,18 @@ class DgramReceiver {
   fabric::Endpoint& endpoint() { return *ep_; }
 
  private:
+  template <class F>
+  void take(const fabric::Completion& c, F& f) {
+    const size_t slot = c.context != nullptr ? c.context->tag : rx_ctx_.size();
+    if (slot >= rx_ctx_.size()) return;
+    if (c.error == 0) {
+      counters_.received++;
+      f(rx_->data() + slot * size_, std::min(c.len, size_));
+    } else if (c.error != 125 /* ECANCELED: closing */) {
+      counters_.errors++;  // a datagram the provider could not deliver whole (truncated)
+    }
+    repost(slot);
+  }
   void repost(size_t slot);
   std::unique_ptr<fabric::Fabric> fabric_;
   std::unique_ptr<fabric::Endpoint> ep_;
