@@ -174,8 +174,8 @@ TEST(HerdDgram, AClientKilledMidRequestLeavesTheServerServing) {
   auto c = Client::connect(options(server));
   ASSERT_EQ(c->put("survivor", "still-here"), Status::kOk);
   for (int i = 0; i < 2; ++i) {
-    testing::Child victim(
-        {FABKV_VICTIM_BIN, server.address(), kProvider, "herd", "", std::to_string(i)});
+    testing::Child victim({FABKV_VICTIM_BIN, server.address(), kProvider, "herd", "",
+                           std::to_string(i)});
     std::string line;
     ASSERT_TRUE(victim.proc().read_line(&line, Deadline::after_ms(30000)))
         << victim.stderr_excerpt();
