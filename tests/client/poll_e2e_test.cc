@@ -28,6 +28,7 @@ using std::chrono::milliseconds;
 
 struct Param {
   std::string provider, protocol, transport;
+  std::string responses = "rdm";  // herd's --herd-responses
 };
 // Without it gtest names the parameter by its bytes (heap addresses included): a 200-character
 // ctest name that differs from run to run.
@@ -35,7 +36,8 @@ void PrintTo(const Param& p, std::ostream* os) {
   *os << p.provider << "/" << p.protocol << "/" << p.transport;
 }
 std::string name(const ::testing::TestParamInfo<Param>& p) {
-  std::string n = p.param.provider + "_" + p.param.protocol + "_" + p.param.transport;
+  std::string n = p.param.provider + "_" + p.param.protocol + "_" + p.param.transport +
+                  (p.param.responses == "rdm" ? "" : "_" + p.param.responses);
   for (char& c : n)
     if (c == '-') c = '_';
   return n;
@@ -48,7 +50,8 @@ std::vector<std::string> server_argv(const Param& p, const std::string& poll) {
                                 "--cores",        "-1",          "--log",
                                 "warn",           "--poll",      poll,
                                 "--poll-spin-us", "200"};
-  if (p.protocol == "herd") a.insert(a.end(), {"--transport", p.transport});
+  if (p.protocol == "herd")
+    a.insert(a.end(), {"--transport", p.transport, "--herd-responses", p.responses});
   return a;
 }
 
@@ -163,7 +166,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Param{"shm", "herd", "send"}, Param{"shm", "herd", "write"},
                       Param{"shm", "server-reply", "write"}, Param{"shm", "pilaf", "send"},
                       Param{"tcp", "herd", "send"}, Param{"tcp", "herd", "write"},
-                      Param{"tcp", "server-reply", "write"}, Param{"tcp", "pilaf", "send"}),
+                      Param{"tcp", "server-reply", "write"}, Param{"tcp", "pilaf", "send"},
+                      // The answers by datagram: the client blocks on its datagram endpoint
+                      // too (ClientProtocol::own_endpoint).
+                      Param{"tcp", "herd", "write", "dgram"}),
     name);
 
 // An idle server with one client connected: adaptive stays far below a core. The bound is
