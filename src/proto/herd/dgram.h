@@ -5,7 +5,9 @@
 // server keeps no connection for a client's answers: an address in its worker's address vector.
 //
 // The datagram endpoints are libfabric's FI_EP_DGRAM beside the reliable fabric: the udp
-// provider beside tcp (fabric/fabric.cc), UD queue pairs beside verbs. A datagram may be lost
+// provider beside tcp (fabric/fabric.cc). verbs offers its UD endpoints only with the
+// FI_MSG_PREFIX mode, which the fabric layer does not take yet (docs/server.md, "Not on verbs
+// yet"): there the server stops at start. A datagram may be lost
 // (or arrive twice, or late): the client's timeout and bounded retry cover a lost one
 // (proto/herd/client.cc), and sequence numbers drop duplicates and late ones (rpc/client.h).
 //
@@ -77,8 +79,8 @@ inline std::string source_host(const fabric::Fabric& f) {
   return host;
 }
 
-// The datagram fabric beside `reliable`, bound to the same address: udp beside tcp, verbs UD
-// beside verbs. Throws FabricError where there is none (shm offers only rdm endpoints).
+// The datagram fabric beside `reliable`, bound to the same address: udp beside tcp. Throws
+// FabricError where there is none (shm offers only rdm endpoints; verbs: FI_MSG_PREFIX).
 inline std::unique_ptr<fabric::Fabric> open_dgram_fabric(const fabric::Fabric& reliable,
                                                          bool quiet) {
   fabric::FabricOptions fo;

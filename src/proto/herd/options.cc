@@ -29,7 +29,7 @@ void declare(Knobs& k, Options* o) {
            {{to_string(Responses::kRdm), Responses::kRdm},
             {to_string(Responses::kDgram), Responses::kDgram}},
            "how HERD answers leave: rdm (a SEND on the reliable endpoint) | dgram (one datagram "
-           "endpoint per worker, HERD sec. 3.3: udp beside tcp, UD on verbs; a lost answer is "
+           "endpoint per worker, HERD sec. 3.3: udp beside tcp, not yet verbs; a lost answer is "
            "the client's timeout and retry)");
   s.number("test_drop_responses", "--test-herd-drop-responses", &o->test_drop_responses,
            "TEST ONLY: with --herd-responses dgram each worker drops this many of its first "
