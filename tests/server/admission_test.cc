@@ -318,6 +318,44 @@ TEST(AdmissionTransport, AWrongTransportIsRefusedWithBothNamed) {
   }
 }
 
+// HERD's answers by datagram (docs/server.md): a Hello that does not say it takes them (an
+// older client, here a raw one) is refused by a dgram server, naming both sides; a datagram
+// address the fabric cannot use is refused in the handshake; a client asking an rdm server for
+// datagrams is refused too. The next correct client is served each time.
+TEST(AdmissionResponses, HelloesThatDoNotMatchTheServersAnswersAreRefusedWithBothNamed) {
+  auto refusal = [](const std::string& provider, const std::string& address,
+                    const nlohmann::json& extra) -> std::string {
+    try {
+      RawClient c(provider, address, "", "herd", extra);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  ServerProcess dgram("tcp", {"--herd-responses", "dgram"});
+  std::string why = refusal("tcp", dgram.address(), {});
+  EXPECT_NE(why.find("the server answers herd requests by datagram (its --herd-responses "
+                     "dgram, udp endpoints); this client takes answers by rdm only"),
+            std::string::npos)
+      << why;
+  why = refusal("tcp", dgram.address(),
+                {{"responses", "dgram"}, {"dgram_address", std::vector<uint8_t>{1, 2, 3}}});
+  EXPECT_NE(why.find("cannot use this client's datagram address (udp)"), std::string::npos) << why;
+  ServerProcess rdm("tcp");
+  why = refusal("tcp", rdm.address(), {{"responses", "dgram"}});
+  EXPECT_NE(why.find("the server answers herd requests by rdm (its --herd-responses rdm); this "
+                     "client asked for datagram answers"),
+            std::string::npos)
+      << why;
+  for (ServerProcess* s : {&dgram, &rdm}) {
+    ClientOptions o;
+    o.server = s->address();
+    o.provider = "tcp";
+    auto c = Client::connect(o);
+    EXPECT_EQ(c->put("k", "v"), Status::kOk);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, Admission, ::testing::Values("shm", "tcp"),
                          [](const auto& info) { return info.param; });
 
