@@ -69,7 +69,8 @@ class Client:
         self._loop = loop
         layout = client.layout
         self._window = max(1, int(layout.get("window", 1) or 1))
-        self._fabric_fd, self._control_fd = client._wait_fds()
+        # answers: herd's datagram endpoint (--herd-responses dgram), -1 otherwise.
+        self._fabric_fd, self._control_fd, self._answers_fd = client._wait_fds()
         self._queue: Deque[_Request] = collections.deque()
         self._waiting: Dict[int, _Request] = {}
         self._readers = False
@@ -235,6 +236,8 @@ class Client:
                 self._loop.add_reader(self._fabric_fd, self._pump)
                 if self._control_fd >= 0:
                     self._loop.add_reader(self._control_fd, self._pump)
+                if self._answers_fd >= 0:
+                    self._loop.add_reader(self._answers_fd, self._pump)
                 self._readers = True
             if self._c._can_wait():  # fi_trywait: safe to wait for the descriptor now
                 self._timer = self._loop.call_later(_BACKSTOP, self._pump)
@@ -253,6 +256,8 @@ class Client:
             self._loop.remove_reader(self._fabric_fd)
             if self._control_fd >= 0:
                 self._loop.remove_reader(self._control_fd)
+            if self._answers_fd >= 0:
+                self._loop.remove_reader(self._answers_fd)
             self._readers = False
         if self._timer is not None:
             self._timer.cancel()

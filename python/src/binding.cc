@@ -370,7 +370,7 @@ class PyClient {
 
   py::tuple wait_fds() {
     auto fds = call([](Client& c) { return c.wait_fds(); });
-    return py::make_tuple(fds.fabric, fds.control);
+    return py::make_tuple(fds.fabric, fds.control, fds.answers);
   }
   bool can_wait() {
     return call([](Client& c) { return c.can_wait(); });

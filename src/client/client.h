@@ -132,6 +132,9 @@ class Client {
     int fabric = -1;
     // The control connection: readable (or hung up) when the server closes it. -1 once closed.
     int control = -1;
+    // Readable when answers arrive on an endpoint of the protocol's own (herd's answers by
+    // datagram, docs/server.md); -1 when there is none. can_wait() covers it too.
+    int answers = -1;
   };
   WaitFds wait_fds() const;
   // True when blocking on wait_fds().fabric is safe now (fi_trywait); false while the provider

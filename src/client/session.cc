@@ -295,7 +295,10 @@ Status Session::flush() {
   return gone_ ? Status::kServerGone : Status::kOk;
 }
 
-Client::WaitFds Session::wait_fds() const { return {ep_->wait_fd(), ctl_ ? ctl_->fd() : -1}; }
+Client::WaitFds Session::wait_fds() const {
+  const fabric::Endpoint* own = proto_->own_endpoint();
+  return {ep_->wait_fd(), ctl_ ? ctl_->fd() : -1, own != nullptr ? own->wait_fd() : -1};
+}
 
 bool Session::can_wait() {
   if (!waiter_ || ep_->wait_fd() < 0) return false;
