@@ -295,6 +295,12 @@ Status Session::flush() {
   return gone_ ? Status::kServerGone : Status::kOk;
 }
 
+fabric::VerbSnapshot Session::counters() const {
+  fabric::VerbSnapshot s = ep_->counters().snapshot();
+  if (const fabric::Endpoint* own = proto_->own_endpoint()) s += own->counters().snapshot();
+  return s;
+}
+
 Client::WaitFds Session::wait_fds() const {
   const fabric::Endpoint* own = proto_->own_endpoint();
   return {ep_->wait_fd(), ctl_ ? ctl_->fd() : -1, own != nullptr ? own->wait_fd() : -1};

@@ -60,7 +60,8 @@ class Session final : public proto::ClientHost {
   // ---- the rest of Client's API
   nlohmann::json stats();
   nlohmann::json protocol_counters() const { return proto_->counters(); }
-  fabric::VerbSnapshot counters() const { return ep_->counters().snapshot(); }
+  // The session's endpoint and the protocol's own (herd's datagram answers), together.
+  fabric::VerbSnapshot counters() const;
   const nlohmann::json& layout() const { return layout_; }
   const std::string& provider() const { return fabric_->provider_name(); }
 

@@ -65,6 +65,9 @@ class ServerProtocol {
   }
   // Counters (numbers are summed into the worker's totals; objects are shown as they are).
   virtual nlohmann::json stats() const { return nlohmann::json::object(); }
+  // The verbs of endpoints the protocol opened itself (herd's datagram answers), added to the
+  // worker's "verbs" (any thread, like stats()).
+  virtual fabric::VerbSnapshot own_verbs() const { return {}; }
 
   // ---- worker thread
   // The client was admitted (admit() said yes) / has left; `hello` is what admit() saw.

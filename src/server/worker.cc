@@ -998,6 +998,9 @@ nlohmann::json Worker::stats() const {
     for (const auto& ep : client_eps_)
       if (ep) verbs += ep->counters().snapshot();
   }
+  for_each_side([&](const proto::Info&, const proto::ServerProtocol& side) {
+    verbs += side.own_verbs();
+  });
   store::StatsSnapshot es = engine_ ? engine_->stats() : store::StatsSnapshot{};
   nlohmann::json j = {
       {"worker", index_},
@@ -1041,16 +1044,14 @@ nlohmann::json Worker::stats() const {
   // Each server side's counters, by protocol; numbers also summed into the worker's totals
   // (requests, gets, malformed, ...), objects shown as they are.
   nlohmann::json by_protocol = nlohmann::json::object();
-  for (const proto::Info& p : proto::protocols()) {
-    const proto::ServerProtocol* side = side_of_[static_cast<size_t>(p.id)];
-    if (side == nullptr || p.server != p.id) continue;  // shown once, under its server side
-    nlohmann::json ps = side->stats();
+  for_each_side([&](const proto::Info& p, const proto::ServerProtocol& side) {
+    nlohmann::json ps = side.stats();
     for (auto& [k, v] : ps.items()) {
       if (v.is_number_unsigned()) j[k] = j.value(k, uint64_t{0}) + v.get<uint64_t>();
       else if (!j.contains(k)) j[k] = v;
     }
     by_protocol[p.name] = std::move(ps);
-  }
+  });
   j["protocols"] = std::move(by_protocol);
   if (oplog_) {
     const OpLog::Stats ls = oplog_->stats();

@@ -241,7 +241,15 @@ class Worker final : public proto::ServerHost {
   std::deque<Held> held_;  // when_durable_st's, in position order
   // One server side per distinct Info::server among the served protocols.
   std::vector<std::unique_ptr<proto::ServerProtocol>> sides_;
-  std::vector<proto::ServerProtocol*> side_of_;   // by proto::Id; nullptr = not served
+  std::vector<proto::ServerProtocol*> side_of_;  // by proto::Id; nullptr = not served
+  // f(info, side) once per server side served (a side serving several protocols: under its own).
+  template <class F>
+  void for_each_side(F&& f) const {
+    for (const proto::Info& p : proto::protocols()) {
+      const proto::ServerProtocol* side = side_of_[static_cast<size_t>(p.id)];
+      if (side != nullptr && p.server == p.id) f(p, *side);
+    }
+  }
   std::unique_ptr<fabric::RegisteredBuffer> rx_;  // messages: multi-recv buffers
   std::vector<fabric::OpContext> rx_ctx_;
   // Receive buffers to post again at the end of the round: a flag per buffer (so none is

@@ -118,6 +118,7 @@ class DgramSender {
   // Reaps the completions of signaled sends (those over the inject size).
   void poll_st();
   nlohmann::json stats() const;
+  fabric::VerbSnapshot verbs() const { return ep_->counters().snapshot(); }
 
  private:
   std::unique_ptr<fabric::Fabric> fabric_;

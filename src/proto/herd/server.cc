@@ -75,6 +75,9 @@ class HerdServer final : public rpc::TransportServer {
     if (dgram_) j.update(dgram_->stats());
     return j;
   }
+  fabric::VerbSnapshot own_verbs() const override {
+    return dgram_ ? dgram_->verbs() : fabric::VerbSnapshot{};
+  }
 
  protected:
   fabric::Fabric& answer_fabric() override {
