@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Instructions per request on both sides, counted by callgrind (deterministic, unlike wall
+# clock on a shared machine): fabkv:herd on shm, 1 client, window 1, GETs only, against
+# fabkv-perf's SEND/SEND echo (the pair of goal 1 in scripts/perf-goals.sh). Every process
+# (fabkv-bench and the fabkv-server it starts; fabkv-perf's server and client) runs under
+# callgrind; requests are counted as calls of fabkv::fabric::Endpoint::send, which each side
+# makes once per request (the client its request, the server its answer).
+#
+#   scripts/perf-callgrind.sh [OUT_DIR]      default OUT_DIR: build/perf-callgrind
+#
+# Environment: BUILD, DURATION (measured seconds under callgrind, 4), TOP (functions per side
+# in the table, 12). Prints, per process, instructions per request in total (the spinning
+# polls included: that share depends on the other side's pace) and in the functions that
+# only run when there is a message ("work": fabkv's request handling, the post, and shm's
+# per-message progress), then the top inclusive functions per request.
+set -euo pipefail
+exec </dev/null
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+OUT=${1:-$BUILD/perf-callgrind}
+DURATION=${DURATION:-4}
+TOP=${TOP:-12}
+command -v valgrind >/dev/null || { echo "valgrind missing (scripts/install-deps.sh)"; exit 1; }
+ninja -C "$BUILD" fabkv-bench fabkv-server fabkv-perf >/dev/null
+mkdir -p "$OUT"
+rm -f "$OUT"/cg.* "$OUT"/*.jsonl
+
+# Children too (the server fabkv-bench starts, fabkv-perf's roles); one file per process.
+VG=(valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$OUT/cg.%p")
+
+"${VG[@]}" "$BUILD/bin/fabkv-bench" --provider shm --systems fabkv:herd --clients 1 --window 1 \
+  --read-ratio 1 --distribution uniform --keys 1000 --key-size 16 --value-size 32 \
+  --duration "$DURATION" --warmup 0 --timeout-ms 60000 --quiet --json "$OUT/kv.jsonl" \
+  >"$OUT/herd.log" 2>&1
+"${VG[@]}" "$BUILD/bin/fabkv-perf" --provider shm --mode echo --echo send-send --clients 1 \
+  --window 1 --sizes 48 --duration "$DURATION" --log warn --json "$OUT/echo.jsonl" \
+  >"$OUT/echo.log" 2>&1
+
+python3 - "$OUT" "$TOP" <<'EOF'
+import glob, os, re, subprocess, sys
+
+out, top = sys.argv[1], int(sys.argv[2])
+SEND = "fabkv::fabric::Endpoint::send("
+# The work of one request without the polls that find nothing, per side: functions that run
+# once per message (per call: the fill's PUTs go through other callers), none inside another;
+# shm's progress of one inbound message on every side. (name, per call; else per request)
+WORK = {
+    "herd server": [("fabkv::server::Worker::on_completion_st(", 1),  # receive, check, collect
+                    ("fabkv::rpc::RpcServer::flush_st(", 1),          # engine, answer built
+                    ("fabkv::server::Worker::send_replies_st(", 1)],  # the answer's post
+    "herd client": [("fabkv::bench::Runner::LoadThread::issue(", 1),  # GET built and posted
+                    ("fabkv::herd::(anonymous namespace)::HerdClient::complete(", 1)],  # answer
+    "echo server": [("fabkv::perf::(anonymous namespace)::PerfServer::respond_st(", 1),
+                    ("fabkv::fabric::Endpoint::recv(", 1)],          # the buffer reposted
+    "echo client": [("fabkv::fabric::Endpoint::send(", 1),
+                    ("fabkv::perf::(anonymous namespace)::PerfClient::on_completion(", 0)],
+}
+SHM = [("smr_start_common", 1), ("util_get_msg", 1)]  # one inbound message into its buffer
+
+def parse(path):
+    """Per function: calls (summed over call sites) and inclusive instructions."""
+    calls, names, callee = {}, {}, None
+    for line in open(path, errors="replace"):
+        if line.startswith(("fn=", "cfn=")):
+            key, val = line.rstrip("\n").split("=", 1)
+            m = re.match(r"\((\d+)\)(?: (.*))?", val)
+            if m:
+                if m.group(2): names[m.group(1)] = m.group(2)
+                val = names.get(m.group(1), "")
+            if key == "cfn": callee = val
+        elif line.startswith("calls=") and callee is not None:
+            calls[callee] = calls.get(callee, 0) + int(line.split("=")[1].split()[0])
+            callee = None
+    txt = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
+                          "--auto=no", path], capture_output=True, text=True).stdout
+    incl = {}
+    for line in txt.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(\S.*?)\s*$", line)
+        if not m: continue
+        name = re.sub(r" \[/.*\]$", "", m.group(2))
+        name = name[4:] if name.startswith("???:") else re.sub(r"^[^ (]*?:", "", name, count=1)
+        incl.setdefault(name, int(m.group(1).replace(",", "")))
+    return calls, incl
+
+def header(path, key):
+    for line in open(path):
+        if line.startswith(key): return line[len(key):].strip()
+    return ""
+
+sides = []
+for path in sorted(glob.glob(os.path.join(out, "cg.*"))):
+    c = header(path, "cmd:")
+    exe = os.path.basename(c.split()[0]) if c else "?"
+    padded = " " + c + " "
+    if exe == "fabkv-server": who = "herd server"
+    elif exe == "fabkv-bench": who = "herd client"
+    elif exe == "fabkv-perf" and " serve " in padded: who = "echo server"
+    elif exe == "fabkv-perf" and " client " in padded: who = "echo client"
+    else: continue
+    sides.append((who, path))
+
+for who, path in sorted(sides):
+    calls, incl = parse(path)
+    n = sum(v for k, v in calls.items() if k.startswith(SEND))
+    if n == 0: continue
+    total = int(header(path, "summary:") or header(path, "totals:") or 0)
+    parts = [(w, incl[k] / (calls[k] if per_call else n))
+             for w, per_call in WORK[who] + SHM for k in incl if k.startswith(w) and calls.get(k)]
+    work = sum(v for _, v in parts)
+    print(f"== {who}: {n} requests; per request: {total / n:,.0f} instructions in all (spinning "
+          f"polls included), {work:,.0f} in the per-message work   ({os.path.basename(path)})")
+    print("   work: " + ", ".join(f"{w.rstrip('(').split('::')[-1]} {v:,.0f}" for w, v in parts))
+    # Functions called about once or a few times per request: the work, not the spinning.
+    rows = [(incl[f] / n, k / n, f) for f, k in calls.items()
+            if f in incl and 0.5 * n <= k <= 4 * n]
+    for per, ratio, f in sorted(rows, reverse=True)[:top]:
+        print(f"   {per:8,.0f}  {ratio:4.1f}x  {f[:120]}")
+EOF
