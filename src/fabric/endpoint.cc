@@ -60,6 +60,7 @@ void Endpoint::open_common(fi_info* base) {
   info->rx_attr->size = options_.rx_depth;
   int ret = fi_endpoint(fabric_.domain(), info, &ep_, nullptr);
   inject_size_ = info->tx_attr->inject_size;
+  max_msg_size_ = fabric_.max_msg_size();
   // libfabric 2.1's shm and tcp providers never read FI_MORE (docs/fabric.md, "Doorbell
   // batching"): there it only steers a post away from the cheaper fi_inject* call.
   const std::string& prov = fabric_.provider_name();

@@ -191,6 +191,7 @@ class Endpoint {
   fid_cntr* write_cntr_ = nullptr;   // ofi_rxm: keeps its inlined WRITEs off a crashing path
   int wait_fd_ = -1;                 // waitable: the CQ's FI_GETWAIT descriptor
   size_t inject_size_ = 0;
+  size_t max_msg_size_ = 0;    // the provider's, kept at open: send() checks it on every post
   bool more_ignored_ = false;  // the provider does nothing with FI_MORE
   bool shutdown_ = false;
   bool remote_write_takes_recv_ = false;  // FI_RX_CQ_DATA mode: remote WRITEs consume a receive

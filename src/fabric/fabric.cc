@@ -135,6 +135,7 @@ std::unique_ptr<Fabric> Fabric::open(const FabricOptions& o) {
   f->reason_ = choice.reason;
   f->type_ = o.type;
   f->provider_name_ = f->info_->fabric_attr->prov_name;
+  f->is_shm_ = f->provider_name_ == "shm";
   // One thread drives a Fabric's domain, its data and its control calls alike (endpoint.h),
   // so libfabric may drop the locks of its progress path: FI_THREAD_DOMAIN with
   // FI_PROGRESS_CONTROL_UNIFIED (fi_domain(3)). Without it every CQ read on shm took and

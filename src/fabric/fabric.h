@@ -45,7 +45,9 @@ class Fabric {
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
 
-  const std::string& provider_name() const { return provider_name_; }   // e.g. "tcp;ofi_rxm"
+  const std::string& provider_name() const { return provider_name_; }  // e.g. "tcp;ofi_rxm"
+  // provider_name() == "shm", kept at open: fabric/isolation.cc asks on every post.
+  bool is_shm() const { return is_shm_; }
   const std::string& requested_provider() const { return requested_; }  // e.g. "tcp"
   const std::string& choice_reason() const { return reason_; }
   EndpointType type() const { return type_; }
@@ -76,6 +78,7 @@ class Fabric {
   fid_domain* domain_ = nullptr;
   std::string provider_name_, requested_, reason_;
   EndpointType type_ = EndpointType::kRdm;
+  bool is_shm_ = false;
   std::atomic<uint64_t> next_key_{1};
 };
 

@@ -21,7 +21,7 @@ namespace {
 constexpr size_t kShmInlineMax = 192;
 constexpr size_t kShmInjectMax = 4096;
 
-bool is_shm(const Fabric& f) { return f.provider_name() == "shm"; }
+bool is_shm(const Fabric& f) { return f.is_shm(); }
 
 // Gone, or a zombie whose parent has not reaped it yet (it runs no more code either way).
 bool process_dead(long pid) {
