@@ -39,8 +39,14 @@ inline Response execute_one(E& e, const Request& r) {
 // direct and inlined) or Engine (virtual calls). Owner thread only.
 template <class E, class Done>
 inline void run_pipeline(E& e, std::span<const Request> reqs, Done&& done, size_t gap) {
-  if (gap == 0) gap = tuning::kDefaultStageGap;
   const size_t n = reqs.size();
+  // A batch of one (a single client at window 1: every round of the worker) has no other
+  // request to overlap its misses with; the prefetches would only add their own lookups.
+  if (n == 1) {
+    done(0, execute_one(e, reqs[0]));
+    return;
+  }
+  if (gap == 0) gap = tuning::kDefaultStageGap;
   for (size_t i = 0; i < n + 2 * gap; ++i) {
     if (i < n) e.prefetch_index(reqs[i].hash);
     if (i >= gap && i - gap < n) e.prefetch_item(reqs[i - gap].hash);
