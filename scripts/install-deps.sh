@@ -15,7 +15,6 @@ PACKAGES=(
   memcached redis-server libmemcached-tools libmemcached-dev python3-pylibmc python3-pymemcache
   nutcracker
   iproute2 python3 python3-matplotlib
-  valgrind
   python3-dev python3-venv pybind11-dev python3-pytest python3-mypy
 )
 

@@ -21,7 +21,7 @@ BUILD=${BUILD:-$ROOT/build}
 OUT=${1:-$BUILD/perf-callgrind}
 DURATION=${DURATION:-4}
 TOP=${TOP:-12}
-command -v valgrind >/dev/null || { echo "valgrind missing (scripts/install-deps.sh)"; exit 1; }
+command -v valgrind >/dev/null || { echo "valgrind missing: apt-get install valgrind (not part of make test's packages)"; exit 1; }
 ninja -C "$BUILD" fabkv-bench fabkv-server fabkv-perf >/dev/null
 mkdir -p "$OUT"
 rm -f "$OUT"/cg.* "$OUT"/*.jsonl
