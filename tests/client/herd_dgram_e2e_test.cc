@@ -212,5 +212,17 @@ TEST(HerdDgram, AClientWithoutDatagramEndpointsIsRefusedNamingBothSides) {
   EXPECT_NE(err.find("--herd-responses rdm"), std::string::npos) << err;
 }
 
+// shm has no datagram endpoints: a server asked to answer by datagram there stops at start and
+// says what to serve with instead.
+TEST(HerdDgram, AServerOnShmStopsAtStartNamingTheWayOut) {
+  testing::Child server({FABKV_SERVER_BIN, "--provider", "shm", "--listen", "127.0.0.1:0",
+                         "--herd-responses", "dgram", "--workers", "1"});
+  const int status = server.proc().wait(Deadline::after_ms(20000));
+  const std::string err = server.stderr_excerpt();
+  EXPECT_GT(status, 0) << err;
+  EXPECT_NE(err.find("shm has none"), std::string::npos) << err;
+  EXPECT_NE(err.find("--provider tcp"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace fabkv

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "fabric/error.h"
 #include "proto/herd/dgram.h"
 #include "proto/herd/options.h"
 #include "proto/rpc/server.h"
@@ -22,10 +23,19 @@ class HerdServer final : public rpc::TransportServer {
       : TransportServer(w, p, rpc::RpcServer::Config{}), responses_(w.settings().herd.responses) {}
 
   void open() override {
-    if (responses_ == Responses::kDgram)
-      dgram_ = std::make_unique<DgramSender>(worker_.fabric(), max_clients_,
-                                             worker_.settings().herd.test_drop_responses,
-                                             worker_.index() > 0);
+    if (responses_ == Responses::kDgram) {
+      try {
+        dgram_ = std::make_unique<DgramSender>(worker_.fabric(), max_clients_,
+                                               worker_.settings().herd.test_drop_responses,
+                                               worker_.index() > 0);
+      } catch (const fabric::FabricError& e) {
+        throw std::runtime_error(
+            fmt::format("{}; --herd-responses dgram needs datagram endpoints beside the "
+                        "{} provider (tcp has udp's; shm has none): serve with "
+                        "--provider tcp, or answer by --herd-responses rdm",
+                        e.what(), worker_.fabric().provider_name()));
+      }
+    }
     TransportServer::open();
   }
 
