@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "common/bytes.h"
+
 namespace fabkv::bench {
 
 const char* to_string(Distribution d) { return d == Distribution::kUniform ? "uniform" : "zipf"; }
@@ -145,27 +147,35 @@ std::string make_key(uint64_t id, uint32_t key_size) {
 }
 
 namespace {
-constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
-
 // The bytes of (id, version)'s value after its 8-digit version, in order: the single
-// definition make_value and check_value share. Each splitmix64 draw gives 10 characters.
+// definition make_value and check_value share. Each splitmix64 draw gives 8 characters, one
+// per byte: its low 6 bits offset to '0' ('0'..'o', printable ASCII without space). Whole
+// words, so that the check of every GET, which the load thread pays between an answer and its
+// next request, is a few instructions per 8 bytes (docs/results/perf-callgrind-2026-11-27.md).
+// Byte order is the host's (make_value and check_value run on the same kind of host).
 class ValueTail {
  public:
   ValueTail(uint64_t id, uint32_t version)
       : r_(id * 0x9E3779B97F4A7C15ULL ^ (static_cast<uint64_t>(version) << 32 | version)) {}
   void fill(char* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      if (left_ == 0) bits_ = r_.next(), left_ = 10;
-      p[i] = kAlphabet[bits_ & 63];
-      bits_ >>= 6;
-      --left_;
+    for (size_t at = 0; at < n; at += 8) {
+      const uint64_t w = next_word();
+      std::memcpy(p + at, &w, std::min<size_t>(8, n - at));
     }
+  }
+  // True when the n bytes at p are what fill() writes.
+  bool matches(const char* p, size_t n) {
+    size_t at = 0;
+    for (; at + 8 <= n; at += 8)
+      if (bytes::load<uint64_t>(p + at) != next_word()) return false;
+    if (at == n) return true;
+    const uint64_t w = next_word();
+    return std::memcmp(&w, p + at, n - at) == 0;
   }
 
  private:
+  uint64_t next_word() { return (r_.next() & 0x3F3F3F3F3F3F3F3FULL) + 0x3030303030303030ULL; }
   Rng r_;
-  uint64_t bits_ = 0;
-  int left_ = 0;
 };
 
 // Hex digit values of make_value's spelling (lowercase), -1 for anything else: a table, as the
@@ -191,6 +201,12 @@ bool parse_version(std::string_view value, uint32_t* version) {
   *version = v;
   return bad >= 0;
 }
+
+// After parse_version accepted exactly 8 lowercase hex digits (make_value's own spelling of
+// `version`): the rest, generated a word at a time and compared.
+bool tail_matches(uint64_t id, uint32_t version, std::string_view value) {
+  return ValueTail(id, version).matches(value.data() + 8, value.size() - 8);
+}
 }  // namespace
 
 void make_value(uint64_t id, uint32_t version, uint32_t value_size, std::string* out) {
@@ -203,17 +219,8 @@ void make_value(uint64_t id, uint32_t version, uint32_t value_size, std::string*
 
 bool check_value(uint64_t id, uint32_t value_size, std::string_view value) {
   uint32_t version = 0;
-  if (value.size() != value_size || !parse_version(value, &version)) return false;
-  // parse_version accepted exactly 8 lowercase hex digits: make_value's own spelling of
-  // `version`. The rest is generated a chunk at a time and compared.
-  ValueTail tail(id, version);
-  char expect[256];
-  for (size_t at = 8; at < value.size(); at += sizeof(expect)) {
-    const size_t n = std::min(sizeof(expect), value.size() - at);
-    tail.fill(expect, n);
-    if (std::memcmp(expect, value.data() + at, n) != 0) return false;
-  }
-  return true;
+  if (!parse_version(value, &version)) return false;
+  return value.size() == value_size && tail_matches(id, version, value);
 }
 
 uint32_t value_size_for(const WorkloadSpec& w, uint64_t id, uint32_t version) {
@@ -225,7 +232,7 @@ uint32_t value_size_for(const WorkloadSpec& w, uint64_t id, uint32_t version) {
 bool check_value(uint64_t id, const WorkloadSpec& w, std::string_view value) {
   uint32_t version = 0;
   if (!parse_version(value, &version)) return false;
-  return check_value(id, value_size_for(w, id, version), value);
+  return value.size() == value_size_for(w, id, version) && tail_matches(id, version, value);
 }
 
 std::shared_ptr<const ScrambledZipfian> make_zipf(const WorkloadSpec& spec) {

@@ -3,6 +3,7 @@
 // scrambling preserves the distribution over keys, same seed gives the same sequence.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <map>
 
@@ -184,10 +185,16 @@ TEST(Workload, KeysAndValuesAreDeterministicAndChecked) {
   EXPECT_TRUE(check_value(42, 32, v));
   EXPECT_FALSE(check_value(43, 32, v)) << "another key's value must not pass";
   EXPECT_FALSE(check_value(42, 32, v.substr(0, 31))) << "a truncated value";
-  for (size_t i = 0; i < v.size(); ++i) {
-    std::string bad = v;
-    bad[i] = bad[i] == 'a' ? 'b' : 'a';
-    EXPECT_FALSE(check_value(42, 32, bad)) << "byte " << i;
+  // Every byte is checked, in whole words and in a last partial one (35: 8 + 3 x 8 + 3).
+  for (uint32_t size : {32u, 35u}) {
+    make_value(42, 7, size, &v);
+    ASSERT_TRUE(check_value(42, size, v)) << size;
+    for (size_t i = 0; i < v.size(); ++i) {
+      EXPECT_TRUE(std::isgraph(static_cast<unsigned char>(v[i]))) << "printable, no space: " << i;
+      std::string bad = v;
+      bad[i] = bad[i] == 'a' ? 'b' : 'a';
+      EXPECT_FALSE(check_value(42, size, bad)) << "size " << size << ", byte " << i;
+    }
   }
 }
 
