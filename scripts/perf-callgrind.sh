@@ -10,7 +10,8 @@
 #   scripts/perf-callgrind.sh [OUT_DIR]      default OUT_DIR: build/perf-callgrind
 #
 # Environment: BUILD, DURATION (measured seconds under callgrind, 4), TOP (functions per side
-# in the table, 12). Prints, per process, instructions per request in total (the spinning
+# in the table, 12), SYSTEM (the fabkv protocol measured, herd; another RPC protocol such as
+# server-reply, rfrpc or hydradb gets the per-call cost of the RPC path they share instead). Prints, per process, instructions per request in total (the spinning
 # polls included: that share depends on the other side's pace) and in the functions that
 # only run when there is a message ("work": fabkv's request handling, the post, and shm's
 # per-message progress), then the top inclusive functions per request.
@@ -21,6 +22,7 @@ BUILD=${BUILD:-$ROOT/build}
 OUT=${1:-$BUILD/perf-callgrind}
 DURATION=${DURATION:-4}
 TOP=${TOP:-12}
+SYSTEM=${SYSTEM:-herd}
 command -v valgrind >/dev/null || { echo "valgrind missing: apt-get install valgrind (not part of make test's packages)"; exit 1; }
 ninja -C "$BUILD" fabkv-bench fabkv-server fabkv-perf >/dev/null
 mkdir -p "$OUT"
@@ -29,7 +31,7 @@ rm -f "$OUT"/cg.* "$OUT"/*.jsonl
 # Children too (the server fabkv-bench starts, fabkv-perf's roles); one file per process.
 VG=(valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$OUT/cg.%p")
 
-"${VG[@]}" "$BUILD/bin/fabkv-bench" --provider shm --systems fabkv:herd --clients 1 --window 1 \
+"${VG[@]}" "$BUILD/bin/fabkv-bench" --provider shm --systems "fabkv:$SYSTEM" --clients 1 --window 1 \
   --read-ratio 1 --distribution uniform --keys 100 --key-size 16 --value-size 32 \
   --duration "$DURATION" --warmup 0 --timeout-ms 60000 --quiet --json "$OUT/kv.jsonl" \
   >"$OUT/herd.log" 2>&1
@@ -37,10 +39,10 @@ VG=(valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$OUT/cg
   --window 1 --sizes 48 --duration "$DURATION" --log warn --json "$OUT/echo.jsonl" \
   >"$OUT/echo.log" 2>&1
 
-python3 - "$OUT" "$TOP" <<'EOF'
+python3 - "$OUT" "$TOP" "$SYSTEM" <<'EOF'
 import glob, os, re, subprocess, sys
 
-out, top = sys.argv[1], int(sys.argv[2])
+out, top, system = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 SEND = "fabkv::fabric::Endpoint::send("
 # The work of one request without the polls that find nothing, per side: functions that run
 # once per message (per call: the fill's PUTs go through other callers), none inside another;
@@ -57,6 +59,19 @@ WORK = {
                     ("fabkv::perf::(anonymous namespace)::PerfClient::on_completion(", 0)],
 }
 SHM = [("smr_start_common", 1), ("util_get_msg", 1)]  # one inbound message into its buffer
+# The RPC path every RPC protocol shares (herd, server-reply, rfrpc, hydradb, ...), per call:
+# what another SYSTEM's run is compared by. Its requests reach the server by WRITE or by SEND
+# and its answers come back by SEND, WRITE or READ, so the per-message work has no common
+# list of functions beyond these.
+SHARED = {
+    "client": ["fabkv::bench::Runner::LoadThread::issue(",      # GET built and posted
+               "fabkv::rpc::RpcClient::submit(",                # of which: the RPC's request
+               "fabkv::rpc::RpcClient::answer(",                # an answer matched, callback run
+               "fabkv::bench::Runner::LoadThread::complete("],  # of which: the value checked
+    "server": ["fabkv::rpc::RpcServer::accept_st(",             # a request taken
+               "fabkv::rpc::RpcServer::flush_st(",              # engine, answers built
+               "fabkv::server::Worker::send_replies_st("],      # the answers posted
+}
 
 def parse(path):
     """Per function: calls (summed over call sites) and inclusive instructions."""
@@ -93,15 +108,29 @@ for path in sorted(glob.glob(os.path.join(out, "cg.*"))):
     c = header(path, "cmd:")
     exe = os.path.basename(c.split()[0]) if c else "?"
     padded = " " + c + " "
-    if exe == "fabkv-server": who = "herd server"
-    elif exe == "fabkv-bench": who = "herd client"
+    if exe == "fabkv-server": who = f"{system} server"
+    elif exe == "fabkv-bench": who = f"{system} client"
     elif exe == "fabkv-perf" and " serve " in padded: who = "echo server"
     elif exe == "fabkv-perf" and " client " in padded: who = "echo client"
     else: continue
     sides.append((who, path))
 
+requests = 0
 for who, path in sorted(sides):
     calls, incl = parse(path)
+    if who not in WORK:  # another RPC protocol: the shared path's functions, per call
+        kind = who.split()[-1]
+        if kind == "client":
+            requests = sum(v for k, v in calls.items() if k.startswith(SHARED["client"][0]))
+        n = requests
+        if n == 0: continue
+        print(f"== {who}: {n} requests; the shared RPC path, instructions per call "
+              f"(calls per request)   ({os.path.basename(path)})")
+        for f in SHARED[kind]:
+            for k in incl:
+                if k.startswith(f) and calls.get(k):
+                    print(f"   {incl[k] / calls[k]:8,.0f}  {calls[k] / n:4.1f}x  {k[:110]}")
+        continue
     n = sum(v for k, v in calls.items() if k.startswith(SEND))
     if n == 0: continue
     total = int(header(path, "summary:") or header(path, "totals:") or 0)
