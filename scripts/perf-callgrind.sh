@@ -9,9 +9,11 @@
 #
 #   scripts/perf-callgrind.sh [OUT_DIR]      default OUT_DIR: build/perf-callgrind
 #
-# Environment: BUILD, DURATION (measured seconds under callgrind, 4), TOP (functions per side
+# Environment: REUSE (set: no runs, the tables from OUT_DIR's earlier files), BUILD, DURATION (measured seconds under callgrind, 4), TOP (functions per side
 # in the table, 12), SYSTEM (the fabkv protocol measured, herd; another RPC protocol such as
-# server-reply, rfrpc or hydradb gets the per-call cost of the RPC path they share instead). Prints, per process, instructions per request in total (the spinning
+# server-reply, rfrpc or hydradb gets the per-call cost of the RPC path they share instead),
+# CLIENTS and WINDOW (1 and 1; the echo then runs one client at window CLIENTS x WINDOW, the
+# saturation pairing of scripts/perf-goals.sh). Prints, per process, instructions per request in total (the spinning
 # polls included: that share depends on the other side's pace) and in the functions that
 # only run when there is a message ("work": fabkv's request handling, the post, and shm's
 # per-message progress), then the top inclusive functions per request.
@@ -23,21 +25,25 @@ OUT=${1:-$BUILD/perf-callgrind}
 DURATION=${DURATION:-4}
 TOP=${TOP:-12}
 SYSTEM=${SYSTEM:-herd}
+CLIENTS=${CLIENTS:-1}
+WINDOW=${WINDOW:-1}
 command -v valgrind >/dev/null || { echo "valgrind missing: apt-get install valgrind (not part of make test's packages)"; exit 1; }
 ninja -C "$BUILD" fabkv-bench fabkv-server fabkv-perf >/dev/null
 mkdir -p "$OUT"
+if [[ -z ${REUSE:-} ]]; then  # REUSE=1: only the tables, from OUT_DIR's files of an earlier run
 rm -f "$OUT"/cg.* "$OUT"/*.jsonl
 
 # Children too (the server fabkv-bench starts, fabkv-perf's roles); one file per process.
 VG=(valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$OUT/cg.%p")
 
-"${VG[@]}" "$BUILD/bin/fabkv-bench" --provider shm --systems "fabkv:$SYSTEM" --clients 1 --window 1 \
+"${VG[@]}" "$BUILD/bin/fabkv-bench" --provider shm --systems "fabkv:$SYSTEM" --clients "$CLIENTS" --window "$WINDOW" \
   --read-ratio 1 --distribution uniform --keys 100 --key-size 16 --value-size 32 \
   --duration "$DURATION" --warmup 0 --timeout-ms 60000 --quiet --json "$OUT/kv.jsonl" \
   >"$OUT/herd.log" 2>&1
 "${VG[@]}" "$BUILD/bin/fabkv-perf" --provider shm --mode echo --echo send-send --clients 1 \
-  --window 1 --sizes 48 --duration "$DURATION" --log warn --json "$OUT/echo.jsonl" \
+  --window $((CLIENTS * WINDOW)) --sizes 48 --duration "$DURATION" --log warn --json "$OUT/echo.jsonl" \
   >"$OUT/echo.log" 2>&1
+fi
 
 python3 - "$OUT" "$TOP" "$SYSTEM" <<'EOF'
 import glob, os, re, subprocess, sys
@@ -49,8 +55,9 @@ SEND = "fabkv::fabric::Endpoint::send("
 # shm's progress of one inbound message on every side. (name, per call; else per request)
 WORK = {
     "herd server": [("fabkv::server::Worker::on_completion_st(", 1),  # receive, check, collect
-                    ("fabkv::rpc::RpcServer::flush_st(", 1),          # engine, answer built
-                    ("fabkv::server::Worker::send_replies_st(", 1)],  # the answer's post
+                    # Per request: a round's batch may hold several (CLIENTS, WINDOW > 1).
+                    ("fabkv::rpc::RpcServer::flush_st(", 0),          # engine, answers built
+                    ("fabkv::server::Worker::send_replies_st(", 0)],  # the answers' posts
     "herd client": [("fabkv::bench::Runner::LoadThread::issue(", 1),  # GET built and posted
                     ("fabkv::herd::(anonymous namespace)::HerdClient::complete(", 1)],  # answer
     "echo server": [("fabkv::perf::(anonymous namespace)::PerfServer::respond_st(", 1),

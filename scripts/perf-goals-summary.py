@@ -83,29 +83,42 @@ def main():
                 print(f"- {name} / {o['system']}: {best['throughput_ops'] / o['throughput_ops']:.1f}x "
                       f"throughput, p50 {best['latency_us']['p50'] / o['latency_us']['p50']:.3f}x")
 
-    sat = [(w, echo_of(f"sat-{w}", "send-send"), kv_of(f"sat-{w}", "fabkv:herd")) for w in (4, 16)]
-    if any(e and k for _, e, k in sat):
+    sat = [(w, echo_of(f"sat-{w}", "send-send"), kv_of(f"sat-{w}", "fabkv:herd"),
+            kv_of(f"null-sat-{w}", "null")) for w in (4, 16)]
+    if any(e and k for _, e, k, _ in sat):
         print("\n## 3. Saturation (shm, 8 clients; echo: one client at window 8 x W)\n")
-        print("| window | echo send-send | herd | herd / echo | server CPU s per M requests |")
-        print("|---|---|---|---|---|")
-        for w, e, k in sat:
+        print("Which side bounds: the server's busy share is 1 - (its poll rounds/s under load) / "
+              "(its rounds/s idle); the load thread's own share is its CPU per request against "
+              "the null target at the same clients and window, over herd's time per request "
+              "(1 / throughput: the one load thread spins the whole run).\n")
+        print("| window | echo send-send | herd | herd / echo | server CPU s per M requests "
+              "| server busy | load thread's own share | bound by |")
+        print("|---|---|---|---|---|---|---|---|")
+        for w, e, k, n in sat:
             if not (e and k):
                 continue
             cpu = k.get("server_cpu_s")
             per_m = f"{cpu / k['requests'] * 1e6:.2f}" if cpu else "-"
+            busy = (k.get("server_busy") or {}).get("fraction")
+            own = None
+            if n and n.get("load_cpu_us_per_request") is not None:
+                own = n["load_cpu_us_per_request"] / (1e6 / k["throughput_ops"])
+            bound = "-" if busy is None else ("server" if busy >= 0.9 else "load thread")
             print(f"| {w} | {e['throughput_ops'] / 1e6:.3f} M/s | {k['throughput_ops'] / 1e6:.3f} M/s "
-                  f"| **{k['throughput_ops'] / e['throughput_ops']:.2f}** | {per_m} |")
+                  f"| **{k['throughput_ops'] / e['throughput_ops']:.2f}** | {per_m} "
+                  f"| {'-' if busy is None else f'{busy:.2f}'} "
+                  f"| {'-' if own is None else f'{own:.2f}'} | {bound} |")
 
     null = [k for k in kv if k.get("round", "").startswith("null-")]
     if null:
         print("\n## 4. The load generator against the null target\n")
-        print("| window | requests/s | load CPU per request | GETs checked |")
-        print("|---|---|---|---|")
+        print("| clients | window | requests/s | load CPU per request | GETs checked |")
+        print("|---|---|---|---|---|")
         for k in null:
             cpu = k.get("load_cpu_us_per_request")
-            print(f"| {k['window']} | {k['throughput_ops'] / 1e6:.2f} M "
+            print(f"| {k['clients']} | {k['window']} | {k['throughput_ops'] / 1e6:.2f} M "
                   f"| {cpu:.3f} us | {k['check']['gets_checked']} |" if cpu is not None else
-                  f"| {k['window']} | {k['throughput_ops'] / 1e6:.2f} M | - | - |")
+                  f"| {k['clients']} | {k['window']} | {k['throughput_ops'] / 1e6:.2f} M | - | - |")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@
 #   3. saturation, 8 clients at window 4 and 16: fabkv:herd against the SEND/SEND echo with
 #      the same requests outstanding (one load thread each: fabkv-perf's client at window
 #      8 x W), and the server's CPU per million requests;
-#   4. the load generator's own CPU per request against the null target (window 1 and 4).
+#   4. the load generator's own CPU per request against the null target (1 client at window 1
+#      and 4, and the saturation shapes: which side bounds saturation).
 #
 #   scripts/perf-goals.sh [OUT_DIR]       default OUT_DIR: build/perf-goals
 #
@@ -76,6 +77,10 @@ if "$BUILD/bin/fabkv-bench" --help | grep -q '\bnull\b'; then
   for w in 1 4; do
     echo "== load generator against the null target, window $w"
     kv_run shm null 1 "$w" "null-$w"
+  done
+  for w in 4 16; do
+    echo "== load generator against the null target, 8 clients x window $w (saturation's shape)"
+    kv_run shm null 8 "$w" "null-sat-$w"
   done
 fi
 python3 "$ROOT/scripts/perf-goals-summary.py" "$OUT" | tee "$OUT/summary.md"
