@@ -679,6 +679,35 @@ class PyCluster {
     return failed;
   }
 
+  // The number of keys that were there; every server's share posted before any answer is
+  // awaited. A key whose servers failed raises (its value may still be there), as
+  // Client.delete_many does; the message says how many failed.
+  size_t delete_multi(py::iterable keys) {
+    Keys ks(keys);
+    std::vector<Status> got;
+    std::string detail;
+    cluster_.call([&](Cluster& c) {
+      auto before = failures(c);
+      got = c.del_multi(ks.bytes);
+      detail = what_failed(c, before);
+      return 0;
+    });
+    size_t deleted = 0, failed = 0;
+    Status first = Status::kOk;
+    size_t first_len = 0;
+    for (size_t j = 0; j < got.size(); ++j) {
+      if (got[j] == Status::kOk) {
+        ++deleted;
+      } else if (got[j] != Status::kNotFound) {
+        if (failed++ == 0) first = got[j], first_len = ks.bytes[j].size();
+      }
+    }
+    if (failed > 0)
+      raise_status(first, "delete_multi", first_len, 0, 0,
+                   fmt::format("{} of {} keys failed; {}", failed, got.size(), detail));
+    return deleted;
+  }
+
   py::object server_for_key(py::handle key) {
     ByteArg k(key, "key");
     size_t i = cluster_.call([&](Cluster& c) { return c.server_for_key(k.view()); });
@@ -929,7 +958,12 @@ as Client's do, with the GIL released.)")
            py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
            "Stores every key: value of the mapping, each server's share pipelined; returns the "
            "keys not stored (raises only when none was).")
+      .def("delete_multi", &PyCluster::delete_multi, py::arg("keys"),
+           "Deletes every key, each server's share pipelined; returns how many were there. "
+           "Raises when a key's servers failed (the message says how many).")
       .def("get_many", &PyCluster::get_multi, py::arg("keys"), "get_multi's other name.")
+      .def("delete_many", &PyCluster::delete_multi, py::arg("keys"),
+           "delete_multi's other name (pymemcache's).")
       .def("set_many", &PyCluster::put_multi, py::arg("mapping"), py::kw_only(),
            py::arg("expire") = py::none(), py::arg("expire_at") = py::none(),
            "put_multi's other name.")

@@ -39,6 +39,9 @@ def test_set_many_get_many_delete_many(herd_server):
         assert cl.set_many({"c1": b"1", "c2": b"2"}, expire=60) == []
         assert cl.get_many(["c1", "c2", "c3"]) == {"c1": b"1", "c2": b"2"}
         assert cl.get_multi(["c1"]) == {"c1": b"1"}
+        assert cl.delete_many(["c1", b"c2", "c3"]) == 2
+        assert cl.get_many(["c1", "c2"]) == {}
+        assert cl.delete_multi([]) == 0
 
 
 def test_many_refuses_what_can_never_be_stored(herd_server):

@@ -179,6 +179,25 @@ def test_a_dead_server_costs_only_its_keys(start_server, provider):
 
 
 @pytest.mark.server
+def test_delete_multi_says_how_many_keys_it_could_not_delete(start_server, provider):
+    servers = start_three(start_server, provider)
+    # Not ejected: the dead server's keys stay its own (with ejection they would move to the
+    # others, where a delete finds nothing).
+    with cluster_of(servers, timeout_ms=1000, auto_eject_hosts=False) as c:
+        keys = [f"dm{i}" for i in range(60)]
+        c.put_multi({k: b"v" for k in keys})
+        on = {k: c.server_for_key(k) for k in keys}
+        assert c.delete_multi(keys[:10] + ["dm-missing"]) == 10
+        servers[2].kill()
+        dead = sum(1 for k in keys[10:] if on[k] == 2)
+        assert 0 < dead < 50
+        with pytest.raises(fabkv.Error, match=f"{dead} of 50 keys failed"):
+            c.delete_many(keys[10:])
+        # The live servers' keys are gone all the same.
+        assert c.get_multi([k for k in keys if on[k] != 2]) == {}
+
+
+@pytest.mark.server
 def test_a_hung_server_times_out_its_keys_with_the_gil_released(start_server, provider):
     servers = start_three(start_server, provider)
     with cluster_of(servers, timeout_ms=1500) as c:

@@ -513,11 +513,25 @@ std::vector<Cluster::GetResult> Cluster::get_multi(const std::vector<std::string
 
 std::vector<Status> Cluster::put_multi(
     const std::vector<std::pair<std::string, std::string>>& items, uint32_t expire_at) {
-  auto results = std::make_shared<std::vector<Status>>(items.size(), Status::kError);
+  return write_multi(items.size(), [&](size_t j, Callback cb) {
+    return fan_out(true, items[j].first, items[j].second, expire_at, std::move(cb));
+  });
+}
+
+std::vector<Status> Cluster::del_multi(const std::vector<std::string>& keys) {
+  return write_multi(keys.size(), [&](size_t j, Callback cb) {
+    return fan_out(false, keys[j], {}, 0, std::move(cb));
+  });
+}
+
+// put_multi's and del_multi's loop: request j is started by start(j, its callback), all before
+// any answer is awaited; result[j] is its status.
+std::vector<Status> Cluster::write_multi(size_t n,
+                                         const std::function<Status(size_t, Callback)>& start) {
+  auto results = std::make_shared<std::vector<Status>>(n, Status::kError);
   housekeeping();  // once, as get_multi
-  for (size_t j = 0; j < items.size(); ++j) {
-    Status st = fan_out(true, items[j].first, items[j].second, expire_at,
-                        [results, j](Status s, std::string_view, uint64_t) { (*results)[j] = s; });
+  for (size_t j = 0; j < n; ++j) {
+    Status st = start(j, [results, j](Status s, std::string_view, uint64_t) { (*results)[j] = s; });
     if (st != Status::kOk) (*results)[j] = st;
   }
   wait_all();

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -104,6 +105,10 @@ class Cluster {
   // pylibmc's set_multi); result[i] is items[i]'s status, with replicas as put's.
   std::vector<Status> put_multi(const std::vector<std::pair<std::string, std::string>>& items,
                                 uint32_t expire_at = 0);
+  // Deletes each key, every server's share posted before any answer is awaited (as pylibmc's
+  // delete_multi); result[i] is keys[i]'s status (kNotFound: it was not there), with replicas
+  // as put's.
+  std::vector<Status> del_multi(const std::vector<std::string>& keys);
 
   // ---- asynchronous calls, as Client's: kOk once posted (the callback then runs exactly once
   // from poll()/flush()); anything else means nothing was sent and no callback will run.
@@ -161,6 +166,7 @@ class Cluster {
   Status fan_out(bool put, std::string_view key, std::string_view value, uint32_t expire_at,
                  Callback cb);
   Status wait_all();
+  std::vector<Status> write_multi(size_t n, const std::function<Status(size_t, Callback)>& start);
 
   ClusterOptions o_;
   std::vector<std::unique_ptr<Member>> members_;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,14 +95,14 @@ TEST_F(ClusterE2E, EveryKeyIsOnTheServerTheRingGivesAndNowhereElse) {
   EXPECT_EQ(requests, n);
 }
 
-// Random puts, gets, deletes, multi-puts and multi-gets through a cluster, against a std::map (keys
-// of their own per seed: the clusters of one test share servers).
+// Random puts, gets, deletes, multi-puts, multi-gets and multi-deletes through a cluster, against a
+// std::map (keys of their own per seed: the clusters of one test share servers).
 void run_against_model(Cluster& c, uint32_t seed, size_t ops) {
   std::mt19937 rng(seed);
   std::map<std::string, std::string> model;
   for (size_t i = 0; i < ops; ++i) {
     std::string key = fmt::format("m{}-{}", seed, rng() % 500);
-    switch (rng() % 5) {
+    switch (rng() % 6) {
       case 0: {
         std::string v = fmt::format("{}-{}", key, rng());
         ASSERT_EQ(c.put(key, v), Status::kOk);
@@ -133,6 +134,16 @@ void run_against_model(Cluster& c, uint32_t seed, size_t ops) {
           ASSERT_EQ(r[j], Status::kOk) << items[j].first;
           model[items[j].first] = items[j].second;  // a key twice in one call: the last wins
         }
+        break;
+      }
+      case 4: {
+        std::set<std::string> distinct;  // one delete per key: both would be in flight at once
+        for (int j = 0; j < 20; ++j) distinct.insert(fmt::format("m{}-{}", seed, rng() % 500));
+        std::vector<std::string> keys(distinct.begin(), distinct.end());
+        auto r = c.del_multi(keys);
+        ASSERT_EQ(r.size(), keys.size());
+        for (size_t j = 0; j < keys.size(); ++j)
+          ASSERT_EQ(r[j], model.erase(keys[j]) ? Status::kOk : Status::kNotFound) << keys[j];
         break;
       }
       default: {
