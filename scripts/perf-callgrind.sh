@@ -17,6 +17,13 @@
 # polls included: that share depends on the other side's pace) and in the functions that
 # only run when there is a message ("work": fabkv's request handling, the post, and shm's
 # per-message progress), then the top inclusive functions per request.
+#
+# Then, per process, the spinning loop's empty iteration ("idle:"): the instructions of one
+# turn of the loop that waits for the other side, without the per-message work. On shm a
+# message waits, on average, half such a turn before the loop sees it, on each side. It is
+# the loop function's own instructions plus those of every call it makes at least once per
+# two turns (the polls), less the per-message work inside them, per turn; turns are the
+# calls of the function named in LOOP below. IDLE=1 also lists those calls per turn.
 set -euo pipefail
 exec </dev/null
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,10 +52,10 @@ VG=(valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$OUT/cg
   >"$OUT/echo.log" 2>&1
 fi
 
-python3 - "$OUT" "$TOP" "$SYSTEM" <<'EOF'
+python3 - "$OUT" "$TOP" "${IDLE:-0}" <<'EOF'
 import glob, os, re, subprocess, sys
 
-out, top, system = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, top, idle_detail = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 SEND = "fabkv::fabric::Endpoint::send("
 # The work of one request without the polls that find nothing, per side: functions that run
 # once per message (per call: the fill's PUTs go through other callers), none inside another;
@@ -66,23 +73,20 @@ WORK = {
                     ("fabkv::perf::(anonymous namespace)::PerfClient::on_completion(", 0)],
 }
 SHM = [("smr_start_common", 1), ("util_get_msg", 1)]  # one inbound message into its buffer
-# The RPC path every RPC protocol shares (herd, server-reply, rfrpc, hydradb, ...), per call:
-# what another SYSTEM's run is compared by. Its requests reach the server by WRITE or by SEND
-# and its answers come back by SEND, WRITE or READ, so the per-message work has no common
-# list of functions beyond these.
-SHARED = {
-    "client": ["fabkv::bench::Runner::LoadThread::issue(",      # GET built and posted
-               "fabkv::rpc::RpcClient::submit(",                # of which: the RPC's request
-               "fabkv::rpc::RpcClient::answer(",                # an answer matched, callback run
-               "fabkv::bench::Runner::LoadThread::complete("],  # of which: the value checked
-    "server": ["fabkv::rpc::RpcServer::accept_st(",             # a request taken
-               "fabkv::rpc::RpcServer::flush_st(",              # engine, answers built
-               "fabkv::server::Worker::send_replies_st("],      # the answers posted
+# The spinning loop per side: (the function that holds the loop, the function called once per
+# turn: its calls count the turns).
+LOOP = {
+    "herd server": ("fabkv::server::Worker::run_st(", "fabkv::server::Worker::round_st("),
+    "herd client": ("fabkv::bench::Runner::LoadThread::loop(", "fabkv::Client::poll("),
+    "echo server": ("fabkv::perf::run_server(", "fabkv::fabric::Endpoint::poll("),
+    "echo client": ("fabkv::perf::(anonymous namespace)::PerfClient::phase(",
+                    "fabkv::fabric::Endpoint::poll("),
 }
 
 def parse(path):
-    """Per function: calls (summed over call sites) and inclusive instructions."""
-    calls, names, callee = {}, {}, None
+    """Per function: calls (summed over call sites), inclusive instructions, own instructions;
+    per (caller, callee): calls and the instructions spent in them."""
+    calls, names, callee, fn, own, edges, cost_next = {}, {}, None, None, {}, {}, None
     for line in open(path, errors="replace"):
         if line.startswith(("fn=", "cfn=")):
             key, val = line.rstrip("\n").split("=", 1)
@@ -91,9 +95,22 @@ def parse(path):
                 if m.group(2): names[m.group(1)] = m.group(2)
                 val = names.get(m.group(1), "")
             if key == "cfn": callee = val
+            else: fn = val
         elif line.startswith("calls=") and callee is not None:
-            calls[callee] = calls.get(callee, 0) + int(line.split("=")[1].split()[0])
+            k = int(line.split("=")[1].split()[0])
+            calls[callee] = calls.get(callee, 0) + k
+            cost_next = (fn, callee, k)
             callee = None
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            parts = line.split()
+            v = int(parts[1]) if len(parts) > 1 else 0
+            if cost_next is not None:  # the line after calls=: the callee's inclusive cost
+                e = edges.setdefault(cost_next[:2], [0, 0])
+                e[0] += cost_next[2]
+                e[1] += v
+                cost_next = None
+            elif fn is not None:
+                own[fn] = own.get(fn, 0) + v
     txt = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100",
                           "--auto=no", path], capture_output=True, text=True).stdout
     incl = {}
@@ -103,7 +120,23 @@ def parse(path):
         name = re.sub(r" \[/.*\]$", "", m.group(2))
         name = name[4:] if name.startswith("???:") else re.sub(r"^[^ (]*?:", "", name, count=1)
         incl.setdefault(name, int(m.group(1).replace(",", "")))
-    return calls, incl
+    return calls, incl, own, edges
+
+def idle_turn(who, calls, incl, own, edges):
+    """The loop's empty turn: (turns, instructions per turn, [(calls per turn, per turn, callee)])."""
+    loop_fn, turn_fn = LOOP[who]
+    loop = next((f for f in own if f.startswith(loop_fn)), None)
+    turns = sum(v for k, v in calls.items() if k.startswith(turn_fn))
+    if loop is None or turns == 0: return None
+    hot = [(k, v, c) for (f, c), (k, v) in edges.items() if f == loop and k >= turns / 2]
+    direct = {c for (f, c) in edges if f == loop}
+    # Per-message work nested in the hot calls (what the loop calls directly, a post, is in
+    # none of them: its calls are fewer than half the turns).
+    work = sum(incl[k] for w, _ in WORK[who] + SHM for k in incl
+               if k.startswith(w) and calls.get(k) and k not in direct)
+    total = own[loop] + sum(v for _, v, _ in hot) - work
+    return turns, total / turns, [(k / turns, v / turns, c) for c, v, k in
+                                  [(c, v, k) for k, v, c in hot]]
 
 def header(path, key):
     for line in open(path):
@@ -124,20 +157,7 @@ for path in sorted(glob.glob(os.path.join(out, "cg.*"))):
 
 requests = 0
 for who, path in sorted(sides):
-    calls, incl = parse(path)
-    if who not in WORK:  # another RPC protocol: the shared path's functions, per call
-        kind = who.split()[-1]
-        if kind == "client":
-            requests = sum(v for k, v in calls.items() if k.startswith(SHARED["client"][0]))
-        n = requests
-        if n == 0: continue
-        print(f"== {who}: {n} requests; the shared RPC path, instructions per call "
-              f"(calls per request)   ({os.path.basename(path)})")
-        for f in SHARED[kind]:
-            for k in incl:
-                if k.startswith(f) and calls.get(k):
-                    print(f"   {incl[k] / calls[k]:8,.0f}  {calls[k] / n:4.1f}x  {k[:110]}")
-        continue
+    calls, incl, own, edges = parse(path)
     n = sum(v for k, v in calls.items() if k.startswith(SEND))
     if n == 0: continue
     total = int(header(path, "summary:") or header(path, "totals:") or 0)
@@ -152,4 +172,14 @@ for who, path in sorted(sides):
             if f in incl and 0.5 * n <= k <= 4 * n]
     for per, ratio, f in sorted(rows, reverse=True)[:top]:
         print(f"   {per:8,.0f}  {ratio:4.1f}x  {f[:120]}")
+    t = idle_turn(who, calls, incl, own, edges)
+    if t:
+        turns, per, hot = t
+        print(f"   idle: {per:,.0f} instructions per empty turn of {LOOP[who][0].rstrip('(')} "
+              f"({turns:,} turns, {turns / n:,.0f} per request)")
+        if idle_detail:
+            print(f"      {own[next(f for f in own if f.startswith(LOOP[who][0]))] / turns:8,.1f}"
+                  f"  own (inlined parts)")
+            for k, v, c in sorted(hot, key=lambda x: -x[1]):
+                print(f"      {v:8,.1f}  {k:4.2f}x  {c[:110]}")
 EOF
