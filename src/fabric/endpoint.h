@@ -173,6 +173,11 @@ class Endpoint {
                 const uint64_t* imm);
   void count_post(Verb v, size_t bytes, const PostOptions& o, bool imm);
   void to_completion(const void* entry, Completion* c);
+  // poll's entries per fi_cq_read, and what it does once a read brought anything.
+  static constexpr size_t kPollBatch = 16;
+  [[gnu::noinline]] size_t poll_more(std::span<Completion> out, const void* first, long n,
+                                     size_t want);
+  bool read_error(Completion* c);
   // The fi_inject* calls never produce a completion; used for inlined unsignaled posts, the
   // cheapest form (HERD sec. 3.2: inlined, unsignaled WRITEs), unless FI_MORE must be passed.
   bool use_inject_call(const PostOptions& o) const {

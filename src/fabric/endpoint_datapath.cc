@@ -251,40 +251,57 @@ void Endpoint::to_completion(const void* raw, Completion* c) {
   }
 }
 
+// The empty poll is what a spinning loop does most (on shm a message waits half a loop turn,
+// on average, before it is seen: docs/results/perf-idle-2026-11-27.md), so it is one read and
+// a return; whatever the read brought is handled out of line, in poll_more.
 size_t Endpoint::poll(std::span<Completion> out) {
-  constexpr size_t kBatch = 16;
-  fi_cq_data_entry entries[kBatch];
+  if (out.empty()) return 0;
+  fi_cq_data_entry entries[kPollBatch];
+  const size_t want = std::min(kPollBatch, out.size());
+  const ssize_t n = fi_cq_read(cq_, entries, want);
+  if (n == -FI_EAGAIN) return 0;
+  return poll_more(out, entries, n, want);
+}
+
+// `n` is what the first fi_cq_read of `want` entries returned into `first`.
+size_t Endpoint::poll_more(std::span<Completion> out, const void* first, long n, size_t want) {
+  fi_cq_data_entry entries[kPollBatch];
+  const auto* got_entries = static_cast<const fi_cq_data_entry*>(first);
   size_t got = 0;
-  while (got < out.size()) {
-    size_t want = std::min(kBatch, out.size() - got);
-    ssize_t n = fi_cq_read(cq_, entries, want);
+  while (true) {
     if (n > 0) {
-      for (ssize_t i = 0; i < n; ++i) to_completion(&entries[i], &out[got++]);
+      for (ssize_t i = 0; i < n; ++i) to_completion(&got_entries[i], &out[got++]);
       if (static_cast<size_t>(n) < want) break;
-      continue;
+    } else if (n == -FI_EAVAIL) {
+      if (read_error(&out[got])) got++;
+    } else {
+      break;  // -FI_EAGAIN: nothing more now
     }
-    if (n == -FI_EAVAIL) {
-      fi_cq_err_entry err{};
-      if (fi_cq_readerr(cq_, &err, 0) > 0) {
-        Completion& c = out[got++];
-        c = Completion{};
-        const uint64_t flags = normalized_flags(err.flags);
-        c.context = own_context(flags, err.op_context);
-        c.flags = flags;
-        c.verb = verb_from_flags(flags, c.context ? c.context->verb : Verb::kSend);
-        c.inbound = (flags & (FI_RECV | FI_REMOTE_WRITE)) != 0 && c.context == nullptr;
-        c.error = err.err != 0 ? err.err : FI_EOTHER;
-        char buf[256] = {};
-        const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
-        std::string t = error_text(c.error) + (text && *text ? std::string(": ") + text : "");
-        std::snprintf(c.error_text, sizeof c.error_text, "%s", t.c_str());
-        counters_.on_error(c.verb);
-      }
-      continue;
-    }
-    break;  // -FI_EAGAIN: nothing more now
+    if (got >= out.size()) break;
+    want = std::min(kPollBatch, out.size() - got);
+    n = fi_cq_read(cq_, entries, want);
+    got_entries = entries;
   }
   return got;
+}
+
+// The error completion at the head of the queue into `c`; false if the provider had none.
+bool Endpoint::read_error(Completion* c) {
+  fi_cq_err_entry err{};
+  if (fi_cq_readerr(cq_, &err, 0) <= 0) return false;
+  *c = Completion{};
+  const uint64_t flags = normalized_flags(err.flags);
+  c->context = own_context(flags, err.op_context);
+  c->flags = flags;
+  c->verb = verb_from_flags(flags, c->context ? c->context->verb : Verb::kSend);
+  c->inbound = (flags & (FI_RECV | FI_REMOTE_WRITE)) != 0 && c->context == nullptr;
+  c->error = err.err != 0 ? err.err : FI_EOTHER;
+  char buf[256] = {};
+  const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
+  std::string t = error_text(c->error) + (text && *text ? std::string(": ") + text : "");
+  std::snprintf(c->error_text, sizeof c->error_text, "%s", t.c_str());
+  counters_.on_error(c->verb);
+  return true;
 }
 
 size_t Endpoint::wait(size_t n, Deadline deadline, std::vector<Completion>* out) {
