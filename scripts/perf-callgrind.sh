@@ -21,9 +21,10 @@
 # Then, per process, the spinning loop's empty iteration ("idle:"): the instructions of one
 # turn of the loop that waits for the other side, without the per-message work. On shm a
 # message waits, on average, half such a turn before the loop sees it, on each side. It is
-# the loop function's own instructions plus those of every call it makes at least once per
-# two turns (the polls), less the per-message work inside them, per turn; turns are the
-# calls of the function named in LOOP below. IDLE=1 also lists those calls per turn.
+# an empty Endpoint::poll (per call, shm's per-message progress taken out) plus the rest of
+# the turn: the loop function's own instructions and those of every call it makes at least
+# once per two turns, less the per-message work and the polls inside them, per turn (turns:
+# the calls of the function named in LOOP below). IDLE=1 also lists those calls per turn.
 set -euo pipefail
 exec </dev/null
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,6 +76,7 @@ WORK = {
 SHM = [("smr_start_common", 1), ("util_get_msg", 1)]  # one inbound message into its buffer
 # The spinning loop per side: (the function that holds the loop, the function called once per
 # turn: its calls count the turns).
+POLL = "fabkv::fabric::Endpoint::poll("
 LOOP = {
     "herd server": ("fabkv::server::Worker::run_st(", "fabkv::server::Worker::round_st("),
     "herd client": ("fabkv::bench::Runner::LoadThread::loop(", "fabkv::Client::poll("),
@@ -123,7 +125,8 @@ def parse(path):
     return calls, incl, own, edges
 
 def idle_turn(who, calls, incl, own, edges):
-    """The loop's empty turn: (turns, instructions per turn, [(calls per turn, per turn, callee)])."""
+    """The loop's empty turn with one endpoint polled: (turns, the poll per call, the rest per
+    turn, [(calls per turn, instructions per turn, callee)])."""
     loop_fn, turn_fn = LOOP[who]
     loop = next((f for f in own if f.startswith(loop_fn)), None)
     turns = sum(v for k, v in calls.items() if k.startswith(turn_fn))
@@ -134,9 +137,14 @@ def idle_turn(who, calls, incl, own, edges):
     # none of them: its calls are fewer than half the turns).
     work = sum(incl[k] for w, _ in WORK[who] + SHM for k in incl
                if k.startswith(w) and calls.get(k) and k not in direct)
-    total = own[loop] + sum(v for _, v, _ in hot) - work
-    return turns, total / turns, [(k / turns, v / turns, c) for c, v, k in
-                                  [(c, v, k) for k, v, c in hot]]
+    # The endpoint's poll apart, per call: the server polls none in the turns before its
+    # client comes and after it leaves.
+    poll = next((k for k in incl if k.startswith(POLL) and calls.get(k)), None)
+    if poll is None: return None
+    shm = sum(incl[k] for w, _ in SHM for k in incl if k.startswith(w) and calls.get(k))
+    per_poll = (incl[poll] - shm) / calls[poll]
+    rest = (own[loop] + sum(v for _, v, _ in hot) - work - (incl[poll] - shm)) / turns
+    return turns, per_poll, rest, [(k / turns, v / turns, c) for k, v, c in hot]
 
 def header(path, key):
     for line in open(path):
@@ -174,12 +182,13 @@ for who, path in sorted(sides):
         print(f"   {per:8,.0f}  {ratio:4.1f}x  {f[:120]}")
     t = idle_turn(who, calls, incl, own, edges)
     if t:
-        turns, per, hot = t
-        print(f"   idle: {per:,.0f} instructions per empty turn of {LOOP[who][0].rstrip('(')} "
-              f"({turns:,} turns, {turns / n:,.0f} per request)")
+        turns, per_poll, rest, hot = t
+        print(f"   idle: {per_poll + rest:,.0f} instructions per empty turn of "
+              f"{LOOP[who][0].rstrip('(').split('::')[-1]}: the endpoint's poll {per_poll:,.0f}, "
+              f"the rest of the turn {rest:,.0f} ({turns:,} turns, {turns / n:,.0f} per request)")
         if idle_detail:
             print(f"      {own[next(f for f in own if f.startswith(LOOP[who][0]))] / turns:8,.1f}"
-                  f"  own (inlined parts)")
+                  f"        the loop's own instructions (and what is inlined in it)")
             for k, v, c in sorted(hot, key=lambda x: -x[1]):
                 print(f"      {v:8,.1f}  {k:4.2f}x  {c[:110]}")
 EOF
