@@ -140,8 +140,10 @@ class Worker final : public proto::ServerHost {
   long read_st(uint32_t c, fabric::LocalBuffer dst, uint64_t raddr, uint64_t rkey,
                fabric::OpContext* ctx) override;
   // Drains the admission queue now (a message from a client whose admission is still queued).
-  // True when there was anything.
-  bool drain_events_st();
+  // True when there was anything. The check is inline: every turn of the loop makes it.
+  bool drain_events_st() {
+    return events_pending_.load(std::memory_order_acquire) && take_events_st();
+  }
 
  private:
   struct Outgoing {
@@ -180,6 +182,7 @@ class Worker final : public proto::ServerHost {
   void open_engine();
   void open_receive_buffers(size_t min_multi_recv);
   void post_event(Event e);
+  bool take_events_st();
   template <class Handle>
   size_t poll_endpoints_st(Handle&& handle);
   template <class Post>
