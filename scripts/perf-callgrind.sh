@@ -21,7 +21,8 @@
 # Then, per process, the spinning loop's empty iteration ("idle:"): the instructions of one
 # turn of the loop that waits for the other side, without the per-message work. On shm a
 # message waits, on average, half such a turn before the loop sees it, on each side. It is
-# an empty Endpoint::poll (per call, shm's per-message progress taken out) plus the rest of
+# an empty Endpoint::poll (per call, shm's per-message progress and the handling of what a
+# read brought, Endpoint::poll_more, taken out) plus the rest of
 # the turn: the loop function's own instructions and those of every call it makes at least
 # once per two turns, less the per-message work and the polls inside them, per turn (turns:
 # the calls of the function named in LOOP below). IDLE=1 also lists those calls per turn. It
@@ -80,6 +81,7 @@ SHM = [("smr_start_common", 1), ("util_get_msg", 1)]  # one inbound message into
 # The spinning loop per side: (the function that holds the loop, the function called once per
 # turn: its calls count the turns).
 POLL = "fabkv::fabric::Endpoint::poll("
+POLL_GOT = "fabkv::fabric::Endpoint::poll_more("
 LOOP = {
     "herd server": ("fabkv::server::Worker::run_st(", "fabkv::server::Worker::round_st("),
     "herd client": ("fabkv::bench::Runner::LoadThread::loop(", "fabkv::Client::poll("),
@@ -145,7 +147,9 @@ def idle_turn(who, calls, incl, own, edges):
     poll = next((k for k in incl if k.startswith(POLL) and calls.get(k)), None)
     if poll is None: return None
     shm = sum(incl[k] for w, _ in SHM for k in incl if k.startswith(w) and calls.get(k))
-    per_poll = (incl[poll] - shm) / calls[poll]
+    # What a read that brought something did besides (the completions' conversion).
+    got = next((incl[k] for k in incl if k.startswith(POLL_GOT) and calls.get(k)), 0)
+    per_poll = (incl[poll] - shm - got) / calls[poll]
     rest = (own[loop] + sum(v for _, v, _ in hot) - work - (incl[poll] - shm)) / turns
     return turns, per_poll, rest, [(k / turns, v / turns, c) for k, v, c in hot]
 
