@@ -57,10 +57,10 @@ VG=(valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$OUT/cg
   >"$OUT/echo.log" 2>&1
 fi
 
-python3 - "$OUT" "$TOP" "${IDLE:-0}" <<'EOF'
+python3 - "$OUT" "$TOP" "${IDLE:-0}" "$SYSTEM" <<'EOF'
 import glob, os, re, subprocess, sys
 
-out, top, idle_detail = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+out, top, idle_detail, system = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
 SEND = "fabkv::fabric::Endpoint::send("
 # The work of one request without the polls that find nothing, per side: functions that run
 # once per message (per call: the fill's PUTs go through other callers), none inside another;
@@ -78,6 +78,19 @@ WORK = {
                     ("fabkv::perf::(anonymous namespace)::PerfClient::on_completion(", 0)],
 }
 SHM = [("smr_start_common", 1), ("util_get_msg", 1)]  # one inbound message into its buffer
+# The RPC path every RPC protocol shares (herd, server-reply, rfrpc, hydradb, ...), per call:
+# what another SYSTEM's run is compared by. Its requests reach the server by WRITE or by SEND
+# and its answers come back by SEND, WRITE or READ, so the per-message work has no common
+# list of functions beyond these.
+SHARED = {
+    "client": ["fabkv::bench::Runner::LoadThread::issue(",      # GET built and posted
+               "fabkv::rpc::RpcClient::submit(",                # of which: the RPC's request
+               "fabkv::rpc::RpcClient::answer(",                # an answer matched, callback run
+               "fabkv::bench::Runner::LoadThread::complete("],  # of which: the value checked
+    "server": ["fabkv::rpc::RpcServer::accept_st(",             # a request taken
+               "fabkv::rpc::RpcServer::flush_st(",              # engine, answers built
+               "fabkv::server::Worker::send_replies_st("],      # the answers posted
+}
 # The spinning loop per side: (the function that holds the loop, the function called once per
 # turn: its calls count the turns).
 POLL = "fabkv::fabric::Endpoint::poll("
@@ -173,6 +186,19 @@ for path in sorted(glob.glob(os.path.join(out, "cg.*"))):
 requests = 0
 for who, path in sorted(sides):
     calls, incl, own, edges = parse(path)
+    if who not in WORK:  # another RPC protocol: the shared path's functions, per call
+        kind = who.split()[-1]
+        if kind == "client":
+            requests = sum(v for k, v in calls.items() if k.startswith(SHARED["client"][0]))
+        n = requests
+        if n == 0: continue
+        print(f"== {who}: {n} requests; the shared RPC path, instructions per call "
+              f"(calls per request)   ({os.path.basename(path)})")
+        for f in SHARED[kind]:
+            for k in incl:
+                if k.startswith(f) and calls.get(k):
+                    print(f"   {incl[k] / calls[k]:8,.0f}  {calls[k] / n:4.1f}x  {k[:110]}")
+        continue
     n = sum(v for k, v in calls.items() if k.startswith(SEND))
     if n == 0: continue
     total = int(header(path, "summary:") or header(path, "totals:") or 0)
