@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -140,25 +141,19 @@ class RawClient {
   // WRITEs `len` raw bytes at `raddr` of a region the Welcome named.
   void write_at(uint32_t w, const fabric::RemoteRegion& r, uint64_t off, const char* bytes,
                 size_t len) {
-    std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
-    post([&] {
-      return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), r.at(off), r.key,
-                        &wctx_);
-    });
+    Staged st = stage(bytes, len);
+    post([&] { return ep_->write(st.src, workers_.at(w), r.at(off), r.key, st.ctx); });
   }
 
   // WRITEs `len` raw bytes into slot (seq-1) % W of worker w.
   void write_slot(uint32_t w, uint32_t slot, const char* bytes, size_t len) {
-    std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
+    Staged st = stage(bytes, len);
     uint64_t raddr = regions_.at(w).at(rpc::slot_offset(client, window, slot_size, slot));
-    post([&] {
-      return ep_->write(buf_->local(2 * 1024 * 1024, len), workers_.at(w), raddr,
-                        regions_.at(w).key, &wctx_);
-    });
+    post([&] { return ep_->write(st.src, workers_.at(w), raddr, regions_.at(w).key, st.ctx); });
   }
   void send_raw(uint32_t w, const char* bytes, size_t len) {
-    std::memcpy(buf_->data() + 2 * 1024 * 1024, bytes, len);
-    post([&] { return ep_->send(buf_->local(2 * 1024 * 1024, len), workers_.at(w), &wctx_); });
+    Staged st = stage(bytes, len);
+    post([&] { return ep_->send(st.src, workers_.at(w), st.ctx); });
   }
 
   // The region the Welcome named `name` (e.g. "pilaf.table.0"); throws when there is none.
@@ -254,8 +249,31 @@ class RawClient {
   void reap() {
     fabric::Completion c[16];
     size_t n = ep_->poll(c);
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < n; ++i) {
+      if (c[i].context >= staged_ctx_.data() && c[i].context < staged_ctx_.data() + kStagedSlots)
+        staged_busy_[c[i].context - staged_ctx_.data()] = false;
       if (c[i].inbound || c[i].error != 0) early_.push_back(std::move(c[i]));
+    }
+  }
+  // The provider reads a WRITE's or SEND's bytes until its completion (tcp sends them from our
+  // buffer later), so each post's bytes get a staging slot of their own, reused once its post
+  // completed. (With one slot, the last of many junk SENDs once carried the request staged
+  // after them.) A slot that is still busy is waited for, which only happens with more than
+  // kStagedSlots posts in flight: a victim that posts its W requests and stops drives no
+  // progress beyond what post() does.
+  struct Staged {
+    fabric::LocalBuffer src;
+    fabric::OpContext* ctx;
+  };
+  Staged stage(const char* bytes, size_t len) {
+    if (len > kStagedBytes) throw std::runtime_error("a raw WRITE or SEND over 64 KiB");
+    const size_t i = staged_next_++ % kStagedSlots;
+    Deadline d = Deadline::after_ms(5000);
+    while (staged_busy_[i] && !d.expired()) reap();
+    if (staged_busy_[i]) throw std::runtime_error("an earlier WRITE or SEND did not complete");
+    std::memcpy(buf_->data() + kStaging + i * kStagedBytes, bytes, len);
+    staged_busy_[i] = true;  // before the post: post() reaps, and may reap its completion
+    return {buf_->local(kStaging + i * kStagedBytes, len), &staged_ctx_[i]};
   }
   void post_recv(size_t i) {
     long ret = ep_->recv(buf_->local(i * recv_size, recv_size), &rx_ctx_[i]);
@@ -270,7 +288,11 @@ class RawClient {
   std::vector<fabric::RemoteRegion> regions_;
   std::vector<std::string> region_names_;
   std::vector<fabric::OpContext> rx_ctx_;
-  fabric::OpContext wctx_;
+  // Where WRITEs and SENDs are staged: [2 MiB, 3 MiB) of buf_, in slots.
+  static constexpr size_t kStaging = 2 * 1024 * 1024, kStagedSlots = 16, kStagedBytes = 64 << 10;
+  std::array<fabric::OpContext, kStagedSlots> staged_ctx_{};
+  std::array<bool, kStagedSlots> staged_busy_{};
+  size_t staged_next_ = 0;
   std::deque<fabric::Completion> early_;
 };
 
