@@ -371,8 +371,11 @@ void RpcServer::on_completion_st(fabric::Completion& c) {
     p->req.value = std::string_view(body + p->req.key.size(), p->req.value.size());
     p->req.hash = store::hash_key(p->req.key);
     batch_.push_back(*p);
+  } else {
+    // Its client left while the body was fetched (over tcp the bytes may already have been on
+    // their way at the kill): dropped, and counted.
+    add_st(counters_.reads_dropped);
   }
-  // else: its client left while the body was fetched; the worker counts the dropped answer.
   delete p;
 }
 
@@ -464,12 +467,16 @@ void RpcServer::flush_nexts_st() {
 
 nlohmann::json RpcServer::stats() const {
   auto r = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  nlohmann::json j = {
-      {"requests", r(counters_.requests)},   {"gets", r(counters_.gets)},
-      {"puts", r(counters_.puts)},           {"dels", r(counters_.dels)},
-      {"malformed", r(counters_.malformed)}, {"garbage_slots", r(counters_.garbage)},
-      {"indirect", r(counters_.indirect)},   {"read_errors", r(counters_.read_errors)},
-      {"batches", r(counters_.batches)}};
+  nlohmann::json j = {{"requests", r(counters_.requests)},
+                      {"gets", r(counters_.gets)},
+                      {"puts", r(counters_.puts)},
+                      {"dels", r(counters_.dels)},
+                      {"malformed", r(counters_.malformed)},
+                      {"garbage_slots", r(counters_.garbage)},
+                      {"indirect", r(counters_.indirect)},
+                      {"read_errors", r(counters_.read_errors)},
+                      {"reads_dropped", r(counters_.reads_dropped)},
+                      {"batches", r(counters_.batches)}};
   if (cfg_.next) {
     j["nexts"] = r(counters_.nexts);
     j["next_errors"] = r(counters_.next_errors);

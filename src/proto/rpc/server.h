@@ -118,7 +118,7 @@ class RpcServer : public proto::ServerProtocol {
 
   struct Counters {
     std::atomic<uint64_t> requests{0}, gets{0}, puts{0}, dels{0}, malformed{0}, garbage{0},
-        indirect{0}, read_errors{0}, batches{0}, nexts{0}, next_errors{0};
+        indirect{0}, read_errors{0}, reads_dropped{0}, batches{0}, nexts{0}, next_errors{0};
   };
   Counters counters_;
 };
