@@ -93,9 +93,9 @@ static uint64_t engine_puts(const nlohmann::json& st) {
 // victim's progress, which it drives only while it posts its requests (RawClient::post reaps):
 // the worker has taken k >= 1 PUTs, carried out k - 1 and one READ is outstanding at the
 // kill, which ends after it: it fails, or, when the victim's answer was already on its way,
-// completes for a client that has left and is dropped (reads_dropped). On shm the READs complete without the victim (the worker copies
-// from its memory), so all W PUTs are taken and carried out, answered into the dead victim's
-// queue.
+// completes for a client that has left and is dropped (reads_dropped). On shm the READs complete
+// without the victim (the worker copies from its memory), so all W PUTs are taken and carried out,
+// answered into the dead victim's queue.
 TEST_P(HerdProcesses, AReusedIndexNeverSeesItsPredecessorsAnswers) {
   if (GetParam().transport != "write") GTEST_SKIP() << "indirect requests ride the write transport";
   const bool tcp = GetParam().provider == "tcp";
