@@ -81,7 +81,10 @@ struct EndpointOptions {
   // FI_SELECTIVE_COMPLETION: only ops posted with signaled=true produce completions
   // (Guidelines sec. 3.1 "unsignaled" verbs; signal every k-th op).
   bool selective_completion = false;
-  // Bytes that must remain free in a multi-recv buffer before the provider releases it.
+  // Bytes that must remain free in a multi-recv buffer before the provider releases it. At
+  // least the largest message the endpoint receives: libfabric 2.1's shared receive queue
+  // (shm, tcp;ofi_rxm) places a message in what is left of the buffer without checking that it
+  // fits.
   size_t min_multi_recv = 0;
   // For a thread that blocks when idle (fabric/waiter.h): the completion queue gets a wait
   // object (FI_WAIT_FD) where the provider has one, and a counter of inbound one-sided
@@ -108,6 +111,9 @@ class Endpoint {
   VerbCounters& counters() { return counters_; }
   const VerbCounters& counters() const { return counters_; }
   size_t inject_size() const { return inject_size_; }
+  // The FI_OPT_MIN_MULTI_RECV it was enabled with (EndpointOptions::min_multi_recv; 0: the
+  // provider's default). Fixed for its life: the provider reads it only at fi_enable.
+  size_t min_multi_recv() const { return options_.min_multi_recv; }
 
   // Address vector (rdm/dgram). Throws FabricError, and leaves the AV as it was, for a name
   // this endpoint cannot use: one of another provider or address format, or garbage

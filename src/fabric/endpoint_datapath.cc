@@ -295,6 +295,8 @@ bool Endpoint::read_error(Completion* c) {
   c->flags = flags;
   c->verb = verb_from_flags(flags, c->context ? c->context->verb : Verb::kSend);
   c->inbound = (flags & (FI_RECV | FI_REMOTE_WRITE)) != 0 && c->context == nullptr;
+  // A multi-recv buffer cancelled (closing) is released with its error.
+  c->multi_recv_done = (flags & FI_MULTI_RECV) != 0;
   c->error = err.err != 0 ? err.err : FI_EOTHER;
   char buf[256] = {};
   const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
