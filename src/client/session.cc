@@ -66,7 +66,8 @@ std::unique_ptr<Session> Session::connect(const ClientOptions& options,
 void Session::open(const std::string& host) {
   open_fabric(o_.provider, host);
   // A protocol may find that what its Hello offered does not fit this server (a region too
-  // small for its max_value); it then says hello again, once per thing it learnt.
+  // small for its max_value, an endpoint whose minimum for multi-recv buffers is under the
+  // largest answer); it then says hello again, from a new endpoint, once per thing it learnt.
   for (int attempt = 0;; ++attempt) {
     greet(host);
     if (proto_->open(ctl_->welcome(), layout_) == proto::ClientProtocol::Opened::kReady) break;
@@ -123,6 +124,9 @@ void Session::handshake() {
   eo.cq_depth = 4096;
   eo.av_size = 256;
   eo.waitable = poll_.mode == PollMode::kAdaptive;
+  // Before the Hello: the provider reads it only when the endpoint is enabled (a protocol that
+  // learns from the Welcome that it needs more says kHelloAgain).
+  eo.min_multi_recv = proto_->min_multi_recv();
   ep_ = std::make_unique<fabric::Endpoint>(*fabric_, eo);
   nlohmann::json payload = nlohmann::json::object();
   proto_->hello(&payload);

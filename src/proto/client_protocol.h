@@ -12,7 +12,8 @@
 //
 // Fits, on paper:
 //   herd, pilaf-vo   submit() encodes into a slot and WRITEs/SENDs it; complete() takes the
-//                    RECV of the answer (src/proto/rpc/client.h does both).
+//                    RECV of the answer in a multi-recv buffer (src/proto/rpc/client.h does
+//                    both).
 //   pilaf            submit() of a GET posts READs; complete() runs its state machine; PUT/DEL
 //                    as herd by SEND.
 //   server-reply     submit() as herd's write transport; polls_memory() and poll() find the
@@ -114,10 +115,17 @@ class ClientProtocol {
   virtual void hello(nlohmann::json* payload) = 0;
   enum class Opened { kReady, kHelloAgain };
   // Learns the layout from the Welcome (`layout` is its parsed payload) and sets up the data
-  // path. kHelloAgain: what hello() announced does not fit this server (a region too small
-  // for its max_value); the session closes, opens a new endpoint and says hello() again.
-  // Throws ClientError(kMalformed) for an unusable layout.
+  // path. kHelloAgain: what hello() announced, or the endpoint it was said from, does not fit
+  // this server (a region too small for its max_value; an endpoint whose min_multi_recv() is
+  // under the server's largest answer); the session closes, opens a new endpoint and says
+  // hello() again. Throws ClientError(kMalformed) for an unusable layout.
   virtual Opened open(const control::Welcome& welcome, const nlohmann::json& layout) = 0;
+  // FI_OPT_MIN_MULTI_RECV for the session's endpoint (fabric/endpoint.h), asked before each
+  // endpoint is made: the provider reads it only when the endpoint is enabled. A protocol that
+  // receives its answers in multi-recv buffers asks for its guess of the largest answer and,
+  // when open() learns of a larger one, says kHelloAgain to get an endpoint made with that.
+  // 0: the provider's default (the protocol posts no multi-recv buffers).
+  virtual size_t min_multi_recv() const { return 0; }
   // True when answers arrive in local memory that poll() must look at (set at open()).
   virtual bool polls_memory() const { return false; }
   // An endpoint of the protocol's own, opened waitable, whose completions poll() reaps (herd's

@@ -195,6 +195,7 @@ class DrtmClient final : public proto::ClientProtocol {
     }
     return r;
   }
+  size_t min_multi_recv() const override { return rpc_.min_multi_recv(); }
 
   Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (host_.gone()) return Status::kServerGone;
@@ -282,7 +283,11 @@ class DrtmClient final : public proto::ClientProtocol {
 
   // Every request holds an op; those handed to the RPC client are counted there too.
   size_t in_flight() const override { return in_flight_; }
-  nlohmann::json counters() const override { return counters_.to_json(); }
+  nlohmann::json counters() const override {
+    nlohmann::json j = counters_.to_json();
+    rpc_.counters(&j);
+    return j;
+  }
 
  private:
   static Op reset(Op& op) {

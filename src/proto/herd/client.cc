@@ -41,6 +41,7 @@ class HerdClient final : public proto::ClientProtocol {
     rpc_.hello(payload);
   }
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override;
+  size_t min_multi_recv() const override { return rpc_.min_multi_recv(); }
   bool polls_memory() const override { return ready_; }
   fabric::Endpoint* own_endpoint() override { return ready_ ? &dgram_->endpoint() : nullptr; }
   size_t poll() override;

@@ -42,6 +42,7 @@ class PilafClient final : public proto::ClientProtocol {
     setup_reader(w, l);
     return r;
   }
+  size_t min_multi_recv() const override { return rpc_.min_multi_recv(); }
 
   Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kGet || !reader_) return rpc_.submit(r, std::move(cb));
@@ -72,7 +73,9 @@ class PilafClient final : public proto::ClientProtocol {
     return rpc_.in_flight() + (reader_ ? reader_->in_flight() : 0);
   }
   nlohmann::json counters() const override {
-    return reader_ ? reader_->counters().to_json() : nlohmann::json::object();
+    nlohmann::json j = reader_ ? reader_->counters().to_json() : nlohmann::json::object();
+    rpc_.counters(&j);
+    return j;
   }
 
  private:

@@ -20,8 +20,24 @@ namespace fabkv::rpc {
 namespace {
 constexpr size_t kDefaultStaging = size_t{1} << 20;
 constexpr size_t kStagingAlign = 64;
-constexpr size_t kExtraRecvs = 4;
+// A multi-recv buffer takes at least this many of the largest answers before it is released,
+// and is at least kMinRxBuffer bytes (as a worker's buffers for one client, server/worker.cc).
+constexpr size_t kRxAnswersPerBuffer = 4;
+constexpr size_t kMinRxBuffer = size_t{256} << 10;
 }  // namespace
+
+// Holds a multi-recv buffer for the callback of an answer in it: while any runs (nested ones
+// too), a release of the buffer waits (repost_released).
+class RpcClient::ViewGuard {
+ public:
+  explicit ViewGuard(RxBuffer& b) : b_(b) { ++b_.views; }
+  ~ViewGuard() { --b_.views; }
+  ViewGuard(const ViewGuard&) = delete;
+  ViewGuard& operator=(const ViewGuard&) = delete;
+
+ private:
+  RxBuffer& b_;
+};
 
 // The indirect path's client memory: a bump allocator that restarts at 0 whenever nothing is
 // in use. Indirect requests are the rare, large ones, so simplicity beats packing.
@@ -77,6 +93,23 @@ void RpcClient::hello(nlohmann::json* payload) {
   if (first_seq_ != 0) (*payload)["first_seq"] = first_seq_;  // TEST ONLY (ClientTestHooks)
 }
 
+size_t RpcClient::min_multi_recv() const {
+  if (!config_.recv_answers) return 0;
+  // The answer a server started with the default max_value sends at most
+  // (RpcServer::max_answer_bytes, padded as Worker::open_endpoints pads it): one Hello then.
+  const size_t guess = fabric::lock_free_capacity(host_.fabric(), sizeof(ResponseHeader) +
+                                                                      store::kDefaultMaxValueSize);
+  return std::max(guess, rx_min_);
+}
+
+void RpcClient::counters(nlohmann::json* out) const {
+  (*out)["seq_wraps"] = seq_wraps_;
+  if (!config_.recv_answers) return;
+  (*out)["rx_reposts"] = rx_reposts_;
+  (*out)["rx_reposts_deferred"] = rx_deferred_;
+  (*out)["rx_min_raised"] = rx_min_raised_;
+}
+
 void RpcClient::parse(const control::Welcome& w, const nlohmann::json& layout) {
   const auto session = read_layout<proto::SessionLayout>(layout);
   const auto rpc = read_layout<RpcLayout>(layout);
@@ -108,14 +141,24 @@ void RpcClient::parse(const control::Welcome& w, const nlohmann::json& layout) {
 proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
                                               const nlohmann::json& layout) {
   parse(w, layout);
+  bool again = false;
   size_t needed = store::kMaxKeySize + max_value_ + kStagingAlign;
   if (needed > staging_bytes_) {
     // The server allows larger values than our staging region holds: the region travels in
     // the Hello, so the session says goodbye and comes back with one that fits (rare
     // configurations only).
     staging_bytes_ = needed;
-    return proto::ClientProtocol::Opened::kHelloAgain;
+    again = true;
   }
+  // Answers larger than the endpoint's multi-recv minimum would overrun a buffer's end: the
+  // next endpoint is made with the Welcome's recv_size (a server with a larger --max-value).
+  const size_t largest = fabric::lock_free_capacity(host_.fabric(), recv_size_);
+  if (config_.recv_answers && host_.endpoint().min_multi_recv() < largest) {
+    rx_min_ = largest;
+    rx_min_raised_++;
+    again = true;
+  }
+  if (again) return proto::ClientProtocol::Opened::kHelloAgain;
   ep_ = &host_.endpoint();
   fabric::Fabric& fabric = host_.fabric();
   // Every response endpoint goes into the AV: answers come from any of a worker's k queues,
@@ -150,26 +193,22 @@ proto::ClientProtocol::Opened RpcClient::open(const control::Welcome& w,
   tx_stride_ = send_transport_ ? fabric::lock_free_capacity(fabric, slot_size_) : slot_size_;
   tx_ = std::make_unique<fabric::RegisteredBuffer>(fabric, slots_total * tx_stride_,
                                                    fabric::Access::kLocalOnly);
-  if (!config_.recv_answers) return proto::ClientProtocol::Opened::kReady;
-  recv_size_ = (fabric::lock_free_capacity(fabric, recv_size_) + 7) & ~size_t{7};
-  size_t n_recv = slots_total + kExtraRecvs;
-  rx_ = std::make_unique<fabric::RegisteredBuffer>(fabric, n_recv * recv_size_,
-                                                   fabric::Access::kLocalOnly);
-  recv_ctx_ = std::vector<fabric::OpContext>(n_recv);
-  Deadline d = Deadline::after_ms(host_.settings().connect_timeout_ms);
-  for (size_t i = 0; i < n_recv; ++i) {
-    recv_ctx_[i].user = &kRecvMarker;
-    recv_ctx_[i].tag = i;
-    long ret = post_recv(i, d);
-    if (ret != 0) throw fabric::FabricError("fi_recv", ret);
-  }
+  if (config_.recv_answers) open_receive_buffers();
   return proto::ClientProtocol::Opened::kReady;
 }
 
-long RpcClient::post_recv(size_t i, const Deadline& d) {
-  return fabric::post_with_retry(
-      [&] { return ep_->recv(rx_->local(i * recv_size_, recv_size_), &recv_ctx_[i]); },
-      [&] { host_.reap(); }, d);
+// kRxBuffers multi-recv buffers, each of kRxAnswersPerBuffer largest answers at least.
+void RpcClient::open_receive_buffers() {
+  rx_per_ = std::max(kMinRxBuffer, kRxAnswersPerBuffer * ep_->min_multi_recv());
+  rx_ = std::make_unique<fabric::RegisteredBuffer>(host_.fabric(), kRxBuffers * rx_per_,
+                                                   fabric::Access::kLocalOnly);
+  rx_bufs_ = std::vector<RxBuffer>(kRxBuffers);
+  for (size_t b = 0; b < kRxBuffers; ++b) {
+    rx_bufs_[b].ctx.user = &kRecvMarker;
+    rx_bufs_[b].ctx.tag = b;
+    fabric::check(ep_->recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_bufs_[b].ctx),
+                  "fi_recvmsg(multi)");
+  }
 }
 
 uint32_t RpcClient::worker_of(std::string_view key) const {
@@ -258,21 +297,53 @@ size_t RpcClient::answer(const ResponseHeader& h, std::string_view value, Fate* 
   return 0;
 }
 
+// A completion of a multi-recv buffer: an answer in it, or its release by the provider (the
+// shared receive queue of libfabric 2.1, which shm and tcp;ofi_rxm use, releases a buffer with a
+// completion of its own, FI_MULTI_RECV and no message, once its last message has completed); a
+// message that carries the flag itself is handled as both.
 size_t RpcClient::on_recv(fabric::Completion& c) {
-  size_t i = c.context->tag;
-  size_t ran = 0;
-  if (c.error == 0) {
-    ParsedResponse r;
-    const char* buf = rx_->data() + i * recv_size_;
-    if (parse_response(buf, std::min(c.len, recv_size_), &r)) ran = answer(r.header, r.value);
-  } else if (c.error == 125 /* ECANCELED: endpoint closing */) {
-    return 0;
+  RxBuffer& rb = rx_bufs_[c.context->tag];
+  // A failed message leaves its buffer posted; a buffer cancelled (ECANCELED: the endpoint is
+  // closing) is not posted again.
+  if (c.error != 0 && (!c.multi_recv_done || c.error == 125 /* ECANCELED */)) return 0;
+  if (c.multi_recv_done && !rb.released) {
+    // Marked before the answer's callback runs: a callback that throws leaves it marked, and
+    // the next completion or expire() posts it.
+    rb.released = true;
+    rx_released_++;
+    if (rb.views > 0) rx_deferred_++;  // an outer callback reads it
   }
-  post_recv(i, Deadline::after_ms(timeout_ms_));
+  const size_t ran = c.error == 0 && c.len > 0 && c.buf != nullptr ? on_answer(rb, c) : 0;
+  if (rx_released_ > 0) repost_released();
   return ran;
 }
 
+// The answer that landed at c.buf in buffer rb, its callback run with the buffer held.
+size_t RpcClient::on_answer(RxBuffer& rb, const fabric::Completion& c) {
+  const char* base = rx_->data() + c.context->tag * rx_per_;
+  const char* msg = static_cast<const char*>(c.buf);
+  if (msg < base || msg >= base + rx_per_) return 0;  // not in this buffer: never ours
+  ParsedResponse r;
+  if (!parse_response(msg, std::min<size_t>(c.len, base + rx_per_ - msg), &r)) return 0;
+  ViewGuard held(rb);
+  return answer(r.header, r.value);
+}
+
+// Posts again every released buffer that no running callback reads. One the provider refuses
+// (a full receive queue) waits for the next completion of ours or the next expire().
+void RpcClient::repost_released() {
+  for (size_t b = 0; b < rx_bufs_.size(); ++b) {
+    RxBuffer& rb = rx_bufs_[b];
+    if (!rb.released || rb.views > 0) continue;
+    if (ep_->recv_multi(rx_->local(b * rx_per_, rx_per_), &rb.ctx) != 0) continue;
+    rb.released = false;
+    rx_released_--;
+    rx_reposts_++;
+  }
+}
+
 size_t RpcClient::expire(bool all) {
+  if (rx_released_ > 0) repost_released();
   size_t ran = 0;
   auto now = Clock::now();
   for (Worker& wk : workers_) {

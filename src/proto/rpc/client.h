@@ -8,8 +8,18 @@
 // nor our local buffer is overwritten while in use. Requests travel by WRITE into our slots of
 // the worker's request region (HERD sec. 4.2) or by SEND (HERD sec. 5.5), as the server's
 // layout says; a request larger than a slot is indirect (the worker READs key+value from our
-// staging region). Answers arrive as SENDs into receive buffers posted here (herd, pilaf), or
-// wherever the owning protocol finds them, which then hands them to answer() (server-reply's ring).
+// staging region). Answers arrive as SENDs into multi-recv buffers posted here (herd, pilaf,
+// drtm, seq-rpc; "Answers by SEND" below), or wherever the owning protocol finds them, which then
+// hands them to answer() (server-reply's ring).
+//
+// Answers by SEND: kRxBuffers buffers posted FI_MULTI_RECV, each taking answers one after
+// another until less than the endpoint's min_multi_recv is left, when the provider releases it
+// (fabric::Completion::multi_recv_done) and it is posted again. The minimum must be at least the
+// largest answer (fabric/endpoint.h) and is fixed when the endpoint is enabled, before the
+// Welcome says how large answers are: min_multi_recv() guesses a default server's, and open()
+// asks for a second Hello from an endpoint made with the Welcome's recv_size when that is
+// larger. A callback gets a view into a buffer and may poll again (a nested on_recv), so a
+// released buffer is posted again only once no running callback holds a view into it.
 //
 // Used by composition: a protocol (src/proto/<name>/client.cc) owns one RpcClient and
 // forwards hello/open/submit/complete/expire to it. Owner thread only.
@@ -63,8 +73,13 @@ class RpcClient {
 
   // Registers the staging region (indirect requests) and announces it as "region".
   void hello(nlohmann::json* payload);
+  // What ClientProtocol::min_multi_recv() asks the session for: with answers by SEND, the
+  // largest answer a server with the default max_value sends, or the larger one the last
+  // Welcome announced; 0 without (recv_answers false).
+  size_t min_multi_recv() const;
   // Checks the layout's RPC part and sets up slots, buffers and receives. kHelloAgain when
-  // the staging region cannot hold the server's largest request. Throws ClientError.
+  // the staging region cannot hold the server's largest request, or the endpoint's
+  // min_multi_recv the largest answer (answers by SEND). Throws ClientError.
   proto::ClientProtocol::Opened open(const control::Welcome& w, const nlohmann::json& layout);
   // The Welcome's region called `name`; throws ClientError(kMalformed) when there is none.
   static fabric::RemoteRegion region_of(const control::Welcome& w, const std::string& name);
@@ -140,12 +155,20 @@ class RpcClient {
   }
   size_t waiting() const { return in_flight_ + zombies_; }
   // Adds what the RPC client counts to a protocol's counters(): "seq_wraps", the times a
-  // worker's sequence number went from its largest value back to 1.
-  void counters(nlohmann::json* out) const { (*out)["seq_wraps"] = seq_wraps_; }
+  // worker's sequence number went from its largest value back to 1; with answers by SEND,
+  // "rx_reposts" (multi-recv buffers the provider released and that were posted again),
+  // "rx_reposts_deferred" (releases that found a running callback holding a view into the
+  // buffer, whose repost waited for it) and "rx_min_raised" (Hellos said again because the
+  // Welcome's answers were larger than the endpoint's min_multi_recv). All counts of events,
+  // as a benchmark takes differences of them.
+  void counters(nlohmann::json* out) const;
 
  private:
   static constexpr size_t kNoStaging = ~size_t{0};
   static inline char kTxMarker, kRecvMarker;  // OpContext::user of our posts
+  // Multi-recv buffers for answers by SEND: two, so that one is posted while the other waits
+  // for the callbacks reading it.
+  static constexpr size_t kRxBuffers = 2;
 
   struct Slot {
     fabric::OpContext tx_ctx;
@@ -166,6 +189,12 @@ class RpcClient {
     std::vector<Slot> slots;
   };
   class StagingArena;
+  struct RxBuffer {
+    fabric::OpContext ctx;  // tag: its index
+    uint32_t views = 0;     // callbacks running with a view into it (nested ones: several)
+    bool released = false;  // the provider gave it back; not posted again yet
+  };
+  class ViewGuard;
 
   // How a request travels (HERD sec. 4.2, 5.5): inline in its slot; indirect (the slot holds
   // where in our staging region the worker READs key and value); or, by SEND and larger than
@@ -182,8 +211,10 @@ class RpcClient {
                              const proto::ClientRequest& r, size_t off);
   Status post(uint32_t w, uint32_t si, const fabric::LocalBuffer& src, Callback&& cb,
               const Deadline& d);
-  long post_recv(size_t i, const Deadline& d);
+  void open_receive_buffers();
   size_t on_recv(fabric::Completion& c);
+  size_t on_answer(RxBuffer& rb, const fabric::Completion& c);
+  void repost_released();
   size_t on_tx(fabric::Completion& c);
   void release_staging(Slot& s);
   void set_zombie(Slot& s, bool z);
@@ -194,24 +225,29 @@ class RpcClient {
   ClientConfig config_;
   fabric::Endpoint* ep_ = nullptr;  // host_.endpoint() as of open()
   size_t staging_bytes_ = 0;        // what the next hello() registers
-  std::unique_ptr<fabric::RegisteredBuffer> staging_buf_, tx_, rx_;
+  std::unique_ptr<fabric::RegisteredBuffer> staging_buf_, tx_;
+  std::unique_ptr<fabric::RegisteredBuffer> rx_;  // kRxBuffers multi-recv buffers of rx_per_
   std::unique_ptr<StagingArena> staging_;
   fabric::RemoteRegion staging_remote_;
 
   uint16_t client_ = 0, epoch_ = 0;
   uint32_t n_workers_ = 0, window_ = 0, slot_size_ = 0, queues_ = 1;
   size_t max_value_ = 0, recv_size_ = 0;
+  size_t rx_min_ = 0;     // min_multi_recv() learnt from a Welcome (0: none yet, the guess)
+  size_t rx_per_ = 0;     // bytes per multi-recv buffer
   size_t tx_stride_ = 0;  // bytes per request slot in `tx_` (room for lock-free padding)
   bool send_transport_ = false;
   int timeout_ms_ = 2000;
   uint32_t first_seq_ = 0;                       // ClientTestHooks::first_seq (TEST ONLY)
   uint64_t garbage_request_ = 0, requests_ = 0;  // ClientTestHooks::garbage_request (TEST ONLY)
   uint64_t seq_wraps_ = 0;
+  uint64_t rx_reposts_ = 0, rx_deferred_ = 0, rx_min_raised_ = 0;
+  size_t rx_released_ = 0;  // buffers released and not yet posted again
 
   std::vector<Worker> workers_;
-  std::vector<fabric::OpContext> recv_ctx_;
-  size_t in_flight_ = 0;  // slots awaiting an answer
-  size_t zombies_ = 0;    // slots given up on whose answer may still come
+  std::vector<RxBuffer> rx_bufs_;  // never resized after open(): contexts stay put
+  size_t in_flight_ = 0;           // slots awaiting an answer
+  size_t zombies_ = 0;             // slots given up on whose answer may still come
 };
 
 }  // namespace fabkv::rpc

@@ -25,6 +25,7 @@ class SeqRpcClient final : public proto::ClientProtocol {
   Opened open(const control::Welcome& w, const nlohmann::json& layout) override {
     return rpc_.open(w, layout);
   }
+  size_t min_multi_recv() const override { return rpc_.min_multi_recv(); }
   Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kNext) return Status::kError;
     return rpc_.submit(r, std::move(cb));
