@@ -46,7 +46,7 @@ if [[ -z ${REUSE:-} ]]; then  # REUSE=1: only the tables, from OUT_DIR's files o
 rm -f "$OUT"/cg.* "$OUT"/*.jsonl
 
 # Children too (the server fabkv-bench starts, fabkv-perf's roles); one file per process.
-VG=(valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$OUT/cg.%p")
+VG=(valgrind --tool=callgrind --trace-children=yes --fair-sched=yes --callgrind-out-file="$OUT/cg.%p")
 
 "${VG[@]}" "$BUILD/bin/fabkv-bench" --provider shm --systems "fabkv:$SYSTEM" --clients "$CLIENTS" --window "$WINDOW" \
   --read-ratio 1 --distribution uniform --keys 100 --key-size 16 --value-size 32 \
