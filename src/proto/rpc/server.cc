@@ -423,8 +423,9 @@ void RpcServer::flush_st() {
     }
     len = extend_answer_st(p.req, r, out, len);
     store(out, h);
-    // --oplog-sync always: the answer waits in its buffer (the client sends this slot's next
-    // request only after it) until the log has what came before it (docs/durability.md).
+    // With an op log (every --oplog-sync mode: Worker::open_oplog), the answer waits in its
+    // buffer (the client sends this slot's next request only after it) until the log has what
+    // came before it: synced (always) or written (everysec, no) (docs/durability.md).
     if (const uint64_t barrier = worker_.log_barrier_st(); barrier != 0) {
       worker_.when_durable_st(barrier, [this, c = p.client, e = p.epoch, seq = p.seq, out, len] {
         if (clients_[c].active && clients_[c].epoch == e) answer_st(c, e, seq, out, len);
