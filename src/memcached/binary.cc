@@ -236,6 +236,7 @@ std::string_view error_text(uint16_t status) {
     case kNonNumeric: return "Non-numeric server-side value for incr or decr";
     case kUnknownCommand: return "Unknown command";
     case kOutOfMemory: return "Out of memory";
+    case kInternalError: return "The op log cannot be written (disk full?): writes refused";
     default: return "";
   }
 }

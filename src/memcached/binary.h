@@ -61,6 +61,7 @@ enum Status : uint16_t {
   kNonNumeric = 0x06,
   kUnknownCommand = 0x81,
   kOutOfMemory = 0x82,
+  kInternalError = 0x84,
 };
 
 struct Header {

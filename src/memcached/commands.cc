@@ -14,7 +14,8 @@ Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::st
   Mutate mutate = through_worker;  // a reference: the lambda must outlive it
   Result r;
   if (c.req.kind == Kind::kFlush && c.req.expire_at != 0 && c.req.expire_at > now_s()) {
-    s.flush_at = c.req.expire_at;  // later (run_st watches it)
+    s.flush_at = c.req.expire_at;   // later (run_st watches it)
+    w.log_clear_at_st(s.flush_at);  // --oplog: a restart before then keeps it
     r.outcome = Outcome::kOk;
   } else if (c.req.kind == Kind::kFlush) {
     s.flush_at = 0;
@@ -203,6 +204,7 @@ bool Connections::text_other(Conn& c, const TextCommand& cmd) {
       call.req.expire_at = cmd.delay > 0 ? to_expire_at(cmd.delay, now_s()) : 0;
       if (!flush_all(c, call)) {
         if (cmd.noreply) return true;
+        if (log_failing()) return refuse(c, store_reply(Outcome::kLogFailed));
         return refuse(c, "SERVER_ERROR flush_all needs the cache or store engine\r\n");
       }
       if (!cmd.noreply) emit(c, "OK\r\n");
@@ -238,7 +240,7 @@ bool Connections::meta_command(Conn& c, const TextCommand& cmd) {
 // Empties every partition (now, or at call.req.expire_at) where the engine can: false, and
 // nothing done, where it cannot.
 bool Connections::flush_all(Conn& c, Call& call) {
-  if (!store::engine_kind_from_string(w_.engine().name())) return false;
+  if (!store::engine_kind_from_string(w_.engine().name()) || log_failing()) return false;
   broadcast_flush(c, call);
   return true;
 }
@@ -296,7 +298,14 @@ bool Connections::binary_packet(Conn& c, const binary::Packet& pk) {
     case kVersion: return simple(kVersionString);
     case kFlush:
     case kFlushQ:
-      if (!to_request(pk, now_s(), &call.req) || !flush_all(c, call)) return invalid();
+      if (!to_request(pk, now_s(), &call.req)) return invalid();
+      if (!flush_all(c, call)) {
+        if (!log_failing()) return invalid();
+        std::string out;
+        append_response(&out, h.opcode, kInternalError, h.opaque, 0, {}, {},
+                        error_text(kInternalError));
+        return refuse(c, out);
+      }
       if (h.opcode == kFlush) simple();
       return true;
     case kStat: stats_binary(c, call); return true;

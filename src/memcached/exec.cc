@@ -41,6 +41,12 @@ store::Status del(Mutate mutate, store::KeyHash h, std::string_view key) {
   return st;
 }
 
+Outcome deleted(store::Status st) {
+  return st == store::Status::kOk          ? Outcome::kDeleted
+         : st == store::Status::kLogFailed ? Outcome::kLogFailed
+                                           : Outcome::kNotFound;
+}
+
 Result stored(const Put& p) {
   Result r;
   switch (p.status) {
@@ -50,6 +56,7 @@ Result stored(const Put& p) {
     case store::Status::kNoSpace: r.outcome = Outcome::kNoMemory; break;
     case store::Status::kVersionMismatch: r.outcome = Outcome::kExists; break;
     case store::Status::kNotFound: r.outcome = Outcome::kNotFound; break;
+    case store::Status::kLogFailed: r.outcome = Outcome::kLogFailed; break;
   }
   r.cas = p.version;
   return r;
@@ -158,8 +165,7 @@ Result concat(const Target& t, size_t max_value) {
 Result delete_if(const Target& t) {
   if (!t.hit) return {};
   if (t.item.version != t.r.cas) return outcome(Outcome::kExists);
-  return outcome(del(t.mutate, t.h, t.r.key) == store::Status::kOk ? Outcome::kDeleted
-                                                                   : Outcome::kNotFound);
+  return outcome(deleted(del(t.mutate, t.h, t.r.key)));
 }
 
 // incr, decr: a number stored as decimal text; a miss may create it (binary, meta ma N).
@@ -204,9 +210,7 @@ Result execute_st(const Request& r, store::Engine& e, Mutate mutate, std::string
   const store::KeyHash h = store::hash_key(r.key);
   if (r.kind == Kind::kSet)
     return stored(put(mutate, h, r.key, r.value, r.flags, r.expire_at, r.cas));
-  if (r.kind == Kind::kDelete && r.cas == 0)
-    return outcome(del(mutate, h, r.key) == store::Status::kOk ? Outcome::kDeleted
-                                                               : Outcome::kNotFound);
+  if (r.kind == Kind::kDelete && r.cas == 0) return outcome(deleted(del(mutate, h, r.key)));
   Target t{r, mutate, h, scratch, {}};
   const store::Status got = e.get(h, r.key, t.item);
   if (got == store::Status::kTooLarge || got == store::Status::kInvalidKey)

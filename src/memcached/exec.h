@@ -60,6 +60,7 @@ enum class Outcome : uint8_t {
   kNoMemory,      // the store engine is full
   kOk,            // flush
   kNotSupported,  // flush on an engine that cannot clear
+  kLogFailed,     // a write refused: the op log cannot be written (Worker::execute_st)
 };
 
 struct Result {

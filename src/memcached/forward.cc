@@ -12,23 +12,14 @@ void Connections::submit(Conn& c, Call& call) {
                                              static_cast<uint32_t>(workers_.size()));
   if (owner == s_.index) {
     Result r = run_on_owner(s_, w_, call, s_.scratch);
-    if (const uint64_t barrier = w_.log_barrier_st(); barrier != 0) {
-      // --oplog-sync always: the answer waits for the log (docs/durability.md), in its place
-      // among the connection's answers, as a forwarded one waits for its owner; it comes back
-      // through this shard's inbox once the log has it.
+    if (const uint64_t barrier = w_.log_barrier_st(call.req.key); barrier != 0) {
+      // With --oplog the answer waits for the log (docs/durability.md), in its place among
+      // the connection's answers, as a forwarded one waits for its owner. A noreply command
+      // has none, but holds the answers after it the same way (an `mn` after it says it is
+      // done, and a later GET must not answer before it).
       std::string answer;
       format(call, r, &answer);
-      if (answer.empty()) return;  // noreply
-      Op* op = new Op;
-      op->origin = s_.index;
-      op->fd = c.fd;
-      op->conn_id = c.id;
-      op->ready = true;
-      op->done = true;
-      op->in_pending = true;
-      op->res_value = std::move(answer);
-      c.pending.push_back(op);
-      hold_until_durable(barrier, op);
+      hold_answer(c, barrier, std::move(answer));
       return;
     }
     if (c.pending.empty()) {
@@ -64,6 +55,8 @@ void Connections::broadcast_flush(Conn& c, Call& call) {
   for (uint32_t p = 0; p < workers_.size(); ++p) {
     if (p == s_.index) {
       run_on_owner(s_, w_, call, s_.scratch);
+      // Its CLEAR is logged: the OK after it waits for the log, as every write's answer does.
+      if (const uint64_t barrier = w_.log_barrier_st({}); barrier != 0) hold_answer(c, barrier, {});
       continue;
     }
     Op* op = new Op;
@@ -101,7 +94,7 @@ void Connections::take_inbox() {
         op->res.value = op->res_value;
       }
       op->done = true;
-      if (const uint64_t barrier = w_.log_barrier_st(); barrier != 0) {
+      if (const uint64_t barrier = w_.log_barrier_st(op->call.req.key); barrier != 0) {
         hold_until_durable(barrier, op);  // --oplog-sync always: home once the log has it
         continue;
       }
@@ -123,6 +116,22 @@ void Connections::take_inbox() {
     if (!s_.conns[c->fd] || s_.conns[c->fd].get() != c) continue;
     flush_out(*c);
   }
+}
+
+// Queues `answer` (may be empty: it then only keeps the answers after it waiting) among c's
+// answers, to be sent once the worker's log is durable up to `barrier`; it comes back through
+// this shard's inbox then.
+void Connections::hold_answer(Conn& c, uint64_t barrier, std::string answer) {
+  Op* op = new Op;
+  op->origin = s_.index;
+  op->fd = c.fd;
+  op->conn_id = c.id;
+  op->ready = true;
+  op->done = true;
+  op->in_pending = true;
+  op->res_value = std::move(answer);
+  c.pending.push_back(op);
+  hold_until_durable(barrier, op);
 }
 
 // Sends `op` home (to its connection's shard, this one included) once the worker's log is

@@ -15,6 +15,8 @@ void append_u64(std::string* s, uint64_t v) {
   s->append(buf, p);
 }
 
+}  // namespace
+
 std::string_view store_reply(Outcome o) {
   switch (o) {
     case Outcome::kStored: return "STORED\r\n";
@@ -23,9 +25,13 @@ std::string_view store_reply(Outcome o) {
     case Outcome::kNotFound: return "NOT_FOUND\r\n";
     case Outcome::kTooLarge: return "SERVER_ERROR object too large for cache\r\n";
     case Outcome::kNoMemory: return "SERVER_ERROR out of memory storing object\r\n";
+    case Outcome::kLogFailed:
+      return "SERVER_ERROR the op log cannot be written (disk full?): writes refused\r\n";
     default: return "SERVER_ERROR unexpected outcome\r\n";
   }
 }
+
+namespace {
 
 void format_text(const Call& c, const Result& r, std::string* out) {
   if (c.noreply) return;
@@ -297,6 +303,15 @@ void format_binary(const Call& c, const Result& r, std::string* out) {
 }  // namespace
 
 void format(const Call& c, const Result& r, std::string* out) {
+  // A write refused for the op log (docs/durability.md, "A full disk"): an error in every
+  // style, quiet ones included, as memcached's SERVER_ERROR is.
+  if (r.outcome == Outcome::kLogFailed) {
+    if (c.style == Style::kBinary)
+      binary::append_response(out, c.opcode, binary::kInternalError, c.opaque, 0, {}, {},
+                              binary::error_text(binary::kInternalError));
+    else out->append(store_reply(r.outcome));
+    return;
+  }
   switch (c.style) {
     case Style::kText: format_text(c, r, out); break;
     case Style::kMeta: format_meta(c, r, out); break;

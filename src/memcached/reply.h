@@ -31,6 +31,9 @@ struct Call {
   uint32_t opaque = 0;
 };
 
+// A storage command's text answer for `o` (STORED, NOT_STORED, ..., SERVER_ERROR ...).
+std::string_view store_reply(Outcome o);
+
 // Appends the answer to `c` with result `r` (nothing for a quiet success, and for flush_all,
 // which is answered once every partition has run it).
 void format(const Call& c, const Result& r, std::string* out);

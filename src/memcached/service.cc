@@ -38,6 +38,7 @@ Service::Service(const ServiceOptions& o, std::vector<server::Worker*> workers)
     if (s->epoll_fd < 0) throw std::runtime_error("--memcached: epoll_create1 failed");
     epoll_set(s->epoll_fd, s->listen_fd, EPOLLIN, EPOLL_CTL_ADD);
     s->outbox.resize(workers_.size());
+    s->flush_at = workers_[i]->replayed_clear_at();  // a delayed flush_all from the op log
     shards_.push_back(std::move(s));
   }
   port_ = port;

@@ -181,6 +181,11 @@ class Connections {
   bool binary_packet(Conn& c, const binary::Packet& pk);
   bool refuse(Conn& c, std::string_view reply);  // a client error: counted and answered
   bool flush_all(Conn& c, Call& call);
+  bool log_failing() const {  // a worker's op log cannot be written (Worker::log_failing)
+    for (const server::Worker* w : workers_)
+      if (w->log_failing()) return true;
+    return false;
+  }
   void stats_text(Conn& c, std::span<const std::string_view> args);
   // stats settings, slabs, items, sizes: false when `group` is none of them (stats.cc).
   bool stats_group(Conn& c, std::string_view group);
@@ -198,6 +203,7 @@ class Connections {
   // ---- cross-worker forwarding (forward.cc)
   void submit(Conn& c, Call& call);
   void broadcast_flush(Conn& c, Call& call);
+  void hold_answer(Conn& c, uint64_t barrier, std::string answer);
   void take_inbox();
   void send_outboxes();
   void hold_until_durable(uint64_t barrier, Op* op);

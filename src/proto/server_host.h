@@ -61,11 +61,13 @@ class ServerHost {
   // without key-value data (the sequencers).
   virtual store::Engine* engine_st() = 0;
   // Runs requests through the engine's prefetch pipeline (HERD sec. 4.1.1) and logs every
-  // acknowledged PUT/DELETE before `done` sees it (Pilaf sec. 4).
+  // acknowledged PUT/DELETE before `done` sees it (Pilaf sec. 4). While the op log cannot be
+  // written, PUTs and DELETEs are refused (store::Status::kLogFailed) before the engine sees them.
   virtual void execute_st(std::span<const store::Request> reqs, store::CompletionFn done) = 0;
-  // --oplog-sync always (docs/durability.md): the log position an answer built now must wait
-  // for before anyone sees it, or 0 when it may leave at once.
-  virtual uint64_t log_barrier_st() const = 0;
+  // With --oplog (docs/durability.md): the log position an answer about `key` built now must
+  // wait for before anyone sees it, or 0 when it may leave at once. An empty key: an answer
+  // about any key (flush_all, a batch).
+  virtual uint64_t log_barrier_st(std::string_view key) = 0;
   // Runs `fn` on the worker's thread once the log is durable up to `position` (a
   // log_barrier_st() value), in the order of the calls; at once when it is already.
   virtual void when_durable_st(uint64_t position, std::function<void()> fn) = 0;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
@@ -23,6 +24,7 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include "store/engine.h"
 #include "store/limits.h"
 
 namespace fabkv::server {
@@ -97,12 +99,75 @@ class Reader {
   bool eof_ = false;
 };
 
+// Writes one record (format 2, the table in oplog.h) at p: kHeaderSize + key + value +
+// kTrailerSize bytes.
+void encode_at(char* p, OpLog::Op op, std::string_view key, std::string_view value,
+               uint64_t version, uint32_t expire_at, uint32_t flags) {
+  const size_t body = key.size() + value.size();
+  store_at<uint8_t>(p + 0, OpLog::kMagic);
+  store_at<uint8_t>(p + 1, static_cast<uint8_t>(op));
+  store_at<uint8_t>(p + 2, static_cast<uint8_t>(key.size()));
+  store_at<uint8_t>(p + 3, 0);
+  store_at<uint32_t>(p + 4, static_cast<uint32_t>(value.size()));
+  store_at<uint64_t>(p + 8, version);
+  store_at<uint32_t>(p + 16, expire_at);
+  store_at<uint32_t>(p + 20, flags);
+  if (!key.empty()) std::memcpy(p + OpLog::kHeaderSize, key.data(), key.size());
+  if (!value.empty()) std::memcpy(p + OpLog::kHeaderSize + key.size(), value.data(), value.size());
+  store_at<uint64_t>(p + OpLog::kHeaderSize + body, XXH3_64bits(p, OpLog::kHeaderSize + body));
+}
+
 // One file's valid records: what they are, where they end.
 struct FileScan {
   uint64_t records = 0;
   uint64_t valid_bytes = 0;
   bool torn_tail = false;
 };
+
+// Checks the record header at h (at least kHeaderSizeV1 bytes). Returns the record's size (header,
+// key, value and checksum), or 0 when the header is not one a writer writes; fills `rec` but its
+// key, value and flags. The length fields are checked before they size a read, so garbage cannot
+// ask for more than one maximal record.
+size_t check_header(const char* h, OpLog::Record* rec) {
+  const auto magic = load<uint8_t>(h + 0);
+  const auto op = load<uint8_t>(h + 1);
+  const auto key_len = load<uint8_t>(h + 2);
+  const auto reserved = load<uint8_t>(h + 3);
+  const auto value_len = load<uint32_t>(h + 4);
+  const auto version = load<uint64_t>(h + 8);
+  const auto expire_at = load<uint32_t>(h + 16);
+  const bool v2 = magic == OpLog::kMagic;
+  bool ok = (v2 || magic == OpLog::kMagicV1) && reserved == 0;
+  rec->op = static_cast<OpLog::Op>(op);
+  rec->version = version;
+  rec->expire_at = expire_at;
+  const bool keyed = key_len >= 1 && key_len <= store::kMaxKeySize;
+  const bool bare = value_len == 0 && expire_at == 0;
+  switch (rec->op) {
+    case OpLog::Op::kPut: ok = ok && keyed && value_len <= store::kMaxValueSizeLimit; break;
+    case OpLog::Op::kDel: ok = ok && keyed && bare && version == 0; break;
+    case OpLog::Op::kClear: ok = ok && v2 && key_len == 0 && value_len == 0 && version == 0; break;
+    case OpLog::Op::kVersion: ok = ok && v2 && key_len == 0 && bare && version != 0; break;
+    default: ok = false;
+  }
+  if (!ok) return 0;
+  return (v2 ? OpLog::kHeaderSize : OpLog::kHeaderSizeV1) + key_len + value_len +
+         OpLog::kTrailerSize;
+}
+
+// Checks a whole record at r (n = check_header's size): the checksum, and flags only on PUT.
+bool check_body(const char* r, size_t n, OpLog::Record* rec) {
+  const bool v2 = load<uint8_t>(r) == OpLog::kMagic;
+  const size_t header = v2 ? OpLog::kHeaderSize : OpLog::kHeaderSizeV1;
+  const size_t key_len = load<uint8_t>(r + 2);
+  const size_t body = n - header - OpLog::kTrailerSize;
+  if (XXH3_64bits(r, header + body) != load<uint64_t>(r + header + body)) return false;
+  rec->flags = v2 ? load<uint32_t>(r + 20) : 0;
+  if (v2 && rec->op != OpLog::Op::kPut && rec->flags != 0) return false;
+  rec->key = std::string_view(r + header, key_len);
+  rec->value = std::string_view(r + header + key_len, body - key_len);
+  return true;
+}
 
 // Walks the records of an open file, calling `each(record, offset, size)` for every valid one
 // (format 1 or 2), until the end or the first bytes that are not a valid record.
@@ -115,56 +180,44 @@ FileScan scan_file(int fd, const std::string& path, Each&& each) {
       res.torn_tail = rd.available() > 0;
       break;
     }
-    const char* h = rd.data();
-    const auto magic = load<uint8_t>(h + 0);
-    const auto op = load<uint8_t>(h + 1);
-    const auto key_len = load<uint8_t>(h + 2);
-    const auto reserved = load<uint8_t>(h + 3);
-    const auto value_len = load<uint32_t>(h + 4);
-    const auto version = load<uint64_t>(h + 8);
-    const auto expire_at = load<uint32_t>(h + 16);
-    const bool v2 = magic == OpLog::kMagic;
-    const size_t header = v2 ? OpLog::kHeaderSize : OpLog::kHeaderSizeV1;
-    bool ok = (v2 || magic == OpLog::kMagicV1) && reserved == 0;
     OpLog::Record rec;
-    rec.op = static_cast<OpLog::Op>(op);
-    rec.version = version;
-    rec.expire_at = expire_at;
-    if (rec.op == OpLog::Op::kPut)
-      ok = ok && key_len >= 1 && key_len <= store::kMaxKeySize &&
-           value_len <= store::kMaxValueSizeLimit;
-    else if (rec.op == OpLog::Op::kDel)
-      ok = ok && key_len >= 1 && key_len <= store::kMaxKeySize && value_len == 0 && version == 0 &&
-           expire_at == 0;
-    else if (rec.op == OpLog::Op::kClear)
-      ok = ok && v2 && key_len == 0 && value_len == 0 && version == 0 && expire_at == 0;
-    else ok = false;
-    // The length fields are checked before they size a read, so garbage cannot ask for more
-    // than one maximal record.
-    const size_t body = size_t{key_len} + value_len;
-    const size_t n = header + body + OpLog::kTrailerSize;
-    if (!ok || !rd.ensure(n)) {
+    const size_t n = check_header(rd.data(), &rec);
+    if (n == 0 || !rd.ensure(n) || !check_body(rd.data(), n, &rec)) {
       res.torn_tail = true;
       break;
     }
-    const char* r = rd.data();  // ensure() may have moved the window
-    if (XXH3_64bits(r, header + body) != load<uint64_t>(r + header + body)) {
-      res.torn_tail = true;
-      break;
-    }
-    rec.flags = v2 ? load<uint32_t>(r + 20) : 0;
-    if (v2 && rec.op != OpLog::Op::kPut && rec.flags != 0) {
-      res.torn_tail = true;
-      break;
-    }
-    rec.key = std::string_view(r + header, key_len);
-    rec.value = std::string_view(r + header + key_len, value_len);
     each(rec, res.valid_bytes, n);
     rd.consume(n);
     res.records++;
     res.valid_bytes += n;
   }
   return res;
+}
+
+// The offset of the first valid record that starts after byte `from` of the file, if any: what
+// tells corruption (a bad record with good ones after it) from a torn tail (nothing after it).
+std::optional<uint64_t> next_valid_record(int fd, const std::string& path, uint64_t from) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) fail("stat", path, errno);
+  const auto size = static_cast<uint64_t>(st.st_size);
+  Reader rd(fd, path);
+  // Skip to `from` + 1 through the window (the file is read once, front to back).
+  for (uint64_t skip = from + 1; skip > 0;) {
+    const size_t step = static_cast<size_t>(std::min<uint64_t>(skip, kReadChunk));
+    if (!rd.ensure(step)) return std::nullopt;
+    rd.consume(step);
+    skip -= step;
+  }
+  for (uint64_t at = from + 1; at + OpLog::kHeaderSizeV1 <= size; ++at, rd.consume(1)) {
+    if (!rd.ensure(OpLog::kHeaderSizeV1)) return std::nullopt;
+    const auto magic = load<uint8_t>(rd.data());
+    if (magic != OpLog::kMagic && magic != OpLog::kMagicV1) continue;
+    OpLog::Record rec;
+    const size_t n = check_header(rd.data(), &rec);
+    if (n == 0 || at + n > size || !rd.ensure(n)) continue;
+    if (check_body(rd.data(), n, &rec)) return at;
+  }
+  return std::nullopt;
 }
 
 int open_or_fail(const std::string& path, int flags, mode_t mode = 0644) {
@@ -257,20 +310,34 @@ FileScan replay_file(const std::string& path, bool last, const OpLog::ApplyFn& a
     fail("open", path, errno);
   }
   FileScan s;
+  std::optional<uint64_t> next;
   try {
     s = scan_file(fd, path, [&](const OpLog::Record& r, uint64_t, size_t) {
       if (apply) apply(r);
     });
+    if (s.torn_tail && last) next = next_valid_record(fd, path, s.valid_bytes);
   } catch (...) {
     ::close(fd);
     throw;
   }
   ::close(fd);
+  // What to do about it, as redis-check-aof says: keep the valid prefix, or start empty.
+  const auto recover = [&] {
+    return fmt::format(
+        "The server refuses to start on it. To keep the {} records before byte {} and lose the "
+        "rest of this file (and, for a base or an earlier segment, the segments after it), cut "
+        "it there: `truncate -s {} {}`; or move the log away to start empty",
+        s.records, s.valid_bytes, s.valid_bytes, path);
+  };
   if (s.torn_tail && !last)
     throw std::runtime_error(fmt::format(
-        "op log {}: corrupt after {} records (byte {}); only the last segment may end torn. "
-        "Move the log away to start empty, or cut the file at that byte to keep what is before",
-        path, s.records, s.valid_bytes));
+        "op log {}: corrupt after {} records (byte {}); only the last segment may end torn. {}",
+        path, s.records, s.valid_bytes, recover()));
+  if (next)
+    throw std::runtime_error(fmt::format(
+        "op log {}: the record at byte {} is corrupt and valid records follow it (the next at "
+        "byte {}): not a torn tail that a crash leaves. {}",
+        path, s.valid_bytes, *next, recover()));
   return s;
 }
 
@@ -303,25 +370,38 @@ struct LiveRecord {
 // appended to *fds, which the caller closes): DELETE drops the key, CLEAR everything before it;
 // expired items are left out. In log order, so that replay restores versions in the order they
 // were handed out (store::PutOptions::restore_version). Throws on a torn file.
+// *last_version gets the last version the records handed out (VERSION records included), as
+// replaying them would leave the engine's counter (store::stamp_version), 0 if none.
+// *clear_at gets the time of the last delayed CLEAR that no CLEAR follows, 0 if none.
 std::vector<LiveRecord> live_records(const std::vector<std::string>& inputs, std::vector<int>* fds,
-                                     uint64_t* in_bytes) {
+                                     uint64_t* in_bytes, uint64_t* last_version,
+                                     uint32_t* clear_at) {
   std::unordered_map<std::string, LiveRecord> live;
+  uint64_t counter = 0;  // the next version, 0 before any
   for (size_t i = 0; i < inputs.size(); ++i) {
     fds->push_back(open_or_fail(inputs[i], O_RDONLY));
     FileScan s =
         scan_file(fds->back(), inputs[i], [&](const OpLog::Record& r, uint64_t off, size_t n) {
+          if (r.version != 0) {  // PUT and VERSION
+            store::PutOptions restored;
+            restored.restore_version = r.version;
+            if (counter == 0) counter = r.version;
+            store::stamp_version(counter, restored);
+          }
           if (r.op == OpLog::Op::kPut)
             live.insert_or_assign(std::string(r.key),
                                   LiveRecord{static_cast<uint32_t>(i), static_cast<uint32_t>(n),
                                              off, r.expire_at});
           else if (r.op == OpLog::Op::kDel) live.erase(std::string(r.key));
-          else live.clear();
+          else if (r.op == OpLog::Op::kClear && r.expire_at == 0) live.clear();
+          if (r.op == OpLog::Op::kClear) *clear_at = r.expire_at;
         });
     if (s.torn_tail)
       throw std::runtime_error(fmt::format("{} is corrupt after byte {}", inputs[i],
                                            s.valid_bytes));
     *in_bytes += s.valid_bytes;
   }
+  *last_version = counter == 0 ? 0 : counter == 1 ? UINT64_MAX : counter - 1;
   const uint32_t now = now_unix();
   std::vector<LiveRecord> keep;
   keep.reserve(live.size());
@@ -487,43 +567,47 @@ void OpLog::append_del(std::string_view key) {
   append(Op::kDel, key, {}, 0, 0, 0);
 }
 
-void OpLog::append_clear() { append(Op::kClear, {}, {}, 0, 0, 0); }
+void OpLog::append_clear(uint32_t at) { append(Op::kClear, {}, {}, 0, at, 0); }
 
 void OpLog::append(Op op, std::string_view key, std::string_view value, uint64_t version,
                    uint32_t expire_at, uint32_t flags) {
   if (value.size() > store::kMaxValueSizeLimit)
     throw std::invalid_argument("op log: value too large");
-  const size_t body = key.size() + value.size();
-  const size_t n = kHeaderSize + body + kTrailerSize;
+  const size_t n = kHeaderSize + key.size() + value.size() + kTrailerSize;
   bool wake;
   {
     std::unique_lock lk(mu_);
-    if (pending_ > 0 && pending_ + n > options_.max_pending_bytes) {
+    // A failing log does not make the worker wait: it stops appending once it sees failing().
+    if (pending_ > 0 && pending_ + n > options_.max_pending_bytes && !failing()) {
       stalls_.fetch_add(1, std::memory_order_relaxed);
-      space_cv_.wait(lk,
-                     [&] { return pending_ == 0 || pending_ + n <= options_.max_pending_bytes; });
+      space_cv_.wait(lk, [&] {
+        return pending_ == 0 || pending_ + n <= options_.max_pending_bytes || failing();
+      });
     }
     // The writer sleeps only when active_ is empty, so only the first record after that has
     // to wake it.
     wake = active_.size == 0;
-    char* p = active_.grow(n);
-    store_at<uint8_t>(p + 0, kMagic);
-    store_at<uint8_t>(p + 1, static_cast<uint8_t>(op));
-    store_at<uint8_t>(p + 2, static_cast<uint8_t>(key.size()));
-    store_at<uint8_t>(p + 3, 0);
-    store_at<uint32_t>(p + 4, static_cast<uint32_t>(value.size()));
-    store_at<uint64_t>(p + 8, version);
-    store_at<uint32_t>(p + 16, expire_at);
-    store_at<uint32_t>(p + 20, flags);
-    if (!key.empty()) std::memcpy(p + kHeaderSize, key.data(), key.size());  // CLEAR has none
-    if (!value.empty()) std::memcpy(p + kHeaderSize + key.size(), value.data(), value.size());
-    store_at<uint64_t>(p + kHeaderSize + body, XXH3_64bits(p, kHeaderSize + body));
+    encode_at(active_.grow(n), op, key, value, version, expire_at, flags);
     pending_ += n;
     appended_ += n;
   }
   records_.fetch_add(1, std::memory_order_relaxed);
   bytes_.fetch_add(n, std::memory_order_relaxed);
   if (wake) work_cv_.notify_one();
+}
+
+void OpLog::for_each_unwritten(const ApplyFn& fn) {
+  std::lock_guard lk(mu_);
+  for (const Buffer* b : {&writing_, &active_}) {
+    for (size_t at = 0; at < b->size;) {
+      Record rec;
+      const char* p = b->data.get() + at;
+      const size_t n = check_header(p, &rec);
+      if (n == 0 || !check_body(p, n, &rec)) break;  // cannot be: we wrote them
+      fn(rec);
+      at += n;
+    }
+  }
 }
 
 OpLog::ReplayResult OpLog::replay(const std::string& stem, const ApplyFn& apply) {
@@ -537,7 +621,7 @@ OpLog::Stats OpLog::stats() const {
 }
 
 void OpLog::writer_main() {
-  Buffer batch;
+  Buffer& batch = writing_;
   std::unique_lock lk(mu_);
   for (;;) {
     // Everysec: written bytes wait at most kSyncInterval for their fdatasync, even when no
@@ -579,11 +663,10 @@ void OpLog::writer_main() {
       if (options_.on_durable) options_.on_durable();
     }
     maybe_rotate();
-    const size_t n = batch.size;
+    lk.lock();
+    pending_ -= batch.size;
     batch.size = 0;
     if (batch.capacity > kKeepCapacity) batch = Buffer{};
-    lk.lock();
-    pending_ -= n;
     space_cv_.notify_all();
   }
 }
@@ -637,6 +720,7 @@ void OpLog::syncer_main() {
     if (sync_fd_ < 0) return;  // stopped, nothing left to sync
     const int fd = sync_fd_;
     lk.unlock();
+    if (options_.before_background_sync) options_.before_background_sync();
     if (::fdatasync(fd) != 0) {
       write_errors_.fetch_add(1, std::memory_order_relaxed);
       spdlog::error("op log {}: fdatasync failed: {}", stem_, std::strerror(errno));
@@ -676,11 +760,19 @@ void OpLog::write_batch(const Buffer& batch) {
     if (r < 0 && errno == EINTR) continue;
     const int err = r < 0 ? errno : EIO;
     write_errors_.fetch_add(1, std::memory_order_relaxed);
-    if (failures++ == 0)
+    if (failures++ == 0) {
       spdlog::error(
-          "op log {}: write failed ({}); retrying, appends wait once {} bytes are "
-          "pending",
-          current_segment(), std::strerror(err), options_.max_pending_bytes);
+          "op log {}: write failed ({}); retrying until it succeeds, and refusing writes "
+          "meanwhile",
+          current_segment(), std::strerror(err));
+      {
+        std::lock_guard lk(mu_);  // an appender waiting for space sees it
+        failures_.fetch_add(1, std::memory_order_release);
+        failing_.store(true, std::memory_order_release);
+      }
+      space_cv_.notify_all();
+      if (options_.on_durable) options_.on_durable();  // wakes the worker to see it
+    }
     // Cut off the part of the batch that did reach the file, so that a retry does not leave a
     // torn record in the middle of the log. If that fails, resume where the write stopped.
     if (done > 0) {
@@ -699,8 +791,11 @@ void OpLog::write_batch(const Buffer& batch) {
   segment_size_ += n;
   file_bytes_.fetch_add(n, std::memory_order_relaxed);
   unsynced_ = true;
-  if (failures > 0)
-    spdlog::info("op log {}: write succeeded after {} failures", current_segment(), failures);
+  if (failures > 0) {
+    failing_.store(false, std::memory_order_release);
+    spdlog::warn("op log {}: write succeeded after {} failures; writes are accepted again",
+                 current_segment(), failures);
+  }
   flushes_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -718,8 +813,11 @@ void OpLog::maybe_rotate() {
     if (rewriting_) return;
   }
   // The closed segment is complete on disk before anything replaces it; the new one's
-  // directory entry is durable before a record in it is acknowledged.
-  if (unsynced_) sync_now();
+  // directory entry is durable before a record in it is acknowledged. Always, not only when
+  // unsynced_: everysec's background sync may have been handed the segment (which clears
+  // unsynced_) and not have run yet, and a machine crash would then leave a torn segment
+  // that is not the last (tests/server/oplog_test.cc, EverySecRotationSyncsTheClosedSegment).
+  sync_now();
   const uint64_t next = segment_ + 1;
   int fd = ::open(segment_path(stem_, next).c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -783,7 +881,10 @@ bool OpLog::rewrite(uint64_t through) {
   };
   uint64_t in_bytes = 0;
   try {
-    const std::vector<LiveRecord> keep = live_records(inputs, &fds, &in_bytes);
+    uint64_t last_version = 0;
+    uint32_t clear_at = 0;
+    const std::vector<LiveRecord> keep = live_records(inputs, &fds, &in_bytes, &last_version,
+                                                      &clear_at);
     const std::string out = base_path(stem_, through);
     const std::string tmp = out + ".tmp";
     int ofd = open_or_fail(tmp, O_WRONLY | O_CREAT | O_TRUNC);
@@ -815,6 +916,15 @@ bool OpLog::rewrite(uint64_t through) {
       }
       if (buf.size() >= kReadChunk) flush();
     }
+    // Last, so that replay's counter ends past every version handed out, also those of the
+    // items left out (oplog.h, VERSION).
+    auto bare = [&](Op op, uint64_t version, uint32_t at) {
+      const size_t off = buf.size();
+      buf.resize(off + kHeaderSize + kTrailerSize);
+      encode_at(buf.data() + off, op, {}, {}, version, at, 0);
+    };
+    if (clear_at != 0) bare(Op::kClear, 0, clear_at);  // still to come: kept (oplog.h)
+    if (last_version != 0) bare(Op::kVersion, last_version, 0);
     flush();
     if (::fdatasync(ofd) != 0) fail("fdatasync", tmp, errno);
     if (options_.before_rename) options_.before_rename();

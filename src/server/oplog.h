@@ -17,7 +17,10 @@
 // than Options::max_pending_bytes behind (backpressure, Stats::stalls). A failed write() is
 // counted, the part of the batch that reached the file is cut off again and the batch retried
 // with a growing back-off (1 ms up to 1 s); only the destructor gives up, after a few retries,
-// so that a dead disk cannot hang shutdown (it logs how many bytes were lost).
+// so that a dead disk cannot hang shutdown (it logs how many bytes were lost). While a write
+// fails, failing() says so: the worker then refuses new writes and answers reads of what is
+// written (Worker::execute_st, docs/durability.md "A full disk"), and appends never wait for
+// space (there are no more once the worker knows); the first write that succeeds ends it.
 //
 // Positions. Every appended byte has a position (an LSN: bytes appended since this OpLog
 // opened). appended() is the position after the last record appended; durable() the position
@@ -50,23 +53,40 @@
 // File format: a sequence of records, nothing else (no file header). Integers little-endian.
 //
 //   off  0  u8   magic       0xF2 (format 2; format 1 records, 0xF1, are read too, see below)
-//   off  1  u8   op          1 = PUT, 2 = DELETE, 3 = CLEAR (memcached's flush_all)
-//   off  2  u8   key_len     PUT/DELETE: 1..250 (store::kMaxKeySize); CLEAR: 0
+//   off  1  u8   op          1 = PUT, 2 = DELETE, 3 = CLEAR (memcached's flush_all),
+//                            4 = VERSION (the engine's version counter, see below)
+//   off  2  u8   key_len     PUT/DELETE: 1..250 (store::kMaxKeySize); CLEAR/VERSION: 0
 //   off  3  u8   reserved    0
 //   off  4  u32  value_len   PUT: 0..16 MiB (store::kMaxValueSizeLimit); else 0
-//   off  8  u64  version     PUT: the version the engine gave the item; else 0
-//   off 16  u32  expire_at   PUT: absolute Unix seconds, 0 = never; else 0
+//   off  8  u64  version     PUT: the version the engine gave the item; VERSION: the last
+//                            version handed out (!= 0); else 0
+//   off 16  u32  expire_at   PUT: absolute Unix seconds, 0 = never; CLEAR: when (a delayed
+//                            flush_all: absolute Unix seconds; 0 = at once); else 0
 //   off 20  u32  flags       PUT: memcached's client flags (store::PutOptions::flags); else 0
 //   off 24       key         key_len bytes
 //   off 24+K     value       value_len bytes
 //   off 24+K+V u64 checksum  XXH3_64bits (seed 0) of bytes [0, 24+K+V): header, key and value
 //
+// A delayed CLEAR (flush_all N) empties nothing when it is read: it says that everything
+// present at its time goes then, unless a later CLEAR replaces it. The running server logs a
+// CLEAR at once when the time comes; replay (Worker::open_oplog) arms one still to come, and
+// carries out at the end one whose time passed while the server was down. A rewrite keeps the
+// last delayed CLEAR that no CLEAR follows.
+//
+// VERSION keeps CAS versions from going backwards across a rewrite: the rewrite drops deleted
+// and expired items, and with them the versions they were given, so it ends every base with a
+// VERSION record of the last version the records it read handed out; replay moves the engine's
+// counter past it (store::Engine::restore_version). Written by this format's rewrites only.
+//
 // Format 1 (written before flags were logged) is the same without `flags` (a 20-byte header)
-// and without CLEAR; its records replay with flags 0. A reader accepts a record only if every
-// header field is in range and the checksum matches; the first record that is not accepted (or
-// is cut short by the end of the file) ends the valid prefix. A crash in the middle of a write
-// leaves such a torn tail in the last segment; opening the log cuts it away. A torn base or an
-// earlier segment is not a crash's doing: opening refuses it, naming the file.
+// and without CLEAR and VERSION; its records replay with flags 0. A reader accepts a record only
+// if every header field is in range and the checksum matches; the first record that is not
+// accepted (or is cut short by the end of the file) ends the valid prefix. A crash in the middle
+// of a write leaves such a torn tail in the last segment, and nothing valid after it (the writer
+// appends whole batches, and cuts a failed write off before it retries); opening the log cuts
+// it away. Anything else is corruption, not a crash's doing, and opening refuses it, naming the
+// file and the byte: a base or an earlier segment that does not end in a whole record, and a
+// bad record in the last segment that a valid record follows.
 //
 // Threading: append_*(), appended() and the replay callbacks on the worker (constructing)
 // thread; everything else from any thread.
@@ -109,9 +129,11 @@ class OpLog {
     // stuck disk), and before a rewrite renames its new base into place.
     std::function<void()> before_write = nullptr;
     std::function<void()> before_rename = nullptr;
+    // Tests only, on the syncer thread (kEverySec): before each background fdatasync.
+    std::function<void()> before_background_sync = nullptr;
   };
 
-  enum class Op : uint8_t { kPut = 1, kDel = 2, kClear = 3 };
+  enum class Op : uint8_t { kPut = 1, kDel = 2, kClear = 3, kVersion = 4 };
   // One record as replay hands it over; the views are valid only during the call.
   struct Record {
     Op op = Op::kPut;
@@ -151,7 +173,16 @@ class OpLog {
   void append_put(std::string_view key, std::string_view value, uint64_t version,
                   uint32_t expire_at, uint32_t flags = 0);
   void append_del(std::string_view key);
-  void append_clear();
+  // A CLEAR at `at` (absolute Unix seconds; 0: now): memcached's delayed flush_all.
+  void append_clear(uint32_t at = 0);
+
+  // A write of the log failed and has not succeeded since (a full disk, an I/O error): any
+  // thread. failures() counts how often that began.
+  bool failing() const { return failing_.load(std::memory_order_acquire); }
+  uint64_t failures() const { return failures_.load(std::memory_order_acquire); }
+  // Worker thread: calls `fn` for every record appended and not yet written (the batch being
+  // written and those after it), in order.
+  void for_each_unwritten(const ApplyFn& fn);
 
   // Positions (see the top). appended(): worker thread. durable(): any thread.
   uint64_t appended() const { return appended_; }
@@ -225,9 +256,12 @@ class OpLog {
   std::chrono::steady_clock::time_point last_sync_{};
 
   std::mutex mu_;
-  std::condition_variable work_cv_;    // writer waits: something to write, or stop
-  std::condition_variable space_cv_;   // a stalled appender waits: pending_ went down
-  Buffer active_;                      // guarded by mu_: records not yet taken by the writer
+  std::condition_variable work_cv_;   // writer waits: something to write, or stop
+  std::condition_variable space_cv_;  // a stalled appender waits: pending_ went down
+  Buffer active_;                     // guarded by mu_: records not yet taken by the writer
+  Buffer writing_;  // the batch being written: swapped and emptied under mu_, read by the writer
+  std::atomic<bool> failing_{false};
+  std::atomic<uint64_t> failures_{0};
   size_t pending_ = 0;                 // guarded by mu_: active_.size + the batch being written
   uint64_t appended_ = 0;              // guarded by mu_ (written by the worker thread only)
   bool stop_ = false;                  // guarded by mu_

@@ -78,6 +78,11 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
   s.number("test_rewrite_pause_ms", "--test-rewrite-pause-ms", &o->test_rewrite_pause_ms,
            "TEST ONLY: every log rewrite waits this many ms before it renames its new base into "
            "place, so that a test can kill the server in the middle of one (default 0: none)");
+  s.number("test_oplog_write_delay_ms", "--test-oplog-write-delay-ms",
+           &o->test_oplog_write_delay_ms,
+           "TEST ONLY: the log's writer waits this many ms before it writes each batch, so that "
+           "a test can kill the server between a command and its record reaching the file "
+           "(default 0: none)");
   s.text("data_dir", "--data-dir", &o->data_dir,
          "directory for state that survives a restart (the sequencers' high-water mark, "
          "docs/sequencer.md); required when a sequencer is served");

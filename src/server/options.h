@@ -63,6 +63,7 @@ struct ServerOptions : proto::ProtocolOptions {
   // TEST ONLY (tests/client/durability_test.cc kills a server in the middle of a rewrite):
   // every rewrite waits this long before it renames its new base into place; 0 = no wait.
   uint32_t test_rewrite_pause_ms = 0;
+  uint32_t test_oplog_write_delay_ms = 0;
   // Where the server keeps state that must survive a restart: the sequencers' high-water mark
   // ("<data_dir>/sequence.hwm", docs/sequencer.md). Required when a sequencer is served.
   std::string data_dir;

@@ -1,6 +1,12 @@
 #include "server/server.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <thread>
@@ -40,9 +46,36 @@ void check_oplog_workers(const ServerOptions& o) {
           o.oplog, recorded, recorded));
     return;
   }
-  std::ofstream out(meta, std::ios::trunc);
-  out << o.workers << "\n";
-  if (!out) throw std::runtime_error("cannot write " + meta);
+  if (in.is_open() && in.peek() != std::ifstream::traits_type::eof())
+    throw std::runtime_error(fmt::format(
+        "{} does not hold a worker count; write the --workers the log was written with into it "
+        "(or move the log away)",
+        meta));
+  // Written whole or not at all: a temporary file, synced, renamed over, the directory synced
+  // (a crash must not leave an empty file that the next start would take for a new log).
+  const std::string tmp = meta + ".tmp";
+  const std::string text = fmt::format("{}\n", o.workers);
+  const auto fail = [&](const char* what, const std::string& path) {
+    throw std::runtime_error(fmt::format("cannot write {}: {} {}: {}", meta, what, path,
+                                         std::strerror(errno)));
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open", tmp);
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  if (!written) fail("write", tmp);
+  if (::rename(tmp.c_str(), meta.c_str()) != 0) fail("rename", tmp);
+  std::string dir = std::filesystem::path(meta).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool synced = dfd >= 0 && ::fsync(dfd) == 0;
+  const int derr = errno;
+  if (dfd >= 0) ::close(dfd);
+  errno = derr;
+  if (!synced) fail("fsync", dir);
 }
 
 // The ketama name of a listener's bound "host:port" (cluster/ketama.h), "" for a wildcard host:

@@ -14,6 +14,7 @@
 #include "fabric/isolation.h"
 #include "server/oplog.h"
 #include "server/protocols.h"
+#include "server/restore.h"
 #include "store/stats.h"
 
 namespace fabkv::server {
@@ -201,6 +202,11 @@ void Worker::open_oplog() {
     lo.before_rename = [ms = o_.test_rewrite_pause_ms] {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     };
+  // Tests only (tests/memcached/durability_test.cc): a slow disk, every batch written late.
+  if (o_.test_oplog_write_delay_ms > 0)
+    lo.before_write = [ms = o_.test_oplog_write_delay_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    };
   // Every mode holds answers until their records are durable() (always: synced; everysec and
   // no: written to the file, which a crash of the process keeps). Answering before the write
   // lost acknowledged writes to a SIGKILL (tests/client/durability_test.cc, *_everysec).
@@ -211,32 +217,31 @@ void Worker::open_oplog() {
       // new position before it blocks, or we see it asleep and wake it.
       if (sleeping_.load(std::memory_order_seq_cst)) wake();
     };
-  uint64_t refused = 0;
-  auto apply = [&](const OpLog::Record& r) {
-    switch (r.op) {
-      case OpLog::Op::kPut: {
-        store::PutOptions p;
-        p.expire_at = r.expire_at;
-        p.flags = r.flags;
-        p.restore_version =
-            r.version;  // the logged CAS version; the engine's counter moves past it
-        if (engine_->put(r.key, r.value, p) != store::Status::kOk) refused++;
-        break;
-      }
-      case OpLog::Op::kDel: engine_->del(r.key); break;
-      case OpLog::Op::kClear: engine_->clear(); break;
-    }
-  };
+  EngineRestore restore(*engine_, store::realtime_seconds(nullptr));
   const auto t0 = Clock::now();
-  oplog_ = std::make_unique<OpLog>(stem, std::move(lo), apply);
+  oplog_ = std::make_unique<OpLog>(stem, std::move(lo), std::ref(restore));
+  // A key the log holds that the engine cannot: refuse to start rather than serve without it.
+  if (restore.refused() > 0) {
+    oplog_.reset();
+    throw std::runtime_error(fmt::format(
+        "worker {}: replaying the op log {} the engine refused {} PUT(s) (the first: key '{}', "
+        "{}), so it cannot rebuild what was acknowledged; start with the --memory (and "
+        "--max-value) the log was written with, or larger",
+        index_, stem, restore.refused(), restore.first_refused(), store::to_string(restore.why())));
+  }
+  replayed_clear_at_ = restore.clear_at();
+  // A delayed flush_all whose time came while the server was down: everything it found was
+  // written before that time, so it all goes now, and the log says so for the next start.
+  if (replayed_clear_at_ != 0 && replayed_clear_at_ <= store::realtime_seconds(nullptr)) {
+    replayed_clear_at_ = 0;
+    clear_st();
+  }
   const OpLog::ReplayResult& rr = oplog_->recovered();
   if (rr.records > 0 || rr.torn_tail)
-    spdlog::info("worker {}: replayed {} records from {} file(s) of {} in {} ms{}{}", index_,
+    spdlog::info("worker {}: replayed {} records from {} file(s) of {} in {} ms{}", index_,
                  rr.records, rr.files, stem,
                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(),
-                 rr.torn_tail ? " (cut a torn tail)" : "",
-                 refused > 0 ? fmt::format("; the engine refused {} PUTs (too small?)", refused)
-                             : std::string());
+                 rr.torn_tail ? " (cut a torn tail)" : "");
 }
 
 Worker::~Worker() {
@@ -701,14 +706,39 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
     engine_->run_batch(reqs, done);
     return;
   }
-  engine_->run_batch(reqs, [&](size_t i, const store::Response& r) {
-    const store::Request& req = reqs[i];
+  // The log cannot be written (a full disk): a PUT or DELETE is refused before the engine
+  // sees it, so that nothing changes that the log could not keep; reads go on (their answers
+  // wait only when they read a record not written yet: log_barrier_st).
+  const bool failing = oplog_ && oplog_->failing();
+  if (failing) {
+    readable_.clear();
+    readable_at_.clear();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i].op == store::Op::kGet) {
+        readable_.push_back(reqs[i]);
+        readable_at_.push_back(i);
+        continue;
+      }
+      store::Response refused;
+      refused.status = store::Status::kLogFailed;
+      store::add_st(counters_.log_refused);
+      done(i, refused);
+    }
+    reqs = readable_;
+  }
+  engine_->run_batch(reqs, [&](size_t at, const store::Response& r) {
+    const size_t i = failing ? readable_at_[at] : at;
+    const store::Request& req = reqs[at];
     // Pilaf sec. 4: every acknowledged PUT/DELETE goes to the log before its answer is built
     // (the log's writer thread reaches the disk later; log_barrier_st says when).
     if (oplog_ && r.status == store::Status::kOk) {
       if (req.op == store::Op::kPut)
         oplog_->append_put(req.key, req.value, r.version, req.put.expire_at, req.put.flags);
       else if (req.op == store::Op::kDel) oplog_->append_del(req.key);
+    } else if (oplog_ && req.op == store::Op::kDel && r.status == store::Status::kNotFound) {
+      // A DELETE that found nothing is logged too: the cache engine may have evicted the key,
+      // and the log's earlier PUT of it would bring it back at the next start.
+      oplog_->append_del(req.key);
     }
     // A memcached item above --max-value (engine_max_value, server/options.h) does not fit a
     // fabric client's buffers: its GET is refused as too large.
@@ -725,15 +755,35 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
 }
 
 bool Worker::clear_st() {
-  if (!engine_ || !engine_->clear()) return false;
+  if (log_failing() || !engine_ || !engine_->clear()) return false;
   if (oplog_) oplog_->append_clear();
   return true;
 }
 
-uint64_t Worker::log_barrier_st() const {
+bool Worker::log_failing() const { return oplog_ && oplog_->failing(); }
+
+void Worker::log_clear_at_st(uint32_t at) {
+  if (oplog_) oplog_->append_clear(at);
+}
+
+uint64_t Worker::log_barrier_st(std::string_view key) {
   if (!hold_answers_) return 0;
   const uint64_t appended = oplog_->appended();
-  return appended > oplog_->durable() ? appended : 0;
+  if (appended <= oplog_->durable()) return 0;
+  // The log fails and may stay so (a full disk): an answer about a key whose records are all
+  // written shows nothing a crash could take back, and goes now; the others wait for the disk.
+  if (key.empty() || !oplog_->failing()) return appended;
+  if (unwritten_of_ != oplog_->failures() || unwritten_at_ != appended) {
+    unwritten_.clear();
+    unwritten_clear_ = false;
+    oplog_->for_each_unwritten([this](const OpLog::Record& r) {
+      if (r.op == OpLog::Op::kClear) unwritten_clear_ = true;
+      else if (!r.key.empty()) unwritten_.emplace(r.key);
+    });
+    unwritten_of_ = oplog_->failures();
+    unwritten_at_ = appended;
+  }
+  return unwritten_clear_ || unwritten_.contains(std::string(key)) ? appended : 0;
 }
 
 void Worker::when_durable_st(uint64_t position, std::function<void()> fn) {
@@ -1066,6 +1116,8 @@ nlohmann::json Worker::stats() const {
                   {"syncs", ls.syncs},
                   {"stalls", ls.stalls},
                   {"write_errors", ls.write_errors},
+                  {"failing", oplog_->failing()},
+                  {"refused", r(counters_.log_refused)},
                   {"rewrites", ls.rewrites},
                   {"rewrite_errors", ls.rewrite_errors},
                   {"file_bytes", ls.file_bytes},

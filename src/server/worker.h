@@ -25,6 +25,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -124,9 +125,16 @@ class Worker final : public proto::ServerHost {
   void execute_st(std::span<const store::Request> reqs, store::CompletionFn done) override;
   // Empties the engine (memcached's flush_all) and logs it; false where the engine cannot.
   bool clear_st();
+  // Logs memcached's delayed flush_all, a CLEAR at `at` (absolute Unix seconds), which the
+  // front end carries out with clear_st() when the time comes (server/oplog.h).
+  void log_clear_at_st(uint32_t at);
+  // A delayed flush_all whose time had not come when the op log was replayed; 0: none.
+  uint32_t replayed_clear_at() const { return replayed_clear_at_; }
   // --oplog-sync always (docs/durability.md): every answer built after a logged write waits,
   // GETs included, so that no answer shows a write that a crash could still take back.
-  uint64_t log_barrier_st() const override;
+  uint64_t log_barrier_st(std::string_view key) override;
+  // The op log cannot be written now (OpLog::failing): writes are refused (execute_st).
+  bool log_failing() const;
   // The worker wakes for it.
   void when_durable_st(uint64_t position, std::function<void()> fn) override;
   store::Engine& engine() { return *engine_; }
@@ -241,7 +249,16 @@ class Worker final : public proto::ServerHost {
     uint64_t position;
     std::function<void()> fn;
   };
-  std::deque<Held> held_;  // when_durable_st's, in position order
+  uint32_t replayed_clear_at_ = 0;
+  // While the log fails (OpLog::failing): the keys whose last record is not written yet, and
+  // whether a CLEAR is (log_barrier_st), as of unwritten_at_ (appended()) in failure number
+  // unwritten_of_ (OpLog::failures).
+  std::unordered_set<std::string> unwritten_;
+  bool unwritten_clear_ = false;
+  uint64_t unwritten_at_ = 0, unwritten_of_ = 0;
+  std::vector<store::Request> readable_;  // execute_st while the log fails: the reads
+  std::vector<size_t> readable_at_;       // and where each was in the batch
+  std::deque<Held> held_;                 // when_durable_st's, in position order
   // One server side per distinct Info::server among the served protocols.
   std::vector<std::unique_ptr<proto::ServerProtocol>> sides_;
   std::vector<proto::ServerProtocol*> side_of_;  // by proto::Id; nullptr = not served
@@ -295,7 +312,7 @@ class Worker final : public proto::ServerHost {
   struct Counters {
     std::atomic<uint64_t> send_errors{0}, write_errors{0}, unknown_client{0}, short_messages{0},
         rounds{0}, stale_responses{0}, backlogged{0}, dropped_peers{0}, endpoints_closed{0},
-        regions_reclaimed{0};
+        regions_reclaimed{0}, log_refused{0};
     // adaptive: times the worker blocked or slept, how each ended, and for how long in all.
     std::atomic<uint64_t> blocks{0}, woken_by_fabric{0}, woken_by_control{0}, timeouts{0},
         not_now{0}, idle_us{0}, unexplained_wakes{0};

@@ -21,6 +21,12 @@ class CacheEngine final : public Engine {
   explicit CacheEngine(const EngineOptions& opts);
 
   std::string_view name() const override { return to_string(EngineKind::kCache); }
+
+  void restore_version(uint64_t version) override {
+    PutOptions restored;
+    restored.restore_version = version;
+    stamp_version(version_, restored);
+  }
   using Engine::del;
   using Engine::get;
   using Engine::put;

@@ -18,6 +18,7 @@ const char* to_string(Status s) {
     case Status::kTooLarge: return "too_large";
     case Status::kInvalidKey: return "invalid_key";
     case Status::kNoSpace: return "no_space";
+    case Status::kLogFailed: return "log_failed";
     case Status::kVersionMismatch: return "version_mismatch";
   }
   return "unknown";

@@ -33,6 +33,7 @@ enum class Status : uint8_t {
   kInvalidKey,       // empty key
   kNoSpace,          // store: no memory left for the item or its index entry
   kVersionMismatch,  // put with an expected version that is not the item's current version
+  kLogFailed,        // refused before the engine saw it: the op log cannot be written (a full disk)
 };
 
 const char* to_string(Status s);
@@ -211,6 +212,11 @@ class Engine {
   // Housekeeping the owner thread runs every so often (a worker: every 1024 poll rounds), for
   // engines that need it (release retired table generations, publish a clock).
   virtual void housekeeping() {}
+
+  // Restore path (op log replay of a VERSION record, or of a PUT it leaves out): moves the
+  // version counter past `version` as a PUT restored with it would (stamp_version), without
+  // storing anything, so that a version handed out before a restart is never handed out again.
+  virtual void restore_version(uint64_t version) = 0;
 
   // Removes every item (memcached's flush_all), owner thread only. False, changing nothing,
   // where the engine cannot (an engine whose table clients READ).

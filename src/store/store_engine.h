@@ -23,6 +23,12 @@ class StoreEngine final : public Engine {
   explicit StoreEngine(const EngineOptions& opts);
 
   std::string_view name() const override { return to_string(EngineKind::kStore); }
+
+  void restore_version(uint64_t version) override {
+    PutOptions restored;
+    restored.restore_version = version;
+    stamp_version(version_, restored);
+  }
   using Engine::del;
   using Engine::get;
   using Engine::put;

@@ -44,6 +44,13 @@ class McServer {
     port_ = static_cast<uint16_t>(std::stoi(mc.substr(mc.rfind(':') + 1)));
   }
   ~McServer() { stop(); }
+  // SIGKILL (a crash at this instant); it must die of it.
+  void kill() {
+    const pid_t pid = child_->pid();
+    EXPECT_TRUE(child_->kill());
+    child_.reset();
+    perf::remove_shm_leftovers(pid);
+  }
   const std::string& address() const { return address_; }
   uint16_t port() const { return port_; }
   bool running() { return child_ && child_->proc().wait(Deadline::after_ms(0)) < 0; }

@@ -67,7 +67,7 @@ class FakeServerHost final : public ServerHost {
   void execute_st(std::span<const store::Request> reqs, store::CompletionFn done) override {
     engine_->run_batch(reqs, done);
   }
-  uint64_t log_barrier_st() const override { return 0; }
+  uint64_t log_barrier_st(std::string_view) override { return 0; }
   void when_durable_st(uint64_t, std::function<void()> fn) override { fn(); }
   void reply_st(uint32_t c, uint16_t epoch, fabric::LocalBuffer src) override {
     replies.push_back({c, epoch, copy(src)});

@@ -63,6 +63,12 @@ class Engine final : public store::Engine {
   ~Engine() override;
 
   std::string_view name() const override { return "drtm"; }
+
+  void restore_version(uint64_t version) override {
+    store::PutOptions restored;
+    restored.restore_version = version;
+    store::stamp_version(version_, restored);
+  }
   using store::Engine::del;
   using store::Engine::get;
   using store::Engine::put;

@@ -65,6 +65,12 @@ class Engine final : public store::Engine {
   explicit Engine(const store::EngineOptions& opts, const EngineConfig& hopts = {});
 
   std::string_view name() const override { return "hydradb"; }
+
+  void restore_version(uint64_t version) override {
+    store::PutOptions restored;
+    restored.restore_version = version;
+    store::stamp_version(version_, restored);
+  }
   using store::Engine::del;
   using store::Engine::get;
   using store::Engine::put;

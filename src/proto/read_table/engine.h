@@ -133,6 +133,11 @@ class Engine : public store::Engine {
   }
   size_t max_value_size() const override { return max_value_; }
   void housekeeping() override { reap_retired(); }
+  void restore_version(uint64_t version) override {
+    store::PutOptions restored;
+    restored.restore_version = version;
+    store::stamp_version(version_, restored);
+  }
 
   // These four need Gen complete: defined below, instantiated by the engine's .cc only (its
   // header declares the instantiation extern).

@@ -277,7 +277,7 @@ class RfrpcServer final : public rpc::RpcServer {
     if (!breqs_.empty()) {
       worker_.execute_st(breqs_, [&](size_t i, const store::Response& r) {
         Result& res = bres_[bmap_[i]];
-        res.status = static_cast<rpc::WireStatus>(r.status);
+        res.status = rpc::to_wire(r.status);
         res.version = r.version;
         if (breqs_[i].op == store::Op::kGet && r.status == store::Status::kOk) {
           res.value.assign(r.value.data(), r.value.size());  // valid only until the next write
@@ -287,7 +287,11 @@ class RfrpcServer final : public rpc::RpcServer {
     }
     // --oplog-sync always: the result batch is published only once the log has what came
     // before it (docs/durability.md); the client reuses this batch slot only after reading it.
-    if (const uint64_t barrier = worker_.log_barrier_st(); barrier != 0) {
+    // The batch waits for the latest record any of its keys needs (all of them, normally).
+    uint64_t barrier = breqs_.empty() ? worker_.log_barrier_st({}) : 0;
+    for (const store::Request& q : breqs_)
+      barrier = std::max(barrier, worker_.log_barrier_st(q.key));
+    if (barrier != 0) {
       worker_.when_durable_st(barrier, [this, c, b, seq, e = epochs_[c], res = bres_] {
         if (worker_.serving_st(c, e))
           write_result_batch_st(c, b, seq, static_cast<uint16_t>(res.size()), res);

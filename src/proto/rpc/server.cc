@@ -24,7 +24,7 @@ using store::add_st;
 constexpr uint32_t kStallPolls = 20000;
 
 // WireStatus starts with store::Status's values, in its order (proto/rpc/wire.h), so an engine
-// status goes on the wire as it is.
+// status goes on the wire as it is (to_wire, proto/rpc/server.h).
 constexpr bool same(WireStatus w, store::Status s) {
   return static_cast<uint8_t>(w) == static_cast<uint8_t>(s);
 }
@@ -34,7 +34,6 @@ static_assert(same(WireStatus::kOk, store::Status::kOk) &&
               same(WireStatus::kInvalidKey, store::Status::kInvalidKey) &&
               same(WireStatus::kNoSpace, store::Status::kNoSpace) &&
               same(WireStatus::kVersionMismatch, store::Status::kVersionMismatch));
-WireStatus to_wire(store::Status s) { return static_cast<WireStatus>(s); }
 
 OpCode to_opcode(store::Op op) {
   return op == store::Op::kGet ? OpCode::kGet : op == store::Op::kPut ? OpCode::kPut : OpCode::kDel;
@@ -426,7 +425,7 @@ void RpcServer::flush_st() {
     // With an op log (every --oplog-sync mode: Worker::open_oplog), the answer waits in its
     // buffer (the client sends this slot's next request only after it) until the log has what
     // came before it: synced (always) or written (everysec, no) (docs/durability.md).
-    if (const uint64_t barrier = worker_.log_barrier_st(); barrier != 0) {
+    if (const uint64_t barrier = worker_.log_barrier_st(p.req.key); barrier != 0) {
       worker_.when_durable_st(barrier, [this, c = p.client, e = p.epoch, seq = p.seq, out, len] {
         if (clients_[c].active && clients_[c].epoch == e) answer_st(c, e, seq, out, len);
       });

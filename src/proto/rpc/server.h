@@ -24,6 +24,13 @@
 
 namespace fabkv::rpc {
 
+// An engine's status on the wire: the same value (WireStatus starts with store::Status's, in
+// its order), but for a write refused because the op log cannot be written, which the fabric
+// clients see as the server failing to serve it (kInternal: Status::kError).
+inline WireStatus to_wire(store::Status s) {
+  return s == store::Status::kLogFailed ? WireStatus::kInternal : static_cast<WireStatus>(s);
+}
+
 class RpcServer : public proto::ServerProtocol {
  public:
   struct Config {
