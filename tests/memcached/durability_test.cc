@@ -124,7 +124,10 @@ TEST_F(McDurability, FlushAllIsAnsweredOnlyOnceItsClearIsLogged) {
         slow.insert(slow.end(), {"--test-oplog-write-delay-ms", "300"});
         auto server = start(slow);
         McConn c(server->port());
-        for (int i = 0; i < 8; i++) ASSERT_EQ(set(c, "k" + std::to_string(i), "v"), "STORED");
+        std::string sets;  // one batch of the slow log, not eight
+        for (int i = 0; i < 8; i++) sets += "set k" + std::to_string(i) + " 0 0 1\r\nv\r\n";
+        ASSERT_TRUE(c.send(sets));
+        for (int i = 0; i < 8; i++) ASSERT_EQ(c.line(), "STORED");
         if (flush == "binary") {
           // Header only: magic 0x80, opcode 0x08 (flush), no extras, key or body.
           std::string req(24, '\0');
