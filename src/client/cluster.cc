@@ -214,9 +214,11 @@ void Cluster::housekeeping() {
   if (changed && o_.auto_eject_hosts) rebuild_ring();
 }
 
-Client* Cluster::connect(size_t i, Status* st) {
+Client* Cluster::connect(size_t i, Status* st, bool even_ejected) {
   Member& m = *members_[i];
-  if (m.c.ejected) {  // only without auto_eject_hosts (else it is not on the ring)
+  // Through the ring, an ejected server is met only without auto_eject_hosts (else it is not on
+  // the ring).
+  if (m.c.ejected && !even_ejected) {
     *st = Status::kServerGone;
     return nullptr;
   }
@@ -570,14 +572,15 @@ nlohmann::json Cluster::stats() const {
 
 const Client* Cluster::connected_client(size_t i) const { return members_.at(i)->client.get(); }
 
+// A direct read of one server ignores the ring's verdict on it, but a failure to connect counts
+// as one through the ring. `ejected` is not touched around the connect, so that failed() sees
+// the server's true state: one that this connect ejects is marked and put back after
+// retry_timeout_ms by housekeeping(), one ejected already is not ejected again.
 Client* Cluster::client(size_t i, std::string* why) {
   housekeeping();
-  Member& m = *members_.at(i);
-  bool was_ejected = m.c.ejected;
-  m.c.ejected = false;  // a direct read of one server ignores the ring's verdict on it
+  const Member& m = *members_.at(i);
   Status st;
-  Client* c = connect(i, &st);
-  m.c.ejected = was_ejected;
+  Client* c = connect(i, &st, /*even_ejected=*/true);
   if (!c && why) *why = m.c.last_error.empty() ? to_string(st) : m.c.last_error;
   return c;
 }

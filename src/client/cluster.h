@@ -143,7 +143,8 @@ class Cluster {
   // {"servers": [{"address", "name", "weight", "requests", ...}], "replicas", "ring_points"}.
   nlohmann::json stats() const;
   // The connected client of server i, connecting first; nullptr (with *why) when it cannot.
-  // Bypasses the ring: for reading one server directly.
+  // Bypasses the ring: for reading one server directly, ejected or not. A failure to connect
+  // counts as any other (server_failure_limit of them eject the server, for retry_timeout_ms).
   Client* client(size_t i, std::string* why = nullptr);
   // The client of server i while the Cluster holds one, else nullptr: connects nothing, changes
   // nothing, so another thread may read its counters() while this one makes no call that
@@ -157,7 +158,9 @@ class Cluster {
 
   void housekeeping();  // drops dead clients, brings ejected ones back
   void rebuild_ring();
-  Client* connect(size_t i, Status* st);
+  // Server i's client, connecting first; nullptr with *st when it cannot. An ejected server is
+  // refused unless even_ejected (client(i)).
+  Client* connect(size_t i, Status* st, bool even_ejected = false);
   void succeeded(size_t i);
   void failed(size_t i, Status st, const std::string& why = {});
   static bool is_failure(Status s) { return s == Status::kTimeout || s == Status::kServerGone; }

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -318,6 +319,40 @@ TEST_F(ClusterE2E, WithTwoReplicasEveryAcknowledgedPutSurvivesAnyOneServersDeath
     }
     EXPECT_GE(c.counters(victim).failures, 1u);
   }
+}
+
+// Cluster::client(i), the direct way to one server (fabkv-cli stats, fabkv-bench), fails to
+// connect often enough to eject the server: it is then ejected as through the ring, counted
+// and marked, and put back after retry_timeout_ms like any other (not left off the ring for
+// good).
+TEST_F(ClusterE2E, AServerEjectedByADirectConnectComesBackAfterTheRetryTimeout) {
+  start(3);
+  auto o = options();
+  o.client.timeout_ms = 500;
+  o.server_failure_limit = 1;
+  o.retry_timeout_ms = 800;
+  Cluster c(o);
+  auto on2 = keys_on(c, 2, 5, "b");
+  ASSERT_TRUE(servers_[2]->suspend());  // its handshake is never answered: a timeout
+  std::string why;
+  EXPECT_EQ(c.client(2, &why), nullptr);
+  EXPECT_FALSE(why.empty());
+  auto k2 = c.counters(2);
+  EXPECT_EQ(k2.failures, 1u);
+  EXPECT_EQ(k2.ejections, 1u);
+  EXPECT_TRUE(k2.ejected) << "off the ring but not marked ejected: no retry brings it back";
+  EXPECT_EQ(c.stats().at("servers").at(2).at("ring_points").get<size_t>(), 0u);
+  for (const auto& k : on2) EXPECT_NE(c.server_for_key(k), 2u);
+  servers_[2]->resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(o.retry_timeout_ms + 100));
+  // Back on the ring, with its keys.
+  for (const auto& k : on2) ASSERT_EQ(c.server_for_key(k), 2u) << k;
+  EXPECT_EQ(c.counters(2).retries, 1u);
+  EXPECT_FALSE(c.counters(2).ejected);
+  ASSERT_EQ(c.put(on2[0], "home"), Status::kOk);
+  std::string v;
+  ASSERT_EQ(direct(2)->get(on2[0], &v), Status::kOk);
+  EXPECT_EQ(v, "home");
 }
 
 TEST_F(ClusterE2E, AServerNamedOtherwiseThanTheListIsRefusedWithBothNames) {
