@@ -332,11 +332,14 @@ Status Cluster::start_get(std::string_view key, Callback cb) {
   return post_get(std::move(fan), std::move(order), 0);
 }
 
-// A PUT (put = true) or DELETE to every replica of the key.
+// A PUT (put = true) or DELETE to every replica of the key: the R distinct servers that follow
+// it on the ring, ejected ones being off it. With fewer than R on the ring nothing is sent: an
+// acknowledgement must mean R servers hold the write (docs/cluster.md, Replicas), and a write
+// to fewer would be lost with the next server's death.
 Status Cluster::fan_out(bool put, std::string_view key, std::string_view value, uint32_t expire_at,
                         Callback cb) {
   auto order = ring_.nodes_for_key(key, o_.replicas);
-  if (order.empty()) return Status::kServerGone;
+  if (order.size() < o_.replicas) return Status::kServerGone;
   auto fan = std::make_shared<Fan>();
   fan->cb = std::move(cb);
   fan->statuses.assign(order.size(), Status::kOk);

@@ -57,8 +57,9 @@ struct ClusterOptions {
   // How to reach each server (its `server` field is ignored): protocol, provider, secret, and
   // timeout_ms, which bounds every call to one server, connecting included.
   ClientOptions client;
-  // Each PUT/DELETE goes to the R distinct servers that follow the key on the ring; a GET
-  // reads the first of them that answers (libmemcached's NUMBER_OF_REPLICAS). 1 = none.
+  // Each PUT/DELETE goes to the R distinct servers that follow the key on the ring (ejected
+  // ones are off it), and is refused while fewer than R are on it; a GET reads the first of
+  // them that answers (libmemcached's NUMBER_OF_REPLICAS). 1 = none.
   uint32_t replicas = 1;
   bool auto_eject_hosts = true;       // eject a failing server from the ring (else fail its keys)
   uint32_t server_failure_limit = 2;  // failures in a row that eject it (twemproxy's default)
@@ -87,8 +88,10 @@ class Cluster {
   // ---- blocking calls, as Client's. kServerGone when no server is left on the ring.
   Status get(std::string_view key, std::string* value, uint64_t* version = nullptr);
   // expected_version (cas) needs replicas = 1: versions differ between replicas (kError,
-  // nothing sent). With replicas, kOk means every replica acknowledged; otherwise the first
-  // failure, and the replicas that did acknowledge keep the value.
+  // nothing sent). With replicas, kOk means all R replicas acknowledged; otherwise the first
+  // failure, and the replicas that did acknowledge keep the value. A write (put, del and
+  // their _multi and _async forms) while fewer than R servers are on the ring is kServerGone,
+  // nothing sent.
   Status put(std::string_view key, std::string_view value, uint64_t expected_version = 0,
              uint32_t expire_at = 0);
   Status del(std::string_view key);

@@ -321,6 +321,64 @@ TEST_F(ClusterE2E, WithTwoReplicasEveryAcknowledgedPutSurvivesAnyOneServersDeath
   }
 }
 
+// replicas = 2 acknowledges a write only when two live servers hold it: the key's next two
+// servers on the ring, ejected ones skipped. With one server left a write fails with
+// kServerGone and nothing is sent, while what was acknowledged is still read.
+TEST_F(ClusterE2E, WithTwoReplicasAWriteIsAcknowledgedOnlyWhenTwoLiveServersHoldIt) {
+  start(3);
+  auto o = options();
+  o.replicas = 2;
+  o.client.timeout_ms = 1000;
+  o.server_failure_limit = 1;
+  o.retry_timeout_ms = 60000;  // no server comes back during the test
+  Cluster c(o);
+  auto d0 = direct(0), d1 = direct(1);
+  servers_[2]->kill();
+  // Its first call ejects it: one failure is the limit.
+  std::string v;
+  c.get(keys_on(c, 2, 1, "q").at(0), &v);
+  ASSERT_TRUE(c.counters(2).ejected);
+  // Every key's two replicas are now servers 0 and 1, and an acknowledged write is on both.
+  std::vector<std::string> acked;
+  for (size_t k = 0; k < 40; ++k) {
+    acked.push_back(fmt::format("w{}", k));
+    ASSERT_EQ(c.put(acked.back(), acked.back()), Status::kOk);
+    auto rs = c.servers_for_key(acked.back());
+    ASSERT_EQ(std::set<size_t>(rs.begin(), rs.end()), (std::set<size_t>{0, 1}));
+    for (Client* s : {d0.get(), d1.get()}) {
+      ASSERT_EQ(s->get(acked.back(), &v), Status::kOk) << acked.back();
+      EXPECT_EQ(v, acked.back());
+    }
+  }
+  servers_[1]->kill();
+  // Reading them ejects server 1 and finds each on server 0.
+  for (const auto& k : acked) {
+    ASSERT_EQ(c.get(k, &v), Status::kOk) << k;
+    EXPECT_EQ(v, k);
+  }
+  ASSERT_TRUE(c.counters(1).ejected);
+  // One server on the ring, two replicas wanted: no write is acknowledged, and none is made.
+  for (size_t k = 0; k < 20; ++k) {
+    std::string key = fmt::format("x{}", k);
+    ASSERT_EQ(c.servers_for_key(key), (std::vector<size_t>{0}));
+    ASSERT_EQ(c.put(key, "alone"), Status::kServerGone) << key;
+    EXPECT_EQ(d0->get(key, &v), Status::kNotFound) << key << " written to one server";
+  }
+  auto many = c.put_multi({{"y1", "alone"}, {"y2", "alone"}});
+  EXPECT_EQ(many, (std::vector<Status>{Status::kServerGone, Status::kServerGone}));
+  EXPECT_EQ(c.del(acked[0]), Status::kServerGone);
+  EXPECT_EQ(c.del_multi({acked[1]}), std::vector<Status>{Status::kServerGone});
+  EXPECT_EQ(c.put_async("x0", "alone",
+                        [](Status, std::string_view, uint64_t) {
+                          ADD_FAILURE() << "a callback for a write that was not sent";
+                        }),
+            Status::kServerGone);
+  for (const auto& k : {acked[0], acked[1]}) {
+    ASSERT_EQ(c.get(k, &v), Status::kOk) << k << ": a refused delete deleted it";
+    EXPECT_EQ(v, k);
+  }
+}
+
 // Cluster::client(i), the direct way to one server (fabkv-cli stats, fabkv-bench), fails to
 // connect often enough to eject the server: it is then ejected as through the ring, counted
 // and marked, and put back after retry_timeout_ms like any other (not left off the ring for
