@@ -31,7 +31,10 @@ struct Cluster::Member {
 // request has answered.
 struct Cluster::Fan {
   Callback cb;
-  std::string key;  // get: for the next replica after a failure
+  std::string key;  // get: for the next replica after a failure or a miss
+  // get: the last failure of a replica (kOk: none failed), the answer when no replica has the
+  // key: a replica that could not be asked may have it.
+  Status failure = Status::kOk;
   size_t pending = 0;
   std::vector<Status> statuses;  // put/del: one per replica, in ring order
   uint64_t version = 0;          // put: the first replica's
@@ -284,38 +287,42 @@ std::vector<size_t> Cluster::servers_for_key(std::string_view key) {
   return ring_.nodes_for_key(key, o_.replicas);
 }
 
-// Posts a GET to order[k], or to the next replica that can take it. The callback falls back
-// to the next replica when this one fails.
+// Posts a GET to order[k], or to the next replica that can take it. A replica that fails or
+// does not have the key hands the read on to the next: one back on the ring after an ejection
+// (or restarted) lacks what was written meanwhile, which the next replica took in its place
+// (docs/cluster.md, Replicas). The answer is the first value found; else the last failure, if
+// a replica failed; else kNotFound.
 Status Cluster::post_get(std::shared_ptr<Fan> fan, std::vector<size_t> order, size_t k) {
-  Status last = Status::kServerGone;
   for (; k < order.size(); ++k) {
     size_t i = order[k];
     Status st;
     Client* c = connect(i, &st);
     if (!c) {
-      last = st;
+      fan->failure = st;
       continue;
     }
-    st = c->get_async(fan->key,
-                      [this, fan, order, k, i](Status s, std::string_view v, uint64_t ver) {
-                        if (is_failure(s)) {
-                          failed(i, s);
-                          if (k + 1 < order.size() && post_get(fan, order, k + 1) == Status::kOk)
-                            return;
-                        } else {
-                          succeeded(i);
-                        }
-                        fan->cb(s, v, ver);
-                      });
+    st = c->get_async(fan->key, [this, fan, order, k, i](Status s, std::string_view v,
+                                                         uint64_t ver) {
+      if (is_failure(s)) {
+        failed(i, s);
+        fan->failure = s;
+      } else {
+        succeeded(i);
+      }
+      bool miss = s == Status::kNotFound || is_failure(s);
+      if (miss && k + 1 < order.size() && post_get(fan, order, k + 1) == Status::kOk) return;
+      if (miss && fan->failure != Status::kOk) s = fan->failure;
+      fan->cb(s, v, ver);
+    });
     if (st == Status::kOk) {
       ++members_[i]->c.requests;
       return st;
     }
+    fan->failure = st;
     if (!is_failure(st)) return st;  // the key itself (too large, empty): no replica helps
     failed(i, st);
-    last = st;
   }
-  return last;
+  return fan->failure;  // not kOk: order is never empty, and every replica failed
 }
 
 Status Cluster::get_async(std::string_view key, Callback cb) {
@@ -346,14 +353,17 @@ Status Cluster::fan_out(bool put, std::string_view key, std::string_view value, 
   ++fan->pending;  // held while posting, so no answer finishes the fan early
   auto finish = [](Fan& f) {
     if (--f.pending != 0) return;
-    // A failure anywhere is the answer (the others may hold the write); else the first
-    // replica's (a DELETE of a key only some replicas had answers as the first one does).
-    Status s = f.statuses[0];
-    for (Status x : f.statuses)
+    // A failure anywhere is the answer (the others may hold the write); else kOk when any
+    // replica had the key: a DELETE finds nothing on a replica back from an ejection if the key
+    // was written meanwhile, and the next replica has it.
+    Status s = Status::kNotFound;
+    for (Status x : f.statuses) {
       if (x != Status::kOk && x != Status::kNotFound) {
         s = x;
         break;
       }
+      if (x == Status::kOk) s = x;
+    }
     f.cb(s, {}, f.version);
   };
   size_t posted = 0;

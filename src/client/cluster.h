@@ -86,6 +86,9 @@ class Cluster {
   Cluster& operator=(const Cluster&) = delete;
 
   // ---- blocking calls, as Client's. kServerGone when no server is left on the ring.
+  // With replicas, get answers with the first of the key's replicas (in ring order) that has
+  // it: one that fails or misses hands the read on to the next. kNotFound when every replica
+  // said so; when none had the key and one failed, that failure (the key may be on it).
   Status get(std::string_view key, std::string* value, uint64_t* version = nullptr);
   // expected_version (cas) needs replicas = 1: versions differ between replicas (kError,
   // nothing sent). With replicas, kOk means all R replicas acknowledged; otherwise the first
@@ -94,6 +97,7 @@ class Cluster {
   // nothing sent.
   Status put(std::string_view key, std::string_view value, uint64_t expected_version = 0,
              uint32_t expire_at = 0);
+  // With replicas, kOk when any replica had the key, kNotFound when none had it.
   Status del(std::string_view key);
 
   struct GetResult {
@@ -128,7 +132,8 @@ class Cluster {
   const ClusterServer& server(size_t i) const;  // names filled in
   // The server a key is on now (ejected servers left out), npos when none is left.
   size_t server_for_key(std::string_view key);
-  // Its replicas in order, the first being server_for_key.
+  // Its replicas in order, the first being server_for_key: the R distinct servers that follow
+  // the key on the ring (fewer while fewer are on it).
   std::vector<size_t> servers_for_key(std::string_view key);
 
   // ---- counters and the connection of one server (for tools and tests).

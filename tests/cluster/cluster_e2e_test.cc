@@ -379,6 +379,51 @@ TEST_F(ClusterE2E, WithTwoReplicasAWriteIsAcknowledgedOnlyWhenTwoLiveServersHold
   }
 }
 
+// A replica back on the ring after an ejection lacks the writes made meanwhile (they went to
+// the next live servers): a miss there hands the read on to the key's next replica, which has
+// them, and a DELETE answers ok when any replica had the key. A GET answers not found only
+// when every replica does, and a replica's failure outweighs the others' misses. What the
+// returning replica held before its ejection it still serves (no repair: docs/cluster.md).
+TEST_F(ClusterE2E, WithTwoReplicasAReplicaBackFromEjectionDoesNotHideTheWritesItMissed) {
+  start(3);
+  auto o = options();
+  o.replicas = 2;
+  o.client.timeout_ms = 1000;
+  o.server_failure_limit = 1;
+  o.retry_timeout_ms = 800;
+  Cluster c(o);
+  auto first0 = keys_on(c, 0, 10, "e");  // keys whose first replica is server 0
+  ASSERT_EQ(c.put(first0[0], "before"), Status::kOk);
+  ASSERT_TRUE(servers_[0]->suspend());
+  std::string v;
+  ASSERT_EQ(c.get(first0[0], &v), Status::kOk);  // server 0 times out, the second answers
+  EXPECT_EQ(v, "before");
+  ASSERT_TRUE(c.counters(0).ejected);
+  for (const auto& k : first0) ASSERT_EQ(c.put(k, "during"), Status::kOk) << k;
+  servers_[0]->resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(o.retry_timeout_ms + 100));
+  for (const auto& k : first0) ASSERT_EQ(c.servers_for_key(k).at(0), 0u) << k;
+  EXPECT_EQ(c.counters(0).retries, 1u);
+  for (size_t j = 1; j < first0.size(); ++j) {
+    ASSERT_EQ(c.get(first0[j], &v), Status::kOk) << first0[j] << ": server 0's miss answered";
+    EXPECT_EQ(v, "during");
+  }
+  auto got = c.get_multi({first0[1], first0[2]});
+  for (const auto& g : got) {
+    EXPECT_EQ(g.status, Status::kOk);
+    EXPECT_EQ(g.value, "during");
+  }
+  ASSERT_EQ(c.get(first0[0], &v), Status::kOk);
+  EXPECT_EQ(v, "before");  // stale: server 0 had it before its ejection and was not repaired
+  EXPECT_EQ(c.del(first0[1]), Status::kOk);
+  EXPECT_EQ(c.get(first0[1], &v), Status::kNotFound);
+  EXPECT_EQ(c.get("never-written", &v), Status::kNotFound);
+  // Server 0 misses first0[2], its second replica does not answer: not a "not found".
+  size_t second = c.servers_for_key(first0[2]).at(1);
+  ASSERT_TRUE(servers_[second]->suspend());
+  EXPECT_EQ(c.get(first0[2], &v), Status::kTimeout);
+}
+
 // Cluster::client(i), the direct way to one server (fabkv-cli stats, fabkv-bench), fails to
 // connect often enough to eject the server: it is then ejected as through the ring, counted
 // and marked, and put back after retry_timeout_ms like any other (not left off the ring for
