@@ -767,8 +767,9 @@ class PyCluster {
     return v;
   }
 
-  // The servers that failed since `before`, each with its reason; else those off the ring.
-  static std::string what_failed(const Cluster& c, const std::vector<uint64_t>& before) {
+  // The servers that failed since `before`, each with its reason; else those off the ring (a
+  // write with replicas is refused while fewer than `replicas` servers are on it).
+  std::string what_failed(const Cluster& c, const std::vector<uint64_t>& before) const {
     std::string out, ejected;
     for (size_t i = 0; i < c.size(); ++i) {
       auto n = c.counters(i);
@@ -777,7 +778,12 @@ class PyCluster {
       if (n.failures > before[i]) out += one;
       else if (n.ejected) ejected += (ejected.empty() ? "" : "; ") + one;
     }
-    if (out.empty() && !ejected.empty()) out = "no server left on the ring for it: " + ejected;
+    if (out.empty() && !ejected.empty() && replicas_ > 1)
+      out = fmt::format(
+          "fewer than replicas={} servers left on the ring (a write needs them all); "
+          "off it: {}",
+          replicas_, ejected);
+    else if (out.empty() && !ejected.empty()) out = "no server left on the ring for it: " + ejected;
     return out;
   }
 

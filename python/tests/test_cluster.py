@@ -162,6 +162,34 @@ def test_replicas_hold_each_key_on_both_of_its_servers(start_server, provider):
 
 
 @pytest.mark.server
+def test_replicas_refuse_a_write_fewer_servers_would_hold(start_server, provider):
+    """replicas=2 and one of the two servers gone: a write raises ServerGone, saying so, and is
+    not made (an acknowledged write is on two servers); reads go on from the one left."""
+    live = start_server(provider, "herd", "--memcached", "127.0.0.1:0")
+    with socket.socket() as s:  # bound, not listening: refused at once
+        s.bind(("127.0.0.1", 0))
+        gone = f"127.0.0.1:{s.getsockname()[1]}"
+        with fabkv.Cluster([f"{live.address} {live.memcached}", gone], provider=provider,
+                           timeout_ms=TIMEOUT_MS, replicas=2, server_failure_limit=1,
+                           retry_timeout_ms=60000) as c, \
+                fabkv.Client(live.address, provider=provider, timeout_ms=TIMEOUT_MS) as d:
+            with pytest.raises(fabkv.ServerGone):
+                c.put("first", b"v")  # refused by the second server, which is ejected
+            assert c.stats()["servers"][1]["ejected"]
+            assert c.get("first") == b"v"  # the live server took it all the same
+            with pytest.raises(fabkv.ServerGone, match="fewer than replicas=2") as e:
+                c.put("second", b"v")
+            assert gone in str(e.value)
+            assert d.get("second") is None
+            with pytest.raises(fabkv.ServerGone):
+                c.delete("first")
+            assert c.get("first") == b"v"
+            with pytest.raises(fabkv.ServerGone):
+                c.put_multi({"third": b"v"})
+            assert d.get("third") is None
+
+
+@pytest.mark.server
 def test_a_dead_server_costs_only_its_keys(start_server, provider):
     servers = start_three(start_server, provider)
     with cluster_of(servers, timeout_ms=2000) as c:

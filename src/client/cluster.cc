@@ -31,7 +31,10 @@ struct Cluster::Member {
 // request has answered.
 struct Cluster::Fan {
   Callback cb;
-  std::string key;  // get: for the next replica after a failure
+  std::string key;  // get: for the next replica after a failure or a miss
+  // get: the last failure of a replica (kOk: none failed), the answer when no replica has the
+  // key: a replica that could not be asked may have it.
+  Status failure = Status::kOk;
   size_t pending = 0;
   std::vector<Status> statuses;  // put/del: one per replica, in ring order
   uint64_t version = 0;          // put: the first replica's
@@ -214,9 +217,11 @@ void Cluster::housekeeping() {
   if (changed && o_.auto_eject_hosts) rebuild_ring();
 }
 
-Client* Cluster::connect(size_t i, Status* st) {
+Client* Cluster::connect(size_t i, Status* st, bool even_ejected) {
   Member& m = *members_[i];
-  if (m.c.ejected) {  // only without auto_eject_hosts (else it is not on the ring)
+  // Through the ring, an ejected server is met only without auto_eject_hosts (else it is not on
+  // the ring).
+  if (m.c.ejected && !even_ejected) {
     *st = Status::kServerGone;
     return nullptr;
   }
@@ -282,38 +287,42 @@ std::vector<size_t> Cluster::servers_for_key(std::string_view key) {
   return ring_.nodes_for_key(key, o_.replicas);
 }
 
-// Posts a GET to order[k], or to the next replica that can take it. The callback falls back
-// to the next replica when this one fails.
+// Posts a GET to order[k], or to the next replica that can take it. A replica that fails or
+// does not have the key hands the read on to the next: one back on the ring after an ejection
+// (or restarted) lacks what was written meanwhile, which the next replica took in its place
+// (docs/cluster.md, Replicas). The answer is the first value found; else the last failure, if
+// a replica failed; else kNotFound.
 Status Cluster::post_get(std::shared_ptr<Fan> fan, std::vector<size_t> order, size_t k) {
-  Status last = Status::kServerGone;
   for (; k < order.size(); ++k) {
     size_t i = order[k];
     Status st;
     Client* c = connect(i, &st);
     if (!c) {
-      last = st;
+      fan->failure = st;
       continue;
     }
-    st = c->get_async(fan->key,
-                      [this, fan, order, k, i](Status s, std::string_view v, uint64_t ver) {
-                        if (is_failure(s)) {
-                          failed(i, s);
-                          if (k + 1 < order.size() && post_get(fan, order, k + 1) == Status::kOk)
-                            return;
-                        } else {
-                          succeeded(i);
-                        }
-                        fan->cb(s, v, ver);
-                      });
+    st = c->get_async(fan->key, [this, fan, order, k, i](Status s, std::string_view v,
+                                                         uint64_t ver) {
+      if (is_failure(s)) {
+        failed(i, s);
+        fan->failure = s;
+      } else {
+        succeeded(i);
+      }
+      bool miss = s == Status::kNotFound || is_failure(s);
+      if (miss && k + 1 < order.size() && post_get(fan, order, k + 1) == Status::kOk) return;
+      if (miss && fan->failure != Status::kOk) s = fan->failure;
+      fan->cb(s, v, ver);
+    });
     if (st == Status::kOk) {
       ++members_[i]->c.requests;
       return st;
     }
+    fan->failure = st;
     if (!is_failure(st)) return st;  // the key itself (too large, empty): no replica helps
     failed(i, st);
-    last = st;
   }
-  return last;
+  return fan->failure;  // not kOk: order is never empty, and every replica failed
 }
 
 Status Cluster::get_async(std::string_view key, Callback cb) {
@@ -330,25 +339,31 @@ Status Cluster::start_get(std::string_view key, Callback cb) {
   return post_get(std::move(fan), std::move(order), 0);
 }
 
-// A PUT (put = true) or DELETE to every replica of the key.
+// A PUT (put = true) or DELETE to every replica of the key: the R distinct servers that follow
+// it on the ring, ejected ones being off it. With fewer than R on the ring nothing is sent: an
+// acknowledgement must mean R servers hold the write (docs/cluster.md, Replicas), and a write
+// to fewer would be lost with the next server's death.
 Status Cluster::fan_out(bool put, std::string_view key, std::string_view value, uint32_t expire_at,
                         Callback cb) {
   auto order = ring_.nodes_for_key(key, o_.replicas);
-  if (order.empty()) return Status::kServerGone;
+  if (order.size() < o_.replicas) return Status::kServerGone;
   auto fan = std::make_shared<Fan>();
   fan->cb = std::move(cb);
   fan->statuses.assign(order.size(), Status::kOk);
   ++fan->pending;  // held while posting, so no answer finishes the fan early
   auto finish = [](Fan& f) {
     if (--f.pending != 0) return;
-    // A failure anywhere is the answer (the others may hold the write); else the first
-    // replica's (a DELETE of a key only some replicas had answers as the first one does).
-    Status s = f.statuses[0];
-    for (Status x : f.statuses)
+    // A failure anywhere is the answer (the others may hold the write); else kOk when any
+    // replica had the key: a DELETE finds nothing on a replica back from an ejection if the key
+    // was written meanwhile, and the next replica has it.
+    Status s = Status::kNotFound;
+    for (Status x : f.statuses) {
       if (x != Status::kOk && x != Status::kNotFound) {
         s = x;
         break;
       }
+      if (x == Status::kOk) s = x;
+    }
     f.cb(s, {}, f.version);
   };
   size_t posted = 0;
@@ -570,14 +585,15 @@ nlohmann::json Cluster::stats() const {
 
 const Client* Cluster::connected_client(size_t i) const { return members_.at(i)->client.get(); }
 
+// A direct read of one server ignores the ring's verdict on it, but a failure to connect counts
+// as one through the ring. `ejected` is not touched around the connect, so that failed() sees
+// the server's true state: one that this connect ejects is marked and put back after
+// retry_timeout_ms by housekeeping(), one ejected already is not ejected again.
 Client* Cluster::client(size_t i, std::string* why) {
   housekeeping();
-  Member& m = *members_.at(i);
-  bool was_ejected = m.c.ejected;
-  m.c.ejected = false;  // a direct read of one server ignores the ring's verdict on it
+  const Member& m = *members_.at(i);
   Status st;
-  Client* c = connect(i, &st);
-  m.c.ejected = was_ejected;
+  Client* c = connect(i, &st, /*even_ejected=*/true);
   if (!c && why) *why = m.c.last_error.empty() ? to_string(st) : m.c.last_error;
   return c;
 }

@@ -57,8 +57,9 @@ struct ClusterOptions {
   // How to reach each server (its `server` field is ignored): protocol, provider, secret, and
   // timeout_ms, which bounds every call to one server, connecting included.
   ClientOptions client;
-  // Each PUT/DELETE goes to the R distinct servers that follow the key on the ring; a GET
-  // reads the first of them that answers (libmemcached's NUMBER_OF_REPLICAS). 1 = none.
+  // Each PUT/DELETE goes to the R distinct servers that follow the key on the ring (ejected
+  // ones are off it), and is refused while fewer than R are on it; a GET reads the first of
+  // them that answers (libmemcached's NUMBER_OF_REPLICAS). 1 = none.
   uint32_t replicas = 1;
   bool auto_eject_hosts = true;       // eject a failing server from the ring (else fail its keys)
   uint32_t server_failure_limit = 2;  // failures in a row that eject it (twemproxy's default)
@@ -85,12 +86,18 @@ class Cluster {
   Cluster& operator=(const Cluster&) = delete;
 
   // ---- blocking calls, as Client's. kServerGone when no server is left on the ring.
+  // With replicas, get answers with the first of the key's replicas (in ring order) that has
+  // it: one that fails or misses hands the read on to the next. kNotFound when every replica
+  // said so; when none had the key and one failed, that failure (the key may be on it).
   Status get(std::string_view key, std::string* value, uint64_t* version = nullptr);
   // expected_version (cas) needs replicas = 1: versions differ between replicas (kError,
-  // nothing sent). With replicas, kOk means every replica acknowledged; otherwise the first
-  // failure, and the replicas that did acknowledge keep the value.
+  // nothing sent). With replicas, kOk means all R replicas acknowledged; otherwise the first
+  // failure, and the replicas that did acknowledge keep the value. A write (put, del and
+  // their _multi and _async forms) while fewer than R servers are on the ring is kServerGone,
+  // nothing sent.
   Status put(std::string_view key, std::string_view value, uint64_t expected_version = 0,
              uint32_t expire_at = 0);
+  // With replicas, kOk when any replica had the key, kNotFound when none had it.
   Status del(std::string_view key);
 
   struct GetResult {
@@ -125,7 +132,8 @@ class Cluster {
   const ClusterServer& server(size_t i) const;  // names filled in
   // The server a key is on now (ejected servers left out), npos when none is left.
   size_t server_for_key(std::string_view key);
-  // Its replicas in order, the first being server_for_key.
+  // Its replicas in order, the first being server_for_key: the R distinct servers that follow
+  // the key on the ring (fewer while fewer are on it).
   std::vector<size_t> servers_for_key(std::string_view key);
 
   // ---- counters and the connection of one server (for tools and tests).
@@ -143,7 +151,8 @@ class Cluster {
   // {"servers": [{"address", "name", "weight", "requests", ...}], "replicas", "ring_points"}.
   nlohmann::json stats() const;
   // The connected client of server i, connecting first; nullptr (with *why) when it cannot.
-  // Bypasses the ring: for reading one server directly.
+  // Bypasses the ring: for reading one server directly, ejected or not. A failure to connect
+  // counts as any other (server_failure_limit of them eject the server, for retry_timeout_ms).
   Client* client(size_t i, std::string* why = nullptr);
   // The client of server i while the Cluster holds one, else nullptr: connects nothing, changes
   // nothing, so another thread may read its counters() while this one makes no call that
@@ -157,7 +166,9 @@ class Cluster {
 
   void housekeeping();  // drops dead clients, brings ejected ones back
   void rebuild_ring();
-  Client* connect(size_t i, Status* st);
+  // Server i's client, connecting first; nullptr with *st when it cannot. An ejected server is
+  // refused unless even_ejected (client(i)).
+  Client* connect(size_t i, Status* st, bool even_ejected = false);
   void succeeded(size_t i);
   void failed(size_t i, Status st, const std::string& why = {});
   static bool is_failure(Status s) { return s == Status::kTimeout || s == Status::kServerGone; }

@@ -119,8 +119,9 @@ fabkv_cluster* fabkv_cluster_open_file(const char* path, char* err, size_t errle
 
 /* As fabkv_get, fabkv_put and fabkv_del, on the key's server (with replicas: a get reads the
  * first replica that answers, a put or del goes to all of them). FABKV_SERVER_GONE when no
- * server is left on the ring; FABKV_ERROR when the key's server calls itself by another ring
- * name than the list's (fabkv_cluster_server_error says both). */
+ * server is left on the ring, and for a put or del while fewer than `replicas` are (nothing
+ * sent); FABKV_ERROR when the key's server calls itself by another ring name than the list's
+ * (fabkv_cluster_server_error says both). */
 int fabkv_cluster_get(fabkv_cluster* c, const void* key, size_t klen, void* buf, size_t cap,
                       size_t* vlen);
 int fabkv_cluster_put(fabkv_cluster* c, const void* key, size_t klen, const void* val, size_t vlen);

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -318,6 +319,143 @@ TEST_F(ClusterE2E, WithTwoReplicasEveryAcknowledgedPutSurvivesAnyOneServersDeath
     }
     EXPECT_GE(c.counters(victim).failures, 1u);
   }
+}
+
+// replicas = 2 acknowledges a write only when two live servers hold it: the key's next two
+// servers on the ring, ejected ones skipped. With one server left a write fails with
+// kServerGone and nothing is sent, while what was acknowledged is still read.
+TEST_F(ClusterE2E, WithTwoReplicasAWriteIsAcknowledgedOnlyWhenTwoLiveServersHoldIt) {
+  start(3);
+  auto o = options();
+  o.replicas = 2;
+  o.client.timeout_ms = 1000;
+  o.server_failure_limit = 1;
+  o.retry_timeout_ms = 60000;  // no server comes back during the test
+  Cluster c(o);
+  auto d0 = direct(0), d1 = direct(1);
+  servers_[2]->kill();
+  // Its first call ejects it: one failure is the limit.
+  std::string v;
+  c.get(keys_on(c, 2, 1, "q").at(0), &v);
+  ASSERT_TRUE(c.counters(2).ejected);
+  // Every key's two replicas are now servers 0 and 1, and an acknowledged write is on both.
+  std::vector<std::string> acked;
+  for (size_t k = 0; k < 40; ++k) {
+    acked.push_back(fmt::format("w{}", k));
+    ASSERT_EQ(c.put(acked.back(), acked.back()), Status::kOk);
+    auto rs = c.servers_for_key(acked.back());
+    ASSERT_EQ(std::set<size_t>(rs.begin(), rs.end()), (std::set<size_t>{0, 1}));
+    for (Client* s : {d0.get(), d1.get()}) {
+      ASSERT_EQ(s->get(acked.back(), &v), Status::kOk) << acked.back();
+      EXPECT_EQ(v, acked.back());
+    }
+  }
+  servers_[1]->kill();
+  // Reading them ejects server 1 and finds each on server 0.
+  for (const auto& k : acked) {
+    ASSERT_EQ(c.get(k, &v), Status::kOk) << k;
+    EXPECT_EQ(v, k);
+  }
+  ASSERT_TRUE(c.counters(1).ejected);
+  // One server on the ring, two replicas wanted: no write is acknowledged, and none is made.
+  for (size_t k = 0; k < 20; ++k) {
+    std::string key = fmt::format("x{}", k);
+    ASSERT_EQ(c.servers_for_key(key), (std::vector<size_t>{0}));
+    ASSERT_EQ(c.put(key, "alone"), Status::kServerGone) << key;
+    EXPECT_EQ(d0->get(key, &v), Status::kNotFound) << key << " written to one server";
+  }
+  auto many = c.put_multi({{"y1", "alone"}, {"y2", "alone"}});
+  EXPECT_EQ(many, (std::vector<Status>{Status::kServerGone, Status::kServerGone}));
+  EXPECT_EQ(c.del(acked[0]), Status::kServerGone);
+  EXPECT_EQ(c.del_multi({acked[1]}), std::vector<Status>{Status::kServerGone});
+  EXPECT_EQ(c.put_async("x0", "alone",
+                        [](Status, std::string_view, uint64_t) {
+                          ADD_FAILURE() << "a callback for a write that was not sent";
+                        }),
+            Status::kServerGone);
+  for (const auto& k : {acked[0], acked[1]}) {
+    ASSERT_EQ(c.get(k, &v), Status::kOk) << k << ": a refused delete deleted it";
+    EXPECT_EQ(v, k);
+  }
+}
+
+// A replica back on the ring after an ejection lacks the writes made meanwhile (they went to
+// the next live servers): a miss there hands the read on to the key's next replica, which has
+// them, and a DELETE answers ok when any replica had the key. A GET answers not found only
+// when every replica does, and a replica's failure outweighs the others' misses. What the
+// returning replica held before its ejection it still serves (no repair: docs/cluster.md).
+TEST_F(ClusterE2E, WithTwoReplicasAReplicaBackFromEjectionDoesNotHideTheWritesItMissed) {
+  start(3);
+  auto o = options();
+  o.replicas = 2;
+  o.client.timeout_ms = 1000;
+  o.server_failure_limit = 1;
+  o.retry_timeout_ms = 800;
+  Cluster c(o);
+  auto first0 = keys_on(c, 0, 10, "e");  // keys whose first replica is server 0
+  ASSERT_EQ(c.put(first0[0], "before"), Status::kOk);
+  ASSERT_TRUE(servers_[0]->suspend());
+  std::string v;
+  ASSERT_EQ(c.get(first0[0], &v), Status::kOk);  // server 0 times out, the second answers
+  EXPECT_EQ(v, "before");
+  ASSERT_TRUE(c.counters(0).ejected);
+  for (const auto& k : first0) ASSERT_EQ(c.put(k, "during"), Status::kOk) << k;
+  servers_[0]->resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(o.retry_timeout_ms + 100));
+  for (const auto& k : first0) ASSERT_EQ(c.servers_for_key(k).at(0), 0u) << k;
+  EXPECT_EQ(c.counters(0).retries, 1u);
+  for (size_t j = 1; j < first0.size(); ++j) {
+    ASSERT_EQ(c.get(first0[j], &v), Status::kOk) << first0[j] << ": server 0's miss answered";
+    EXPECT_EQ(v, "during");
+  }
+  auto got = c.get_multi({first0[1], first0[2]});
+  for (const auto& g : got) {
+    EXPECT_EQ(g.status, Status::kOk);
+    EXPECT_EQ(g.value, "during");
+  }
+  ASSERT_EQ(c.get(first0[0], &v), Status::kOk);
+  EXPECT_EQ(v, "before");  // stale: server 0 had it before its ejection and was not repaired
+  EXPECT_EQ(c.del(first0[1]), Status::kOk);
+  EXPECT_EQ(c.get(first0[1], &v), Status::kNotFound);
+  EXPECT_EQ(c.get("never-written", &v), Status::kNotFound);
+  // Server 0 misses first0[2], its second replica does not answer: not a "not found".
+  size_t second = c.servers_for_key(first0[2]).at(1);
+  ASSERT_TRUE(servers_[second]->suspend());
+  EXPECT_EQ(c.get(first0[2], &v), Status::kTimeout);
+}
+
+// Cluster::client(i), the direct way to one server (fabkv-cli stats, fabkv-bench), fails to
+// connect often enough to eject the server: it is then ejected as through the ring, counted
+// and marked, and put back after retry_timeout_ms like any other (not left off the ring for
+// good).
+TEST_F(ClusterE2E, AServerEjectedByADirectConnectComesBackAfterTheRetryTimeout) {
+  start(3);
+  auto o = options();
+  o.client.timeout_ms = 500;
+  o.server_failure_limit = 1;
+  o.retry_timeout_ms = 800;
+  Cluster c(o);
+  auto on2 = keys_on(c, 2, 5, "b");
+  ASSERT_TRUE(servers_[2]->suspend());  // its handshake is never answered: a timeout
+  std::string why;
+  EXPECT_EQ(c.client(2, &why), nullptr);
+  EXPECT_FALSE(why.empty());
+  auto k2 = c.counters(2);
+  EXPECT_EQ(k2.failures, 1u);
+  EXPECT_EQ(k2.ejections, 1u);
+  EXPECT_TRUE(k2.ejected) << "off the ring but not marked ejected: no retry brings it back";
+  EXPECT_EQ(c.stats().at("servers").at(2).at("ring_points").get<size_t>(), 0u);
+  for (const auto& k : on2) EXPECT_NE(c.server_for_key(k), 2u);
+  servers_[2]->resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(o.retry_timeout_ms + 100));
+  // Back on the ring, with its keys.
+  for (const auto& k : on2) ASSERT_EQ(c.server_for_key(k), 2u) << k;
+  EXPECT_EQ(c.counters(2).retries, 1u);
+  EXPECT_FALSE(c.counters(2).ejected);
+  ASSERT_EQ(c.put(on2[0], "home"), Status::kOk);
+  std::string v;
+  ASSERT_EQ(direct(2)->get(on2[0], &v), Status::kOk);
+  EXPECT_EQ(v, "home");
 }
 
 TEST_F(ClusterE2E, AServerNamedOtherwiseThanTheListIsRefusedWithBothNames) {
