@@ -86,7 +86,10 @@ void Connections::take_inbox() {
     s_.inbox_pending.store(false, std::memory_order_relaxed);
   }
   did_ = true;
-  std::vector<Conn*> touched;
+  // The connections to flush, by (fd, id) and looked up again before each flush: a flush can
+  // close and free its connection (its answers end in quit, or the peer is gone), and the same
+  // connection can come twice, not back to back (A, B, A).
+  std::vector<std::pair<int, uint64_t>> touched;
   for (Op* op : s_.taken) {
     if (op->origin != s_.index || !op->done) {
       if (op->dump.active) {  // a piece of a key listing (dump.cc)
@@ -116,13 +119,12 @@ void Connections::take_inbox() {
       continue;
     }
     if (op->dump.active) continue_dump(*c, op);
-    if (touched.empty() || touched.back() != c) touched.push_back(c);
+    if (touched.empty() || touched.back() != std::pair(c->fd, c->id))
+      touched.emplace_back(c->fd, c->id);
   }
   s_.taken.clear();
-  for (Conn* c : touched) {
-    if (!s_.conns[c->fd] || s_.conns[c->fd].get() != c) continue;
-    flush_out(*c);
-  }
+  for (auto [fd, id] : touched)
+    if (Conn* c = find(fd, id); c != nullptr) flush_out(*c);
 }
 
 // Sends `op` home (to its connection's shard, this one included) once the worker's log is
