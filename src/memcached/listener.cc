@@ -183,15 +183,16 @@ void Connections::on_readable(Conn& c) {
     break;
   }
   s_.count(kBytesRead, total);
+  // process() can close and free the connection (its answers end in quit, or the peer is
+  // gone): from here on it is looked up again, never read through `c`.
+  const int fd = c.fd;
+  const uint64_t id = c.id;
   process(c);
-  if (eof) {
-    // The client is gone (or half-closed): what it sent whole has been answered above; a half
-    // command is dropped with the connection, nothing of it stored.
-    if (s_.conns[c.fd]) {
-      flush_out(c);
-      if (s_.conns[c.fd]) close_conn(c);
-    }
-  }
+  if (!eof) return;
+  // The client is gone (or half-closed): what it sent whole has been answered above; a half
+  // command is dropped with the connection, nothing of it stored.
+  if (Conn* live = find(fd, id); live != nullptr) flush_out(*live);
+  if (Conn* live = find(fd, id); live != nullptr) close_conn(*live);
 }
 
 void Connections::process(Conn& c) {
