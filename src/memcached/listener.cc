@@ -196,8 +196,12 @@ void Connections::on_readable(Conn& c) {
 }
 
 void Connections::process(Conn& c) {
+  c.held = false;
   while (!c.closing) {
-    if (c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending) break;
+    if (c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending) {
+      c.held = c.in_off < c.in.size();  // update_events parses on below the limits
+      break;
+    }
     std::string_view in(c.in.data() + c.in_off, c.in.size() - c.in_off);
     if (c.swallow > 0) {
       const size_t drop = std::min<uint64_t>(c.swallow, in.size());
@@ -277,10 +281,16 @@ void Connections::update_events(Conn& c) {
   const bool backed_up = c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending;
   const bool want_read = !backed_up && !c.closing;
   const bool want_write = c.out_off < c.out.size();
+  // Parsing stopped at the limits with commands left in the buffer (process set `held`), or
+  // reading was paused: once below the limits, no EPOLLIN will say that commands wait (the
+  // client may have sent its last bytes long ago), so the next round parses on. Whether reading
+  // was paused does not matter: one flush_out can drain the answers below the limit before
+  // update_events ever turned reading off.
+  if (want_read && (c.held || (!c.reading && c.in_off < c.in.size()))) {
+    c.held = false;
+    s_.resume.push_back({c.fd, c.id});
+  }
   if (want_read == c.reading && want_write == c.writing) return;
-  // Reading again after a pause: commands may already wait in the buffer, and no EPOLLIN
-  // will say so; the next round takes them.
-  if (want_read && !c.reading && c.in_off < c.in.size()) s_.resume.push_back({c.fd, c.id});
   c.reading = want_read;
   c.writing = want_write;
   epoll_set(s_.epoll_fd, c.fd, (want_read ? EPOLLIN : 0u) | (want_write ? EPOLLOUT : 0u),
