@@ -85,7 +85,7 @@ bool Connections::run() {
     std::vector<std::pair<int, uint64_t>> again;
     again.swap(s_.resume);
     for (auto [fd, id] : again)
-      if (Conn* c = find(fd, id); c != nullptr && c->reading) process(*c);
+      if (Conn* c = find(fd, id); c != nullptr) process(*c);  // it checks the limits again
   }
   epoll_event evs[kEventsPerPoll];
   const int n = epoll_wait(s_.epoll_fd, evs, kEventsPerPoll, 0);
@@ -183,16 +183,11 @@ void Connections::on_readable(Conn& c) {
     break;
   }
   s_.count(kBytesRead, total);
-  // process() can close and free the connection (its answers end in quit, or the peer is
-  // gone): from here on it is looked up again, never read through `c`.
-  const int fd = c.fd;
-  const uint64_t id = c.id;
-  process(c);
-  if (!eof) return;
-  // The client is gone (or half-closed): what it sent whole has been answered above; a half
-  // command is dropped with the connection, nothing of it stored.
-  if (Conn* live = find(fd, id); live != nullptr) flush_out(*live);
-  if (Conn* live = find(fd, id); live != nullptr) close_conn(*live);
+  // The client has sent its last byte (it half-closed, or it is gone): as memcached, answer
+  // every command it sent whole, then close (flush_out); a half command is dropped with the
+  // connection, nothing of it stored. A client that is gone makes a write fail, which closes.
+  if (eof) c.eof = true;
+  process(c);  // may close and free the connection: `c` is not read after it
 }
 
 void Connections::process(Conn& c) {
@@ -270,7 +265,8 @@ void Connections::flush_out(Conn& c) {
     c.out.clear();
     c.out_off = 0;
   }
-  if (c.closing && c.out.empty() && c.pending.empty()) {
+  // quit, or the client's end with every command it sent whole answered (none held back).
+  if ((c.closing || (c.eof && !c.held)) && c.out.empty() && c.pending.empty()) {
     close_conn(c);
     return;
   }
@@ -279,14 +275,15 @@ void Connections::flush_out(Conn& c) {
 
 void Connections::update_events(Conn& c) {
   const bool backed_up = c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending;
-  const bool want_read = !backed_up && !c.closing;
+  const bool may_parse = !backed_up && !c.closing;
+  const bool want_read = may_parse && !c.eof;  // after the end, EPOLLIN would fire forever
   const bool want_write = c.out_off < c.out.size();
-  // Parsing stopped at the limits with commands left in the buffer (process set `held`), or
-  // reading was paused: once below the limits, no EPOLLIN will say that commands wait (the
-  // client may have sent its last bytes long ago), so the next round parses on. Whether reading
-  // was paused does not matter: one flush_out can drain the answers below the limit before
-  // update_events ever turned reading off.
-  if (want_read && (c.held || (!c.reading && c.in_off < c.in.size()))) {
+  // Parsing stopped at the limits with commands left in the buffer (process set `held`): once
+  // below the limits, no EPOLLIN will say that commands wait (the client may have sent its last
+  // bytes long ago, or half-closed), so the next round parses on. Whether reading was paused
+  // does not matter: one flush_out can drain the answers below the limit before update_events
+  // ever turned reading off. (Input left otherwise is half a command: it waits for bytes.)
+  if (may_parse && c.held) {
     c.held = false;
     s_.resume.push_back({c.fd, c.id});
   }

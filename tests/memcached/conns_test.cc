@@ -116,6 +116,52 @@ TEST(ConnClose, QuitInTheReadThatFindsTheEnd) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// A client that sends its commands and half-closes (shutdown(SHUT_WR), as `nc -N` does) gets
+// every answer before the server closes, as from memcached: the server closed at the end of
+// the input at once, dropping the answers still at the other worker, those behind them and
+// the commands not yet parsed (0 of 8 STOREDs with 2 workers, 82 of 100 gets with 1).
+class HalfClose : public ::testing::TestWithParam<int> {};
+
+TEST_P(HalfClose, EverythingSentIsAnsweredThenClosed) {
+  McServer server({"--workers", std::to_string(GetParam())});
+  auto answers = [&](const std::string& script) {
+    McConn c(server.port(), 5000);
+    EXPECT_TRUE(c.send(script));
+    EXPECT_EQ(shutdown(c.fd(), SHUT_WR), 0);
+    std::string all;
+    for (std::string l = c.line(); l[0] != '<'; l = c.line()) all += l + "\n";
+    EXPECT_TRUE(c.closed_by_peer());
+    return all;
+  };
+  std::string sets, want_sets, gets = "get", want_gets;
+  for (int i = 0; i < 8; ++i) {  // keys of both workers
+    sets += fmt::format("set k{} 0 0 1\r\n{}\r\n", i, i);
+    want_sets += "STORED\n";
+    gets += fmt::format(" k{}", i);
+    want_gets += fmt::format("VALUE k{} 0 1\n{}\n", i, i);
+  }
+  EXPECT_EQ(answers(sets), want_sets);
+  EXPECT_EQ(answers(gets + "\r\n"), want_gets + "END\n");
+  // More answers than a connection may have waiting (4 MiB), read as they come.
+  const std::string big(100000, 'b');
+  std::string script = fmt::format("set big 0 0 {}\r\n{}\r\n", big.size(), big);
+  for (int i = 0; i < 100; ++i) script += "get big\r\n";
+  McConn c(server.port(), 5000);
+  ASSERT_TRUE(c.send(script));
+  ASSERT_EQ(shutdown(c.fd(), SHUT_WR), 0);
+  ASSERT_EQ(c.line(), "STORED");
+  int answered = 0;
+  for (; answered < 100; ++answered) {
+    if (c.line() != "VALUE big 0 100000" || c.bytes(big.size() + 2) != big + "\r\n" ||
+        c.line() != "END")
+      break;
+  }
+  EXPECT_EQ(answered, 100);
+  EXPECT_TRUE(c.closed_by_peer());
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, HalfClose, ::testing::Values(1, 2));
+
 // ---- answers that stop coming -----------------------------------------------------------
 
 // A client pipelines more answers than the 4 MiB a connection may have waiting (listener.cc),
