@@ -54,8 +54,11 @@ void Connections::submit(Conn& c, Call& call) {
     for (const std::string& f : op->meta_own) op->meta_views.emplace_back(f);
     op->call.meta = op->meta_views;
   }
-  op->in_pending = !(call.style == Style::kText && call.noreply);
-  if (op->in_pending) c.pending.push_back(op);
+  // Every forwarded command takes its place among the connection's answers, a text noreply
+  // one too (it answers nothing when its turn comes): a later answer must not leave before the
+  // write it follows is done, and it counts towards the connection's limit (listener.cc).
+  op->in_pending = true;
+  c.pending.push_back(op);
   s_.outbox[owner].push_back(op);
   s_.count(kForwarded);
 }

@@ -244,6 +244,38 @@ TEST_P(Backpressure, EveryPipelinedBinaryAnswerComes) {
 
 INSTANTIATE_TEST_SUITE_P(Workers, Backpressure, ::testing::Values(1, 2));
 
+// ---- answers in command order -----------------------------------------------------------
+
+// A text noreply write to a key of another worker is forwarded; it was not among the
+// connection's answers in order, so the `mn` after it could be answered before the owner had
+// run it, and another client that read the key after that MN read the old value. One key per
+// partition: each connection has one of another worker.
+TEST(Ordering, NoreplyWriteIsDoneBeforeTheNextAnswer) {
+  McServer server({"--workers", "2"});
+  const std::array<std::string, 2> keys = {key_of_partition(0, 2, "w"),
+                                           key_of_partition(1, 2, "w")};
+  // Readers on connections of their own: the kernel spreads connections over the workers, and
+  // a reader on the writer's own worker cannot see the race (its read is forwarded behind the
+  // write); with 8, some reader is on the other worker but once in 256 runs.
+  McConn writer(server.port());
+  std::vector<std::unique_ptr<McConn>> readers;
+  for (int r = 0; r < 8; ++r) readers.push_back(std::make_unique<McConn>(server.port()));
+  for (const std::string& k : keys)
+    ASSERT_EQ(writer.cmd(fmt::format("set {} 0 0 6\r\n------\r\n", k)), "STORED");
+  int stale = 0;
+  for (int i = 0; i < 1500; ++i) {
+    for (const std::string& k : keys) {
+      const std::string v = fmt::format("{:06}", i);  // one length: a stale value reads whole
+      ASSERT_EQ(writer.cmd(fmt::format("set {} 0 0 6 noreply\r\n{}\r\nmn\r\n", k, v)), "MN");
+      McConn& reader = *readers[static_cast<size_t>(i) % readers.size()];
+      ASSERT_EQ(reader.cmd(fmt::format("get {}\r\n", k)), fmt::format("VALUE {} 0 6", k));
+      stale += reader.line() != v;
+      ASSERT_EQ(reader.line(), "END");
+    }
+  }
+  EXPECT_EQ(stale, 0) << "reads after MN that saw the value before the write";
+}
+
 // ---- a delayed flush_all ----------------------------------------------------------------
 
 // While a delayed flush_all waited for its time, the workers never blocked (the front end said
