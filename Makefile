@@ -84,7 +84,8 @@ test-tsan: deps
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L control -E fuzz --timeout 300
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^OpLogTest\.' --timeout 300
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target fabkv-server fabkv_memcached_text_test fabkv_memcached_frontend_test \
-	  fabkv_memcached_tools_test fabkv_durability_test
+	  fabkv_memcached_conns_test fabkv_memcached_durability_test fabkv_memcached_tools_test \
+	  fabkv_durability_test
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L memcached -E 'fuzz|memccapable_w1' --timeout 600
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 FABKV_DURABILITY_RUNS=1 ctest --output-on-failure -j $(JOBS) -R '/Durability' --timeout 600
 

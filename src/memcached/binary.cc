@@ -166,8 +166,8 @@ bool to_request(const Packet& pk, uint32_t now, Request* req) {
       req->kind = (h.opcode == kSet || h.opcode == kSetQ)   ? (h.cas ? Kind::kCas : Kind::kSet)
                   : (h.opcode == kAdd || h.opcode == kAddQ) ? Kind::kAdd
                                                             : Kind::kReplace;
-      if (req->kind == Kind::kAdd && h.cas != 0) return false;
-      if (req->kind == Kind::kReplace && h.cas != 0) req->kind = Kind::kCas;
+      // memcached 1.6: ADD and REPLACE with a CAS are a cas (ADD of a missing key: Not found).
+      if (req->kind != Kind::kCas && h.cas != 0) req->kind = Kind::kCas;
       return true;
     case kAppend:
     case kAppendQ:

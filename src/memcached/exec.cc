@@ -63,10 +63,11 @@ Result stored(const Put& p) {
 }
 
 // memcached's incr/decr read the value as a decimal number (digits only; memcached also
-// accepts trailing spaces left by an earlier shorter decr).
+// accepts trailing spaces left by an earlier shorter decr). Any number of digits, as long as
+// the number is below 2^64: memcached reads 000000000000000000001 as 1.
 bool parse_number(std::string_view v, uint64_t* n) {
   while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
-  if (v.empty() || v.size() > 20) return false;
+  if (v.empty()) return false;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), *n);
   return ec == std::errc() && p == v.data() + v.size();
 }

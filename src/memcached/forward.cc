@@ -45,8 +45,11 @@ void Connections::submit(Conn& c, Call& call) {
     for (const std::string& f : op->meta_own) op->meta_views.emplace_back(f);
     op->call.meta = op->meta_views;
   }
-  op->in_pending = !(call.style == Style::kText && call.noreply);
-  if (op->in_pending) c.pending.push_back(op);
+  // Every forwarded command takes its place among the connection's answers, a text noreply
+  // one too (it answers nothing when its turn comes): a later answer must not leave before the
+  // write it follows is done, and it counts towards the connection's limit (listener.cc).
+  op->in_pending = true;
+  c.pending.push_back(op);
   s_.outbox[owner].push_back(op);
   s_.count(kForwarded);
 }
@@ -79,7 +82,10 @@ void Connections::take_inbox() {
     s_.inbox_pending.store(false, std::memory_order_relaxed);
   }
   did_ = true;
-  std::vector<Conn*> touched;
+  // The connections to flush, by (fd, id) and looked up again before each flush: a flush can
+  // close and free its connection (its answers end in quit, or the peer is gone), and the same
+  // connection can come twice, not back to back (A, B, A).
+  std::vector<std::pair<int, uint64_t>> touched;
   for (Op* op : s_.taken) {
     if (op->origin != s_.index || !op->done) {
       if (op->dump.active) {  // a piece of a key listing (dump.cc)
@@ -109,13 +115,12 @@ void Connections::take_inbox() {
       continue;
     }
     if (op->dump.active) continue_dump(*c, op);
-    if (touched.empty() || touched.back() != c) touched.push_back(c);
+    if (touched.empty() || touched.back() != std::pair(c->fd, c->id))
+      touched.emplace_back(c->fd, c->id);
   }
   s_.taken.clear();
-  for (Conn* c : touched) {
-    if (!s_.conns[c->fd] || s_.conns[c->fd].get() != c) continue;
-    flush_out(*c);
-  }
+  for (auto [fd, id] : touched)
+    if (Conn* c = find(fd, id); c != nullptr) flush_out(*c);
 }
 
 // Queues `answer` (may be empty: it then only keeps the answers after it waiting) among c's

@@ -85,7 +85,7 @@ bool Connections::run() {
     std::vector<std::pair<int, uint64_t>> again;
     again.swap(s_.resume);
     for (auto [fd, id] : again)
-      if (Conn* c = find(fd, id); c != nullptr && c->reading) process(*c);
+      if (Conn* c = find(fd, id); c != nullptr) process(*c);  // it checks the limits again
   }
   epoll_event evs[kEventsPerPoll];
   const int n = epoll_wait(s_.epoll_fd, evs, kEventsPerPoll, 0);
@@ -183,20 +183,20 @@ void Connections::on_readable(Conn& c) {
     break;
   }
   s_.count(kBytesRead, total);
-  process(c);
-  if (eof) {
-    // The client is gone (or half-closed): what it sent whole has been answered above; a half
-    // command is dropped with the connection, nothing of it stored.
-    if (s_.conns[c.fd]) {
-      flush_out(c);
-      if (s_.conns[c.fd]) close_conn(c);
-    }
-  }
+  // The client has sent its last byte (it half-closed, or it is gone): as memcached, answer
+  // every command it sent whole, then close (flush_out); a half command is dropped with the
+  // connection, nothing of it stored. A client that is gone makes a write fail, which closes.
+  if (eof) c.eof = true;
+  process(c);  // may close and free the connection: `c` is not read after it
 }
 
 void Connections::process(Conn& c) {
+  c.held = false;
   while (!c.closing) {
-    if (c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending) break;
+    if (c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending) {
+      c.held = c.in_off < c.in.size();  // update_events parses on below the limits
+      break;
+    }
     std::string_view in(c.in.data() + c.in_off, c.in.size() - c.in_off);
     if (c.swallow > 0) {
       const size_t drop = std::min<uint64_t>(c.swallow, in.size());
@@ -265,7 +265,8 @@ void Connections::flush_out(Conn& c) {
     c.out.clear();
     c.out_off = 0;
   }
-  if (c.closing && c.out.empty() && c.pending.empty()) {
+  // quit, or the client's end with every command it sent whole answered (none held back).
+  if ((c.closing || (c.eof && !c.held)) && c.out.empty() && c.pending.empty()) {
     close_conn(c);
     return;
   }
@@ -274,12 +275,19 @@ void Connections::flush_out(Conn& c) {
 
 void Connections::update_events(Conn& c) {
   const bool backed_up = c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending;
-  const bool want_read = !backed_up && !c.closing;
+  const bool may_parse = !backed_up && !c.closing;
+  const bool want_read = may_parse && !c.eof;  // after the end, EPOLLIN would fire forever
   const bool want_write = c.out_off < c.out.size();
+  // Parsing stopped at the limits with commands left in the buffer (process set `held`): once
+  // below the limits, no EPOLLIN will say that commands wait (the client may have sent its last
+  // bytes long ago, or half-closed), so the next round parses on. Whether reading was paused
+  // does not matter: one flush_out can drain the answers below the limit before update_events
+  // ever turned reading off. (Input left otherwise is half a command: it waits for bytes.)
+  if (may_parse && c.held) {
+    c.held = false;
+    s_.resume.push_back({c.fd, c.id});
+  }
   if (want_read == c.reading && want_write == c.writing) return;
-  // Reading again after a pause: commands may already wait in the buffer, and no EPOLLIN
-  // will say so; the next round takes them.
-  if (want_read && !c.reading && c.in_off < c.in.size()) s_.resume.push_back({c.fd, c.id});
   c.reading = want_read;
   c.writing = want_write;
   epoll_set(s_.epoll_fd, c.fd, (want_read ? EPOLLIN : 0u) | (want_write ? EPOLLOUT : 0u),

@@ -66,7 +66,10 @@ std::string Service::address() const { return fmt::format("{}:{}", host_, port_)
 
 bool Service::pending_st(const server::Worker& w) const {
   const Shard& s = *shards_[w.index()];
-  return s.inbox_pending.load(std::memory_order_seq_cst) || s.flush_at != 0 || !s.resume.empty();
+  // A delayed flush_all is work only once its time has come: until then the worker may block,
+  // and its waits are bounded (Worker::block_st), so its next round still sees the time come.
+  const bool flush_due = s.flush_at != 0 && now_s() >= s.flush_at;
+  return s.inbox_pending.load(std::memory_order_seq_cst) || flush_due || !s.resume.empty();
 }
 
 int Service::wait_fd(const server::Worker& w) const { return shards_[w.index()]->epoll_fd; }

@@ -105,6 +105,8 @@ struct Conn {
   std::deque<Op*> pending;  // answers in command order, some still at their owner
   uint64_t swallow = 0;     // bytes still to drop (a refused data block)
   bool closing = false;     // quit: close once the answers are out
+  bool held = false;        // parsing stopped at the answers' limits, commands left in `in`
+  bool eof = false;         // the client sent its last byte: answer what it sent, then close
   bool reading = true;      // EPOLLIN wanted
   bool writing = false;     // EPOLLOUT wanted
   TextCommand cmd;

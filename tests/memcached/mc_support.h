@@ -54,6 +54,7 @@ class McServer {
   const std::string& address() const { return address_; }
   uint16_t port() const { return port_; }
   bool running() { return child_ && child_->proc().wait(Deadline::after_ms(0)) < 0; }
+  pid_t pid() const { return child_ ? child_->pid() : -1; }
   // SIGTERM; returns the exit status (perf::ChildProcess::wait's; a test failure unless 0
   // within 20 s).
   int stop() {
