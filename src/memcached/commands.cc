@@ -14,12 +14,12 @@ Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::st
   Mutate mutate = through_worker;  // a reference: the lambda must outlive it
   Result r;
   if (c.req.kind == Kind::kFlush && c.req.expire_at != 0 && c.req.expire_at > now_s()) {
-    s.flush_at = c.req.expire_at;   // later (run_st watches it)
-    w.log_clear_at_st(s.flush_at);  // --oplog: a restart before then keeps it
+    w.clear_at_st(c.req.expire_at);  // the worker runs it then, and logs it (--oplog)
     r.outcome = Outcome::kOk;
   } else if (c.req.kind == Kind::kFlush) {
-    s.flush_at = 0;
     r.outcome = w.clear_st() ? Outcome::kOk : Outcome::kNotSupported;  // logged (--oplog)
+  } else if (!w.readable_st(c.req.key)) {
+    r.outcome = Outcome::kLogFailed;  // its last write waits for a failing log (execute_st)
   } else {
     r = execute_st(c.req, w.engine(), mutate, scratch);
   }

@@ -12,7 +12,7 @@ void Connections::submit(Conn& c, Call& call) {
                                              static_cast<uint32_t>(workers_.size()));
   if (owner == s_.index) {
     Result r = run_on_owner(s_, w_, call, s_.scratch);
-    if (const uint64_t barrier = w_.log_barrier_st(call.req.key); barrier != 0) {
+    if (const uint64_t barrier = log_barrier(call, r); barrier != 0) {
       // With --oplog the answer waits for the log (docs/durability.md), in its place among
       // the connection's answers, as a forwarded one waits for its owner. A noreply command
       // has none, but holds the answers after it the same way (an `mn` after it says it is
@@ -100,7 +100,7 @@ void Connections::take_inbox() {
         op->res.value = op->res_value;
       }
       op->done = true;
-      if (const uint64_t barrier = w_.log_barrier_st(op->call.req.key); barrier != 0) {
+      if (const uint64_t barrier = log_barrier(op->call, op->res); barrier != 0) {
         hold_until_durable(barrier, op);  // --oplog-sync always: home once the log has it
         continue;
       }
@@ -121,6 +121,12 @@ void Connections::take_inbox() {
   s_.taken.clear();
   for (auto [fd, id] : touched)
     if (Conn* c = find(fd, id); c != nullptr) flush_out(*c);
+}
+
+// What the answer of `call` with result `r` waits for (Worker::log_barrier_st); a refusal for a
+// failing log shows nothing and waits for nothing.
+uint64_t Connections::log_barrier(const Call& call, const Result& r) {
+  return r.outcome == Outcome::kLogFailed ? 0 : w_.log_barrier_st(call.req.key);
 }
 
 // Queues `answer` (may be empty: it then only keeps the answers after it waiting) among c's

@@ -75,10 +75,6 @@ void epoll_set(int ep, int fd, uint32_t events, int op) {
 }
 
 bool Connections::run() {
-  if (s_.flush_at != 0 && now_s() >= s_.flush_at) {
-    s_.flush_at = 0;
-    w_.clear_st();
-  }
   take_inbox();
   if (!s_.resume.empty()) {
     did_ = true;

@@ -303,9 +303,11 @@ void format_binary(const Call& c, const Result& r, std::string* out) {
 }  // namespace
 
 void format(const Call& c, const Result& r, std::string* out) {
-  // A write refused for the op log (docs/durability.md, "A full disk"): an error in every
-  // style, quiet ones included, as memcached's SERVER_ERROR is.
+  // A command refused for the op log (docs/durability.md, "A full disk"): memcached's
+  // SERVER_ERROR, which text noreply hides (as memcached 1.6 does) and quiet meta and binary
+  // commands show.
   if (r.outcome == Outcome::kLogFailed) {
+    if (c.style == Style::kText && c.noreply) return;
     if (c.style == Style::kBinary)
       binary::append_response(out, c.opcode, binary::kInternalError, c.opaque, 0, {}, {},
                               binary::error_text(binary::kInternalError));

@@ -38,7 +38,6 @@ Service::Service(const ServiceOptions& o, std::vector<server::Worker*> workers)
     if (s->epoll_fd < 0) throw std::runtime_error("--memcached: epoll_create1 failed");
     epoll_set(s->epoll_fd, s->listen_fd, EPOLLIN, EPOLL_CTL_ADD);
     s->outbox.resize(workers_.size());
-    s->flush_at = workers_[i]->replayed_clear_at();  // a delayed flush_all from the op log
     shards_.push_back(std::move(s));
   }
   port_ = port;
@@ -66,10 +65,8 @@ std::string Service::address() const { return fmt::format("{}:{}", host_, port_)
 
 bool Service::pending_st(const server::Worker& w) const {
   const Shard& s = *shards_[w.index()];
-  // A delayed flush_all is work only once its time has come: until then the worker may block,
-  // and its waits are bounded (Worker::block_st), so its next round still sees the time come.
-  const bool flush_due = s.flush_at != 0 && now_s() >= s.flush_at;
-  return s.inbox_pending.load(std::memory_order_seq_cst) || flush_due || !s.resume.empty();
+  // A delayed flush_all is the worker's (Worker::clear_at_st): no work here until its time.
+  return s.inbox_pending.load(std::memory_order_seq_cst) || !s.resume.empty();
 }
 
 int Service::wait_fd(const server::Worker& w) const { return shards_[w.index()]->epoll_fd; }

@@ -119,7 +119,6 @@ struct Service::Shard {
   std::vector<std::unique_ptr<Conn>> conns;  // by fd
   uint64_t next_id = 1;
   std::vector<std::vector<Op*>> outbox;  // by owner, pushed at the end of the round
-  uint32_t flush_at = 0;                 // a delayed flush_all of this partition
   std::string scratch;
   std::atomic<uint64_t> counters[kCounters] = {};
   std::atomic<uint32_t> curr_conns{0};
@@ -206,6 +205,7 @@ class Connections {
   void submit(Conn& c, Call& call);
   void broadcast_flush(Conn& c, Call& call);
   void hold_answer(Conn& c, uint64_t barrier, std::string answer);
+  uint64_t log_barrier(const Call& call, const Result& r);
   void take_inbox();
   void send_outboxes();
   void hold_until_durable(uint64_t barrier, Op* op);

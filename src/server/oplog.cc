@@ -194,15 +194,52 @@ FileScan scan_file(int fd, const std::string& path, Each&& each) {
   return res;
 }
 
-// The offset of the first valid record that starts after byte `from` of the file, if any: what
-// tells corruption (a bad record with good ones after it) from a torn tail (nothing after it).
+// The offset of the first valid record after the bad one at byte `from` of the file from which
+// valid records run on to the end (or to a record the end cuts short), if any: what tells
+// corruption (a bad record with good ones after it: a flipped bit, a length field included)
+// from a torn tail (nothing after it but the rest of the record the crash cut). Requiring the
+// run to the end keeps the bytes of a log record inside a torn value (a value may hold
+// anything) from passing for records after it.
 std::optional<uint64_t> next_valid_record(int fd, const std::string& path, uint64_t from) {
   struct stat st;
   if (::fstat(fd, &st) != 0) fail("stat", path, errno);
   const auto size = static_cast<uint64_t>(st.st_size);
+  std::vector<char> rec_buf;
+  // Is there a whole record at `at`? Its size if so, else 0; `past_end` when its header is whole
+  // and sound and the record ends past the end of the file.
+  const auto record_at = [&](uint64_t at, bool* past_end) -> size_t {
+    *past_end = false;
+    char h[OpLog::kHeaderSize];
+    const size_t hn = static_cast<size_t>(std::min<uint64_t>(OpLog::kHeaderSize, size - at));
+    if (::pread(fd, h, hn, static_cast<off_t>(at)) != static_cast<ssize_t>(hn))
+      fail("read", path, errno);
+    if (hn < OpLog::kHeaderSizeV1) {  // a header the end cuts short, if it is one
+      const auto magic = load<uint8_t>(h);
+      *past_end = magic == OpLog::kMagic || magic == OpLog::kMagicV1;
+      return 0;
+    }
+    OpLog::Record rec;
+    const size_t n = check_header(h, &rec);
+    if (n == 0) return 0;
+    if (at + n > size) {
+      *past_end = true;
+      return 0;
+    }
+    rec_buf.resize(n);
+    if (::pread(fd, rec_buf.data(), n, static_cast<off_t>(at)) != static_cast<ssize_t>(n))
+      fail("read", path, errno);
+    return check_body(rec_buf.data(), n, &rec) ? n : 0;
+  };
+  const auto runs_to_the_end = [&](uint64_t at) {
+    for (bool past_end = false; at < size;) {
+      const size_t n = record_at(at, &past_end);
+      if (n == 0) return past_end;
+      at += n;
+    }
+    return true;
+  };
   Reader rd(fd, path);
-  // Skip to `from` + 1 through the window (the file is read once, front to back).
-  for (uint64_t skip = from + 1; skip > 0;) {
+  for (uint64_t skip = from + 1; skip > 0;) {  // to from + 1 through the window
     const size_t step = static_cast<size_t>(std::min<uint64_t>(skip, kReadChunk));
     if (!rd.ensure(step)) return std::nullopt;
     rd.consume(step);
@@ -214,8 +251,8 @@ std::optional<uint64_t> next_valid_record(int fd, const std::string& path, uint6
     if (magic != OpLog::kMagic && magic != OpLog::kMagicV1) continue;
     OpLog::Record rec;
     const size_t n = check_header(rd.data(), &rec);
-    if (n == 0 || at + n > size || !rd.ensure(n)) continue;
-    if (check_body(rd.data(), n, &rec)) return at;
+    if (n == 0 || at + n > size || !rd.ensure(n) || !check_body(rd.data(), n, &rec)) continue;
+    if (runs_to_the_end(at + n)) return at;
   }
   return std::nullopt;
 }
@@ -413,6 +450,41 @@ std::vector<LiveRecord> live_records(const std::vector<std::string>& inputs, std
   return keep;
 }
 
+// What a rewrite keeps of `inputs` (a base and segments, oldest first; their descriptors are
+// appended to *fds, which the caller closes), record by record in log order: each key's last
+// live record, then a delayed CLEAR still to come and the VERSION record (oplog.h). Calls
+// emit(bytes, size) for each; the bytes are valid only during the call.
+template <class Emit>
+void emit_live(const std::vector<std::string>& inputs, std::vector<int>* fds, uint64_t* in_bytes,
+               Emit&& emit) {
+  uint64_t last_version = 0;
+  uint32_t clear_at = 0;
+  const std::vector<LiveRecord> keep = live_records(inputs, fds, in_bytes, &last_version,
+                                                    &clear_at);
+  std::vector<char> rec;
+  for (const LiveRecord& loc : keep) {
+    rec.resize(loc.size);
+    size_t got = 0;
+    while (got < loc.size) {
+      ssize_t r = ::pread((*fds)[loc.file], rec.data() + got, loc.size - got,
+                          static_cast<off_t>(loc.offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) fail("read", inputs[loc.file], r < 0 ? errno : EIO);
+      got += static_cast<size_t>(r);
+    }
+    emit(rec.data(), rec.size());
+  }
+  // Last, so that replay's counter ends past every version handed out, also those of the items
+  // left out (oplog.h, VERSION).
+  auto bare = [&](OpLog::Op op, uint64_t version, uint32_t at) {
+    char b[OpLog::kHeaderSize + OpLog::kTrailerSize];
+    encode_at(b, op, {}, {}, version, at, 0);
+    emit(b, sizeof b);
+  };
+  if (clear_at != 0) bare(OpLog::Op::kClear, 0, clear_at);  // still to come: kept
+  if (last_version != 0) bare(OpLog::Op::kVersion, last_version, 0);
+}
+
 }  // namespace
 
 std::string OpLog::segment_path(const std::string& stem, uint64_t k) {
@@ -608,6 +680,25 @@ void OpLog::for_each_unwritten(const ApplyFn& fn) {
       at += n;
     }
   }
+}
+
+void OpLog::replay_live(const ApplyFn& apply) {
+  const Files f = list_files(stem_);
+  std::vector<std::string> inputs;
+  if (f.base() != 0) inputs.push_back(base_path(stem_, f.base()));
+  for (uint64_t k : f.live_segments()) inputs.push_back(segment_path(stem_, k));
+  std::vector<int> fds;
+  uint64_t in_bytes = 0;
+  try {
+    emit_live(inputs, &fds, &in_bytes, [&](const char* p, size_t n) {
+      Record rec;
+      if (check_header(p, &rec) == n && check_body(p, n, &rec)) apply(rec);
+    });
+  } catch (...) {
+    for (int fd : fds) ::close(fd);
+    throw;
+  }
+  for (int fd : fds) ::close(fd);
 }
 
 OpLog::ReplayResult OpLog::replay(const std::string& stem, const ApplyFn& apply) {
@@ -875,23 +966,22 @@ bool OpLog::rewrite(uint64_t through) {
   if (f.base() != 0) inputs.push_back(base_path(stem_, f.base()));
   for (uint64_t k : f.segments)
     if (k > f.base() && k <= through) inputs.push_back(segment_path(stem_, k));
-  std::vector<int> fds;
+  std::vector<int> fds;  // the inputs' (emit_live)
+  int ofd = -1;          // the new base's
   auto close_all = [&] {
     for (int fd : fds) ::close(fd);
+    fds.clear();
+    if (ofd >= 0) ::close(ofd);
+    ofd = -1;
   };
   uint64_t in_bytes = 0;
   try {
-    uint64_t last_version = 0;
-    uint32_t clear_at = 0;
-    const std::vector<LiveRecord> keep = live_records(inputs, &fds, &in_bytes, &last_version,
-                                                      &clear_at);
     const std::string out = base_path(stem_, through);
     const std::string tmp = out + ".tmp";
-    int ofd = open_or_fail(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-    fds.push_back(ofd);
+    ofd = open_or_fail(tmp, O_WRONLY | O_CREAT | O_TRUNC);
     std::vector<char> buf;
     buf.reserve(kReadChunk + kHeaderSize + store::kMaxKeySize + store::kMaxValueSizeLimit);
-    uint64_t out_bytes = 0;
+    uint64_t out_bytes = 0, items = 0;
     auto flush = [&] {
       size_t done = 0;
       while (done < buf.size()) {
@@ -903,28 +993,11 @@ bool OpLog::rewrite(uint64_t through) {
       out_bytes += buf.size();
       buf.clear();
     };
-    for (const LiveRecord& loc : keep) {
-      const size_t at = buf.size();
-      buf.resize(at + loc.size);
-      size_t got = 0;
-      while (got < loc.size) {
-        ssize_t r = ::pread(fds[loc.file], buf.data() + at + got, loc.size - got,
-                            static_cast<off_t>(loc.offset + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) fail("read", inputs[loc.file], r < 0 ? errno : EIO);
-        got += static_cast<size_t>(r);
-      }
+    emit_live(inputs, &fds, &in_bytes, [&](const char* p, size_t n) {
+      buf.insert(buf.end(), p, p + n);
+      items += load<uint8_t>(p + 1) == static_cast<uint8_t>(Op::kPut);
       if (buf.size() >= kReadChunk) flush();
-    }
-    // Last, so that replay's counter ends past every version handed out, also those of the
-    // items left out (oplog.h, VERSION).
-    auto bare = [&](Op op, uint64_t version, uint32_t at) {
-      const size_t off = buf.size();
-      buf.resize(off + kHeaderSize + kTrailerSize);
-      encode_at(buf.data() + off, op, {}, {}, version, at, 0);
-    };
-    if (clear_at != 0) bare(Op::kClear, 0, clear_at);  // still to come: kept (oplog.h)
-    if (last_version != 0) bare(Op::kVersion, last_version, 0);
+    });
     flush();
     if (::fdatasync(ofd) != 0) fail("fdatasync", tmp, errno);
     if (options_.before_rename) options_.before_rename();
@@ -932,7 +1005,6 @@ bool OpLog::rewrite(uint64_t through) {
     if (::rename(tmp.c_str(), out.c_str()) != 0) fail("rename to " + out, tmp, errno);
     sync_dir_of(out);
     close_all();
-    fds.clear();
     uint64_t removed = 0;
     for (const std::string& in : inputs) {
       std::error_code ec;
@@ -948,7 +1020,7 @@ bool OpLog::rewrite(uint64_t through) {
         std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
             .count();
     spdlog::info("op log {}: rewrote {} bytes in {} file(s) as {} ({} items, {} bytes) in {} ms",
-                 stem_, in_bytes, inputs.size(), out, keep.size(), out_bytes, ms);
+                 stem_, in_bytes, inputs.size(), out, items, out_bytes, ms);
     return true;
   } catch (...) {
     close_all();

@@ -208,6 +208,12 @@ class OpLog {
   // The segment being appended to now (tests).
   std::string current_segment() const;
 
+  // Replays only what a rewrite would keep of this log (each key's last live record in log
+  // order, a delayed CLEAR still to come, the VERSION record), as if it had just been
+  // rewritten: an engine that the whole history did not fit (Worker::open_oplog). Before the
+  // first append. Throws std::runtime_error as the constructor does.
+  void replay_live(const ApplyFn& apply);
+
   // Replays the log at `stem` without opening it for appends (tools and tests): calls `apply`
   // for each record in order. Stops at a torn tail of the last segment; a missing log is empty.
   // Throws std::runtime_error as the constructor does; exceptions from `apply` propagate.

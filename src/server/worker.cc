@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -152,15 +153,9 @@ fabric::EndpointOptions Worker::open_endpoints() {
 // cache or store);
 // none for a server of protocols without key-value data (the sequencers). Then the op log.
 void Worker::open_engine() {
-  store::EngineOptions so;
-  so.memory_bytes = o_.memory / o_.workers;
-  so.max_value_size = engine_max_value(o_);
-  so.index_buckets = o_.index_buckets;
   // A server of protocols without key-value data only (the sequencers) runs without an engine.
   const bool engineless = needed_engine(o_) == proto::EngineNeed::kNone;
-  if (!engineless)
-    engine_ = proto::make_engine(
-        {.name = o_.engine, .store = so, .options = o_, .protocol = engine_protocol(o_)});
+  if (!engineless) engine_ = make_engine();
   if (!o_.oplog.empty() && engineless && index_ == 0)
     spdlog::info("--oplog ignored: no protocol served keeps key-value data");
   if (!o_.oplog.empty() && !engineless) open_oplog();
@@ -186,6 +181,15 @@ void Worker::open_receive_buffers(size_t min_multi_recv) {
     for (size_t b = 0; b < kRxBuffers; ++b)
       fabric::check(eps_[0]->recv_multi(rx_->local(b * rx_per_, rx_per_), &rx_ctx_[b]),
                     "fi_recvmsg(multi)");
+}
+
+std::unique_ptr<store::Engine> Worker::make_engine() const {
+  store::EngineOptions so;
+  so.memory_bytes = o_.memory / o_.workers;
+  so.max_value_size = engine_max_value(o_);
+  so.index_buckets = o_.index_buckets;
+  return proto::make_engine(
+      {.name = o_.engine, .store = so, .options = o_, .protocol = engine_protocol(o_)});
 }
 
 // Replays the log into the engine (the engine starts with what the log says), then appends to
@@ -217,25 +221,39 @@ void Worker::open_oplog() {
       // new position before it blocks, or we see it asleep and wake it.
       if (sleeping_.load(std::memory_order_seq_cst)) wake();
     };
-  EngineRestore restore(*engine_, store::realtime_seconds(nullptr));
+  EngineRestore whole(*engine_, store::realtime_seconds(nullptr));
+  std::optional<EngineRestore> live;
+  const EngineRestore* restore = &whole;
   const auto t0 = Clock::now();
-  oplog_ = std::make_unique<OpLog>(stem, std::move(lo), std::ref(restore));
+  oplog_ = std::make_unique<OpLog>(stem, std::move(lo), std::ref(whole));
+  if (whole.refused() > 0) {
+    // The whole history did not fit where the running server's did: an engine lays items out
+    // in the order they come (the store engine's heap), and replay leaves out the expired ones
+    // that made room for others live. Load only each key's last live record into a new engine,
+    // as a rewrite would keep them: the smallest the data can be.
+    spdlog::warn(
+        "worker {}: replaying {} the engine refused {} PUT(s) (the first: key '{}', {}); loading "
+        "only the live items instead",
+        index_, stem, whole.refused(), whole.first_refused(), store::to_string(whole.why()));
+    engine_.reset();
+    engine_ = make_engine();
+    restore = &live.emplace(*engine_, store::realtime_seconds(nullptr));
+    oplog_->replay_live(std::ref(*live));
+  }
   // A key the log holds that the engine cannot: refuse to start rather than serve without it.
-  if (restore.refused() > 0) {
+  if (restore->refused() > 0) {
     oplog_.reset();
     throw std::runtime_error(fmt::format(
-        "worker {}: replaying the op log {} the engine refused {} PUT(s) (the first: key '{}', "
-        "{}), so it cannot rebuild what was acknowledged; start with the --memory (and "
-        "--max-value) the log was written with, or larger",
-        index_, stem, restore.refused(), restore.first_refused(), store::to_string(restore.why())));
+        "worker {}: replaying the op log {} the engine refused {} of its live items (the first: "
+        "key '{}', {}), so it cannot rebuild what was acknowledged; start with the --memory "
+        "(and --max-value) the log was written with, or larger",
+        index_, stem, restore->refused(), restore->first_refused(),
+        store::to_string(restore->why())));
   }
-  replayed_clear_at_ = restore.clear_at();
-  // A delayed flush_all whose time came while the server was down: everything it found was
-  // written before that time, so it all goes now, and the log says so for the next start.
-  if (replayed_clear_at_ != 0 && replayed_clear_at_ <= store::realtime_seconds(nullptr)) {
-    replayed_clear_at_ = 0;
-    clear_st();
-  }
+  // A delayed flush_all still to come is armed again; one whose time came while the server was
+  // down is carried out now (everything in the log was written before it) and logged so.
+  clear_at_ = restore->clear_at();
+  due_clear_st();
   const OpLog::ReplayResult& rr = oplog_->recovered();
   if (rr.records > 0 || rr.torn_tail)
     spdlog::info("worker {}: replayed {} records from {} file(s) of {} in {} ms{}", index_,
@@ -565,6 +583,7 @@ bool Worker::round_st() {
   // docs/results/perf-idle-2026-11-27.md), so what usually has nothing to do is looked at
   // here before a call.
   const bool released = !held_.empty() && release_durable_st();
+  if (clear_at_ != 0) due_clear_st();
   for (auto& side : sides_) side->poll_st();
   for (auto& side : sides_)
     if (side->has_work_st()) side->flush_st();
@@ -707,14 +726,15 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
     return;
   }
   // The log cannot be written (a full disk): a PUT or DELETE is refused before the engine
-  // sees it, so that nothing changes that the log could not keep; reads go on (their answers
-  // wait only when they read a record not written yet: log_barrier_st).
+  // sees it, so that nothing changes that the log could not keep, and so is a GET of a key
+  // whose last record is not written yet (its answer would wait for the disk, for as long as
+  // it stays full); other reads go on.
   const bool failing = oplog_ && oplog_->failing();
   if (failing) {
     readable_.clear();
     readable_at_.clear();
     for (size_t i = 0; i < reqs.size(); ++i) {
-      if (reqs[i].op == store::Op::kGet) {
+      if (reqs[i].op == store::Op::kGet && readable_st(reqs[i].key)) {
         readable_.push_back(reqs[i]);
         readable_at_.push_back(i);
         continue;
@@ -756,14 +776,26 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
 
 bool Worker::clear_st() {
   if (log_failing() || !engine_ || !engine_->clear()) return false;
+  clear_at_ = 0;
   if (oplog_) oplog_->append_clear();
   return true;
 }
 
 bool Worker::log_failing() const { return oplog_ && oplog_->failing(); }
 
-void Worker::log_clear_at_st(uint32_t at) {
+void Worker::clear_at_st(uint32_t at) {
+  clear_at_ = at;
   if (oplog_) oplog_->append_clear(at);
+}
+
+// Also while the log fails: its CLEAR with the time is logged already, so the CLEAR of now
+// waits in memory with the other records (reads wait for it: log_barrier_st), and no write
+// after it can be acknowledged and then emptied by a later replay of the delayed one.
+void Worker::due_clear_st() {
+  if (clear_at_ == 0 || store::realtime_seconds(nullptr) < clear_at_) return;
+  clear_at_ = 0;
+  if (!engine_ || !engine_->clear()) return;
+  if (oplog_) oplog_->append_clear();
 }
 
 uint64_t Worker::log_barrier_st(std::string_view key) {
@@ -773,6 +805,16 @@ uint64_t Worker::log_barrier_st(std::string_view key) {
   // The log fails and may stay so (a full disk): an answer about a key whose records are all
   // written shows nothing a crash could take back, and goes now; the others wait for the disk.
   if (key.empty() || !oplog_->failing()) return appended;
+  return unwritten_st(key) ? appended : 0;
+}
+
+bool Worker::readable_st(std::string_view key) {
+  return !oplog_ || !oplog_->failing() || !unwritten_st(key);
+}
+
+// While the log fails: may `key` show a record not written yet (its own, or a CLEAR)?
+bool Worker::unwritten_st(std::string_view key) {
+  const uint64_t appended = oplog_->appended();
   if (unwritten_of_ != oplog_->failures() || unwritten_at_ != appended) {
     unwritten_.clear();
     unwritten_clear_ = false;
@@ -783,7 +825,7 @@ uint64_t Worker::log_barrier_st(std::string_view key) {
     unwritten_of_ = oplog_->failures();
     unwritten_at_ = appended;
   }
-  return unwritten_clear_ || unwritten_.contains(std::string(key)) ? appended : 0;
+  return unwritten_clear_ || unwritten_.contains(std::string(key));
 }
 
 void Worker::when_durable_st(uint64_t position, std::function<void()> fn) {

@@ -123,18 +123,22 @@ class Worker final : public proto::ServerHost {
   bool dropped_st(uint32_t c) const override { return clients_[c].dropped; }
   // Also logs every acknowledged PUT/DELETE to the op log before `done` sees it (Pilaf sec. 4).
   void execute_st(std::span<const store::Request> reqs, store::CompletionFn done) override;
-  // Empties the engine (memcached's flush_all) and logs it; false where the engine cannot.
+  // Empties the engine (memcached's flush_all) and logs it, and cancels a delayed one; false,
+  // changing nothing, where the engine cannot and while the op log cannot be written.
   bool clear_st();
-  // Logs memcached's delayed flush_all, a CLEAR at `at` (absolute Unix seconds), which the
-  // front end carries out with clear_st() when the time comes (server/oplog.h).
-  void log_clear_at_st(uint32_t at);
-  // A delayed flush_all whose time had not come when the op log was replayed; 0: none.
-  uint32_t replayed_clear_at() const { return replayed_clear_at_; }
+  // memcached's delayed flush_all: empties the engine at `at` (absolute Unix seconds; a later
+  // call or clear_st() replaces it), logged now as a CLEAR with its time (server/oplog.h), so
+  // that a restart before then keeps it and one after it carries it out. The worker keeps the
+  // time, not the front end: a server restarted without --memcached still carries it out.
+  void clear_at_st(uint32_t at);
   // --oplog-sync always (docs/durability.md): every answer built after a logged write waits,
   // GETs included, so that no answer shows a write that a crash could still take back.
   uint64_t log_barrier_st(std::string_view key) override;
   // The op log cannot be written now (OpLog::failing): writes are refused (execute_st).
   bool log_failing() const;
+  // False while the log fails for a key whose last record is not written yet: a read of it is
+  // refused (store::Status::kLogFailed), as execute_st does.
+  bool readable_st(std::string_view key);
   // The worker wakes for it.
   void when_durable_st(uint64_t position, std::function<void()> fn) override;
   store::Engine& engine() { return *engine_; }
@@ -249,7 +253,10 @@ class Worker final : public proto::ServerHost {
     uint64_t position;
     std::function<void()> fn;
   };
-  uint32_t replayed_clear_at_ = 0;
+  uint32_t clear_at_ = 0;  // clear_at_st's time; 0: none
+  void due_clear_st();     // carries out clear_at_ once its time came
+  bool unwritten_st(std::string_view key);
+  std::unique_ptr<store::Engine> make_engine() const;  // the one --engine names
   // While the log fails (OpLog::failing): the keys whose last record is not written yet, and
   // whether a CLEAR is (log_barrier_st), as of unwritten_at_ (appended()) in failure number
   // unwritten_of_ (OpLog::failures).

@@ -343,6 +343,50 @@ TEST_F(OpLogTest, AnyFlippedByteInAMiddleRecordOfTheLastSegmentRefusesTheLog) {
   EXPECT_FALSE(r.result.torn_tail);
 }
 
+// A value may hold anything, a log's own records too: a crash that cuts such a value short
+// leaves valid records inside the torn tail, which must not pass for records after it (the
+// restart refused to start after an ordinary crash). A flipped length field, whose record then
+// seems to end past the end of the file, is still corruption: valid records run on after it.
+TEST_F(OpLogTest, LogRecordsInsideATornValueAreStillATornTail) {
+  const fs::path other = dir_ / "other";
+  fs::create_directory(other);
+  {
+    OpLog log((other / "log").string());
+    for (const Op& op : small_ops(3)) append(log, op);
+  }
+  std::string embedded(fs::file_size(OpLog::segment_path((other / "log").string(), 1)), '\0');
+  {
+    std::ifstream f(OpLog::segment_path((other / "log").string(), 1), std::ios::binary);
+    f.read(embedded.data(), static_cast<std::streamsize>(embedded.size()));
+  }
+  std::vector<Op> ops = small_ops(5);
+  const uint64_t prefix = total_size(ops);
+  ops.push_back(Op{true, "holder", std::string(300, 'j') + embedded + std::string(300, 'j'), 99,
+                   0});
+  write_ops(ops);
+  // Cut inside the value, just after the embedded records.
+  fs::resize_file(seg(), prefix + OpLog::kHeaderSize + 6 + 300 + embedded.size() + 10);
+  Replayed r = replay_all(path_);
+  EXPECT_TRUE(r.result.torn_tail);
+  EXPECT_EQ(r.ops, std::vector<Op>(ops.begin(), ops.end() - 1));
+  {
+    OpLog log(path_);  // cuts it
+    EXPECT_EQ(file_size(), prefix);
+  }
+
+  // A length field flipped so that its record seems to run past the end: refused.
+  fs::remove(seg());
+  std::vector<Op> more = small_ops(12);
+  write_ops(more);
+  const uint64_t at = total_size({more.begin(), more.begin() + 4});
+  {
+    std::fstream f(seg(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at + 6));  // value_len's third byte: +1 MiB
+    f.put(0x10);
+  }
+  EXPECT_THROW(replay_all(path_), std::runtime_error);
+}
+
 TEST_F(OpLogTest, MissingFileIsAnEmptyLog) {
   Replayed r = replay_all(path_);
   EXPECT_EQ(r.result.records, 0u);

@@ -289,8 +289,9 @@ class RfrpcServer final : public rpc::RpcServer {
     // before it (docs/durability.md); the client reuses this batch slot only after reading it.
     // The batch waits for the latest record any of its keys needs (all of them, normally).
     uint64_t barrier = breqs_.empty() ? worker_.log_barrier_st({}) : 0;
-    for (const store::Request& q : breqs_)
-      barrier = std::max(barrier, worker_.log_barrier_st(q.key));
+    for (size_t i = 0; i < breqs_.size(); ++i)  // a refusal for a failing log waits for nothing
+      if (bres_[bmap_[i]].status != rpc::to_wire(store::Status::kLogFailed))
+        barrier = std::max(barrier, worker_.log_barrier_st(breqs_[i].key));
     if (barrier != 0) {
       worker_.when_durable_st(barrier, [this, c, b, seq, e = epochs_[c], res = bres_] {
         if (worker_.serving_st(c, e))

@@ -425,7 +425,9 @@ void RpcServer::flush_st() {
     // With an op log (every --oplog-sync mode: Worker::open_oplog), the answer waits in its
     // buffer (the client sends this slot's next request only after it) until the log has what
     // came before it: synced (always) or written (everysec, no) (docs/durability.md).
-    if (const uint64_t barrier = worker_.log_barrier_st(p.req.key); barrier != 0) {
+    // A refusal for a failing log shows nothing: it leaves at once.
+    const bool refused = r.status == store::Status::kLogFailed;
+    if (const uint64_t barrier = refused ? 0 : worker_.log_barrier_st(p.req.key); barrier != 0) {
       worker_.when_durable_st(barrier, [this, c = p.client, e = p.epoch, seq = p.seq, out, len] {
         if (clients_[c].active && clients_[c].epoch == e) answer_st(c, e, seq, out, len);
       });
