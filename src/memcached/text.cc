@@ -204,9 +204,12 @@ ParseResult parse_fixed(const Line& l, std::span<const std::string_view> tok) {
     case Verb::kDecr:
     case Verb::kTouch: return parse_keyed(l, tok);
     case Verb::kFlushAll:
-      // memcached 1.6: up to two tokens, a trailing noreply among them (`flush_all 0 x` is OK).
+      // memcached 1.6: up to two tokens, a trailing noreply among them; the first is the delay
+      // whenever there is one (`flush_all 3600 x` waits an hour), and one that is not a number
+      // is refused, silently with noreply (`flush_all noreply 0`: not last, so not noreply).
       if (nt + (cmd->noreply ? 1 : 0) > 2) return error(kError, l.end);
-      if (nt == 1 && !parse_num(tok[0], &cmd->delay)) return error(kBadFormat, l.end);
+      if (nt >= 1 && !parse_num(tok[0], &cmd->delay))
+        return error(cmd->noreply ? std::string_view{} : kBadExptime, l.end);
       return command(l.end);
     case Verb::kVerbosity: {
       // memcached 1.6: one or two tokens, a trailing noreply among them; the first must be a

@@ -57,6 +57,10 @@ FIXED = [
     [b"set fx 0 0 21\r\n000000000000000000007\r\n"], [b"incr fx 1\r\n"], [b"get fx\r\n"],
     [b"set fx 0 0 22\r\n0000000000000000000009\r\n"], [b"decr fx 2\r\n"], [b"get fx\r\n"],
     [b"set fx 0 0 21\r\n999999999999999999999\r\n"], [b"incr fx 1\r\n"],
+    # The delay is the first token whenever there is one; a delay that is not a number is
+    # refused (silently with noreply), and flushes nothing.
+    [b"set fy 0 0 1\r\ny\r\n"], [b"flush_all 3600 x\r\n"], [b"flush_all noreply 0\r\n"],
+    [b"flush_all x noreply\r\n"], [b"flush_all x\r\n"], [b"get fy\r\n"],
 ]
 # Commands after which both close the connection without a word, each on a connection of its own.
 CLOSING = [b"quit\r\n", b"quit noreply\r\n", b"quit x y\r\n"]
