@@ -39,8 +39,26 @@ class McDurability : public ::testing::Test {
     log_ = (dir_ / "log").string();
   }
   void TearDown() override {
+    if (mounted_) ::umount2((dir_ / "disk").c_str(), MNT_DETACH);
     std::error_code ec;
     fs::remove_all(dir_, ec);
+  }
+  // The log on a 1 MiB tmpfs of its own (a disk to fill); false where none can be mounted.
+  bool mount_small_disk() {
+    const fs::path disk = dir_ / "disk";
+    fs::create_directory(disk);
+    if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=1m") != 0) return false;
+    mounted_ = true;
+    log_ = (disk / "log").string();
+    return true;
+  }
+  // Fills what is left of that disk; the file to remove for room again.
+  fs::path fill_disk() const {
+    const fs::path ballast = dir_ / "disk" / "ballast";
+    std::ofstream f(ballast, std::ios::binary);
+    const std::string chunk(4096, 'b');
+    while (f.write(chunk.data(), chunk.size())) f.flush();
+    return ballast;
   }
   // A server on the test's log, with `flags` after the log's.
   std::unique_ptr<McServer> start(std::vector<std::string> flags) {
@@ -80,6 +98,7 @@ class McDurability : public ::testing::Test {
 
   fs::path dir_;
   std::string log_;
+  bool mounted_ = false;
 };
 
 // Replay rebuilds what the running server had: items that expired are not stored again.
@@ -340,27 +359,13 @@ TEST_F(McDurability, ACorruptRecordInTheMiddleRefusesToStartAndSaysHow) {
 // and once there is room again the waiting write is answered, writes are accepted, and all of
 // it survives a crash. It used to hang every client of the worker, reads included.
 TEST_F(McDurability, AFullDiskRefusesWritesServesReadsAndRecovers) {
-  const fs::path disk = dir_ / "disk";
-  fs::create_directory(disk);
-  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=1m") != 0)
-    GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << std::strerror(errno);
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{disk.string()};
-  log_ = (disk / "log").string();
+  if (!mount_small_disk()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   const std::vector<std::string> flags = {"--engine", "store", "--workers", "1"};
   auto server = start(flags);
   McConn a(server->port(), 1500);
   for (int i = 0; i < 10; i++) ASSERT_EQ(set(a, "k" + std::to_string(i), "kept"), "STORED");
   ASSERT_EQ(set(a, "n", "1"), "STORED");
-  // Fill what is left of the disk.
-  const fs::path ballast = disk / "ballast";
-  {
-    std::ofstream f(ballast, std::ios::binary);
-    const std::string chunk(4096, 'b');
-    while (f.write(chunk.data(), chunk.size())) f.flush();
-  }
+  const fs::path ballast = fill_disk();  // what is left of the disk
   // This write's record does not fit: it waits for the disk, unanswered.
   ASSERT_TRUE(a.send("set big 0 0 20000\r\n" + std::string(20000, 'x') + "\r\n"));
   std::optional<McConn> b;
@@ -404,27 +409,14 @@ TEST_F(McDurability, AFullDiskRefusesWritesServesReadsAndRecovers) {
 // promise) and logged once there is room, before any write after it: it was dropped, and the
 // next restart's replay of the delayed one emptied the writes acknowledged after its time.
 TEST_F(McDurability, ADelayedFlushAllComingDueOnAFullDisk) {
-  const fs::path disk = dir_ / "disk";
-  fs::create_directory(disk);
-  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=1m") != 0)
-    GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << std::strerror(errno);
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{disk.string()};
-  log_ = (disk / "log").string();
+  if (!mount_small_disk()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   const std::vector<std::string> flags = {"--engine", "store", "--workers", "1"};
   auto server = start(flags);
   McConn c(server->port(), 1500);
   ASSERT_EQ(set(c, "a", "before"), "STORED");
   const auto t = std::time(nullptr);
   ASSERT_EQ(c.cmd("flush_all 2\r\n"), "OK");
-  const fs::path ballast = disk / "ballast";
-  {
-    std::ofstream f(ballast, std::ios::binary);
-    const std::string chunk(4096, 'b');
-    while (f.write(chunk.data(), chunk.size())) f.flush();
-  }
+  const fs::path ballast = fill_disk();
   ASSERT_TRUE(c.send("set b 0 0 20000\r\n" + std::string(20000, 'x') + "\r\n"));  // waits
   while (std::time(nullptr) <= t + 3) std::this_thread::sleep_for(100ms);
   McConn d(server->port(), 1500);
