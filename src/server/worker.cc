@@ -240,16 +240,15 @@ void Worker::open_oplog() {
     restore = &live.emplace(*engine_, store::realtime_seconds(nullptr));
     oplog_->replay_live(std::ref(*live));
   }
-  // A key the log holds that the engine cannot: refuse to start rather than serve without it.
-  if (restore->refused() > 0) {
-    oplog_.reset();
-    throw std::runtime_error(fmt::format(
+  // A live item the engine cannot hold even so (a smaller --max-value or --memory than the log
+  // was written with): an error, and the key is absent, never at an older value.
+  if (restore->refused() > 0)
+    spdlog::error(
         "worker {}: replaying the op log {} the engine refused {} of its live items (the first: "
-        "key '{}', {}), so it cannot rebuild what was acknowledged; start with the --memory "
-        "(and --max-value) the log was written with, or larger",
+        "key '{}', {}); they are lost. Start with the --memory and --max-value the log was "
+        "written with to keep them",
         index_, stem, restore->refused(), restore->first_refused(),
-        store::to_string(restore->why())));
-  }
+        store::to_string(restore->why()));
   // A delayed flush_all still to come is armed again; one whose time came while the server was
   // down is carried out now (everything in the log was written before it) and logged so.
   clear_at_ = restore->clear_at();
