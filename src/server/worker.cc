@@ -773,8 +773,12 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
   });
 }
 
-bool Worker::clear_st() {
-  if (log_failing() || !engine_ || !engine_->clear()) return false;
+bool Worker::clear_st() { return !log_failing() && clear_now_st(); }
+
+// Empties the engine and logs the CLEAR (kept in memory while the log fails), ending a delayed
+// one; false, changing nothing, where the engine cannot.
+bool Worker::clear_now_st() {
+  if (!engine_ || !engine_->clear()) return false;
   clear_at_ = 0;
   if (oplog_) oplog_->append_clear();
   return true;
@@ -793,8 +797,7 @@ void Worker::clear_at_st(uint32_t at) {
 void Worker::due_clear_st() {
   if (clear_at_ == 0 || store::realtime_seconds(nullptr) < clear_at_) return;
   clear_at_ = 0;
-  if (!engine_ || !engine_->clear()) return;
-  if (oplog_) oplog_->append_clear();
+  clear_now_st();
 }
 
 uint64_t Worker::log_barrier_st(std::string_view key) {

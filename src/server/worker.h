@@ -255,6 +255,7 @@ class Worker final : public proto::ServerHost {
   };
   uint32_t clear_at_ = 0;  // clear_at_st's time; 0: none
   void due_clear_st();     // carries out clear_at_ once its time came
+  bool clear_now_st();
   bool unwritten_st(std::string_view key);
   std::unique_ptr<store::Engine> make_engine() const;  // the one --engine names
   // While the log fails (OpLog::failing): the keys whose last record is not written yet, and
