@@ -6,6 +6,11 @@
 
 namespace fabkv::memcached {
 
+namespace {
+// A formatted answer's bytes beside its value and key (VALUE line, flags, cas, binary header).
+constexpr size_t kAnswerOverhead = 64;
+}  // namespace
+
 // Runs `call` for one key: here if this worker owns the key, else forwarded to its owner.
 void Connections::submit(Conn& c, Call& call) {
   const uint32_t owner = store::partition_of(store::hash_key(call.req.key),
@@ -27,6 +32,8 @@ void Connections::submit(Conn& c, Call& call) {
       op->done = true;
       op->in_pending = true;
       op->res_value = std::move(answer);
+      op->charge = op->res_value.size();
+      c.in_flight += op->charge;
       c.pending.push_back(op);
       hold_until_durable(barrier, op);
       return;
@@ -43,6 +50,7 @@ void Connections::submit(Conn& c, Call& call) {
   Op* op = new Op;
   op->call = call;
   op->origin = s_.index;
+  op->owner = owner;
   op->fd = c.fd;
   op->conn_id = c.id;
   op->key.assign(call.req.key);
@@ -55,9 +63,26 @@ void Connections::submit(Conn& c, Call& call) {
     op->call.meta = op->meta_views;
   }
   op->in_pending = !(call.style == Style::kText && call.noreply);
+  // What it holds until it is back: its data, or for a retrieval the value it may bring.
+  const bool retrieval = call.req.kind == Kind::kGet || call.req.kind == Kind::kGat;
+  if (retrieval) op->allowance = allowance(c);
+  op->charge = retrieval ? op->allowance : op->key.size() + op->value.size();
+  c.in_flight += op->charge;
   if (op->in_pending) c.pending.push_back(op);
   s_.outbox[owner].push_back(op);
   s_.count(kForwarded);
+}
+
+// A forwarded retrieval whose value was above its allowance (Op::deferred), now at the head of
+// its connection's answers: fetched again with room for any value, one item at most.
+void Connections::refetch(Conn& c, Op* op) {
+  op->deferred = false;
+  op->arrived = false;
+  op->done = false;
+  op->allowance = SIZE_MAX;
+  op->charge = o_.max_value;
+  c.in_flight += op->charge;
+  s_.outbox[op->owner].push_back(op);
 }
 
 void Connections::broadcast_flush(Conn& c, Call& call) {
@@ -86,7 +111,7 @@ void Connections::take_inbox() {
     s_.inbox_pending.store(false, std::memory_order_relaxed);
   }
   did_ = true;
-  std::vector<Conn*> touched;
+  std::vector<std::pair<int, uint64_t>> touched;  // (fd, id): a flush may close a connection
   for (Op* op : s_.taken) {
     if (op->origin != s_.index || !op->done) {
       if (op->dump.active) {  // a piece of a key listing (dump.cc)
@@ -95,10 +120,16 @@ void Connections::take_inbox() {
         continue;
       }
       // A command for this partition: run it and send it home.
-      op->res = run_on_owner(s_, w_, op->call, op->scratch);
+      op->res = run_on_owner(s_, w_, op->call, op->scratch, !op->counted);
+      op->counted = true;
       if (op->res.outcome == Outcome::kHit) {
-        op->res_value.assign(op->res.value);  // the engine's view lasts only until a put
-        op->res.value = op->res_value;
+        if (op->res.value.size() > op->allowance) {
+          op->deferred = true;  // no room for it yet at its connection: fetched again later
+          op->res.value = {};
+        } else {
+          op->res_value.assign(op->res.value);  // the engine's view lasts only until a put
+          op->res.value = op->res_value;
+        }
       }
       op->done = true;
       if (const uint64_t barrier = w_.log_barrier_st(); barrier != 0) {
@@ -108,21 +139,29 @@ void Connections::take_inbox() {
       s_.outbox[op->origin].push_back(op);
       continue;
     }
-    // One of ours, back from its owner.
+    // One of ours, back from its owner: what it held is given back, its answer (if any) counted
+    // as queued until it is written.
     op->arrived = true;
     Conn* c = find(op->fd, op->conn_id);
+    if (c != nullptr) {
+      c->in_flight -= op->charge;
+      op->charge = 0;
+      if (touched.empty() || touched.back().first != c->fd) touched.push_back({c->fd, c->id});
+    }
     if (c == nullptr || !op->in_pending) {
       delete op;
       continue;
     }
+    op->value = std::string();  // its data is in the engine now (the answer needs only the key)
+    op->call.req.value = {};
+    if (!op->deferred)
+      op->charge = op->res_value.size() + (op->ready ? 0 : op->key.size() + kAnswerOverhead);
+    c->queued += op->charge;
     if (op->dump.active) continue_dump(*c, op);
-    if (touched.empty() || touched.back() != c) touched.push_back(c);
   }
   s_.taken.clear();
-  for (Conn* c : touched) {
-    if (!s_.conns[c->fd] || s_.conns[c->fd].get() != c) continue;
-    flush_out(*c);
-  }
+  for (auto [fd, id] : touched)
+    if (Conn* c = find(fd, id); c != nullptr) flush_out(*c);
 }
 
 // Sends `op` home (to its connection's shard, this one included) once the worker's log is

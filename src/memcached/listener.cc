@@ -2,6 +2,21 @@
 // reads and writes, and their epoll interest. A connection is read until a command is whole,
 // and not read while its answers back up (a client that pipelines without reading), so that
 // one client cannot hold a worker or its memory.
+//
+// Answers in bounded memory. Commands are taken, and a retrieval line's keys read one by one,
+// only while the connection has room for answers (shard.h kMaxOutBytes): so a multi-get of any
+// number of keys, or a pipeline of any length, streams its answers in pieces, as memcached
+// does, whether or not the client reads them. A buffer that has drained keeps at most
+// kKeepBufferBytes, so an idle connection holds little whatever it once sent or received.
+//
+// The server's total. Each shard counts what its connections' buffers hold (Conn::charged:
+// input and output capacity, queued answers, forwarded commands' data and allowances); what a
+// connection holds beyond kShedFloorBytes counts against the shard's share of
+// --memcached-conn-memory (an idle connection, or one with a small command, never does). A
+// connection takes nothing more while that share is used up; at the end of the round the shard
+// then closes connections until there is room again (for one item more, when some wait): first
+// those whose clients have not read for longest, then the largest. So the total passes the share
+// by at most one answer and what one read takes in, and a client that reads waits a round.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,7 +28,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -24,13 +41,34 @@ namespace fabkv::memcached {
 
 namespace {
 
-// A connection stops being read while this much of its answers waits to be sent, or this many
-// answers wait for forwarded commands (a client that pipelines without reading).
-constexpr size_t kMaxOutBytes = size_t{4} << 20;
-constexpr size_t kMaxPending = 4096;
 // Bytes read from one connection per round, so that one busy client cannot hold the worker.
 constexpr size_t kReadPerRound = size_t{256} << 10;
 constexpr int kEventsPerPoll = 64;
+// The capacity a drained input or output buffer keeps (above it the buffer is given back): an
+// idle connection then holds at most twice this, whatever its largest command or answer was.
+constexpr size_t kKeepBufferBytes = size_t{16} << 10;
+constexpr size_t kShedFloorBytes = 2 * kKeepBufferBytes;
+
+size_t excess(size_t charged) { return charged > kShedFloorBytes ? charged - kShedFloorBytes : 0; }
+
+// Its shard's share of --memcached-conn-memory is used up, with what `c` holds now: it takes
+// nothing more until there is room (shed() makes some).
+bool over_budget(const Service::Shard& s, const Conn& c) {
+  const size_t mine = held(c) + c.in.capacity();
+  return s.excess - excess(c.charged) + excess(mine) >= s.budget;
+}
+
+int64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Empties `b` and gives its memory back when it grew past kKeepBufferBytes.
+void reset_buffer(std::string& b) {
+  if (b.capacity() > kKeepBufferBytes) std::string().swap(b);
+  else b.clear();
+}
 
 }  // namespace
 
@@ -84,8 +122,12 @@ bool Connections::run() {
     did_ = true;
     std::vector<std::pair<int, uint64_t>> again;
     again.swap(s_.resume);
-    for (auto [fd, id] : again)
-      if (Conn* c = find(fd, id); c != nullptr && c->reading) process(*c);
+    for (auto [fd, id] : again) {
+      if (Conn* c = find(fd, id); c != nullptr) {
+        c->resume_queued = false;
+        process(*c);
+      }
+    }
   }
   epoll_event evs[kEventsPerPoll];
   const int n = epoll_wait(s_.epoll_fd, evs, kEventsPerPoll, 0);
@@ -109,6 +151,7 @@ bool Connections::run() {
     if (evs[i].events & EPOLLIN) on_readable(c);
   }
   send_outboxes();
+  if (s_.excess > s_.budget || !s_.budget_waiters.empty()) shed();
   return did_;
 }
 
@@ -150,9 +193,13 @@ void Connections::close_conn(Conn& c) {
   // Forwarded commands still out come back to a connection that is gone and are dropped then
   // (find() fails); the finished ones go now.
   for (Op* op : c.pending) {
-    if (op->arrived) delete op;
+    if (op->arrived || op == c.parked) delete op;
     else op->in_pending = false;  // still out: dropped when it comes back
   }
+  if (c.metadump) svc_.end_metadump();
+  s_.buffered -= c.charged;
+  s_.excess -= excess(c.charged);
+  s_.buffered_bytes.store(s_.buffered, std::memory_order_relaxed);
   curr_.fetch_sub(1, std::memory_order_relaxed);
   s_.curr_conns.fetch_sub(1, std::memory_order_relaxed);
   s_.conns[c.fd].reset();
@@ -195,14 +242,30 @@ void Connections::on_readable(Conn& c) {
 }
 
 void Connections::process(Conn& c) {
+  c.stalled = false;
   while (!c.closing) {
-    if (c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending) break;
+    // No room for more answers, or a key listing answers first: wait (update_events resumes).
+    if (!has_room(c) || c.listing || over_budget(s_, c)) {
+      c.stalled = true;
+      break;
+    }
     std::string_view in(c.in.data() + c.in_off, c.in.size() - c.in_off);
     if (c.swallow > 0) {
       const size_t drop = std::min<uint64_t>(c.swallow, in.size());
       c.swallow -= drop;
       c.in_off += drop;
       in.remove_prefix(drop);
+    }
+    if (c.get.skip_line) {  // the rest of a retrieval line with a key too long
+      const size_t nl = in.find('\n');
+      c.in_off += nl == std::string_view::npos ? in.size() : nl + 1;
+      if (nl == std::string_view::npos) break;
+      c.get.skip_line = false;
+      continue;
+    }
+    if (c.get.active) {
+      if (!retrieval_step(c)) break;
+      continue;
     }
     if (in.empty()) break;
     size_t used = 0;
@@ -213,13 +276,42 @@ void Connections::process(Conn& c) {
     if (!progressed) break;
   }
   if (c.in_off == c.in.size()) {
-    c.in.clear();
+    reset_buffer(c.in);
     c.in_off = 0;
   } else if (c.in_off > (64 << 10)) {
     c.in.erase(0, c.in_off);
     c.in_off = 0;
   }
   if (s_.conns[c.fd]) flush_out(c);
+}
+
+// The next key of the retrieval line being answered (Conn::get): false when it waits for input.
+bool Connections::retrieval_step(Conn& c) {
+  const NextKey k = next_key(std::string_view(c.in).substr(c.in_off));
+  c.in_off += k.consumed;
+  switch (k.status) {
+    case KeyScan::kNeedMore: return false;
+    case KeyScan::kEnd:
+      c.get.active = false;
+      if (c.get.keys == 0) return refuse(c, "ERROR\r\n");  // memcached: no key, no command
+      emit(c, "END\r\n");
+      return true;
+    case KeyScan::kTooLong:
+      // The answers of the keys before it may be out already: the error ends the line.
+      c.get.active = false;
+      c.get.skip_line = true;
+      return refuse(c, "CLIENT_ERROR bad command line format\r\n");
+    case KeyScan::kKey: break;
+  }
+  ++c.get.keys;
+  const bool gat = c.get.verb == Verb::kGat || c.get.verb == Verb::kGats;
+  Call call;
+  call.verb = c.get.verb;
+  call.req.kind = gat ? Kind::kGat : Kind::kGet;
+  call.req.expire_at = c.get.expire_at;
+  call.req.key = k.key;
+  submit(c, call);
+  return true;
 }
 
 void Connections::emit(Conn& c, std::string_view bytes) {
@@ -233,6 +325,8 @@ void Connections::emit(Conn& c, std::string_view bytes) {
   op->arrived = true;
   op->in_pending = true;
   op->res_value.assign(bytes);
+  op->charge = bytes.size();
+  c.queued += op->charge;
   c.pending.push_back(op);
 }
 
@@ -240,7 +334,12 @@ void Connections::emit(Conn& c, std::string_view bytes) {
 void Connections::drain_pending(Conn& c) {
   while (!c.pending.empty() && c.pending.front()->arrived) {
     Op* op = c.pending.front();
+    if (op->deferred) {  // a value above its allowance: fetched again, now that it leads
+      refetch(c, op);
+      return;
+    }
     c.pending.pop_front();
+    c.queued -= op->charge;
     if (op->ready) c.out.append(op->res_value);
     else format(op->call, op->res, &c.out);
     delete op;
@@ -257,33 +356,104 @@ void Connections::flush_out(Conn& c) {
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (c.blocked_since_ms < 0) c.blocked_since_ms = now_ms();
+      break;
+    }
     close_conn(c);  // the peer is gone
     return;
   }
   if (c.out_off == c.out.size()) {
-    c.out.clear();
+    reset_buffer(c.out);
     c.out_off = 0;
+    c.blocked_since_ms = -1;
   }
   if (c.closing && c.out.empty() && c.pending.empty()) {
     close_conn(c);
     return;
   }
+  // A listing's next piece waits in `pending` for room (dump.cc).
+  if (c.parked != nullptr && has_room(c)) {
+    s_.outbox[c.parked->dump.partition].push_back(c.parked);
+    c.parked = nullptr;
+  }
+  account(c);
   update_events(c);
 }
 
 void Connections::update_events(Conn& c) {
-  const bool backed_up = c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending;
-  const bool want_read = !backed_up && !c.closing;
+  // Commands are read and taken only while their answers have room (and no listing runs).
+  const bool takes = !c.closing && has_room(c) && !c.listing && !over_budget(s_, c);
+  const bool want_read = takes;
   const bool want_write = c.out_off < c.out.size();
+  // Parsing stopped for want of room, and there is room again: what waits in the buffer is
+  // taken next round (no EPOLLIN will say it is there).
+  if (takes && c.stalled && !c.resume_queued) {
+    c.resume_queued = true;
+    s_.resume.push_back({c.fd, c.id});
+  }
+  if (!takes && !c.closing && !c.budget_wait && over_budget(s_, c)) {
+    c.budget_wait = true;
+    s_.budget_waiters.push_back({c.fd, c.id});
+  }
   if (want_read == c.reading && want_write == c.writing) return;
-  // Reading again after a pause: commands may already wait in the buffer, and no EPOLLIN
-  // will say so; the next round takes them.
-  if (want_read && !c.reading && c.in_off < c.in.size()) s_.resume.push_back({c.fd, c.id});
   c.reading = want_read;
   c.writing = want_write;
   epoll_set(s_.epoll_fd, c.fd, (want_read ? EPOLLIN : 0u) | (want_write ? EPOLLOUT : 0u),
             EPOLL_CTL_MOD);
+}
+
+// What `c` holds, into its shard's total.
+void Connections::account(Conn& c) {
+  const size_t now = c.in.capacity() + c.out.capacity() + c.queued + c.in_flight;
+  s_.buffered = s_.buffered - c.charged + now;
+  s_.excess = s_.excess - excess(c.charged) + excess(now);
+  c.charged = now;
+  s_.buffered_bytes.store(s_.buffered, std::memory_order_relaxed);
+}
+
+// The shard's connections hold more than its share of --memcached-conn-memory, or some wait
+// for room in it: close connections until they hold no more than the share (less an item, so
+// that one waiting can take its next answer), those whose clients have not read for longest
+// first (a write met a full socket longest ago), then the largest; then let the waiting go on.
+void Connections::shed() {
+  const size_t target = s_.budget_waiters.empty()  ? s_.budget
+                        : s_.budget > o_.max_value ? s_.budget - o_.max_value
+                                                   : 0;
+  if (s_.excess > target) {
+    std::vector<Conn*> v;
+    for (auto& c : s_.conns)
+      if (c && c->charged > kShedFloorBytes) v.push_back(c.get());
+    std::sort(v.begin(), v.end(), [](const Conn* a, const Conn* b) {
+      const bool ab = a->blocked_since_ms >= 0, bb = b->blocked_since_ms >= 0;
+      if (ab != bb) return ab;
+      if (ab && a->blocked_since_ms != b->blocked_since_ms)
+        return a->blocked_since_ms < b->blocked_since_ms;
+      return a->charged > b->charged;
+    });
+    constexpr std::string_view kOutOfMemory = "SERVER_ERROR out of memory\r\n";
+    for (Conn* c : v) {
+      if (s_.excess <= target) break;
+      s_.count(kMemoryCloses);
+      // Said only where it cannot land inside an answer.
+      if (c->out_off == c->out.size()) {
+        ssize_t wr = write(c->fd, kOutOfMemory.data(), kOutOfMemory.size());
+        (void)wr;
+      }
+      spdlog::debug("memcached: closing connection {} holding {} bytes (--memcached-conn-memory)",
+                    c->id, c->charged);
+      close_conn(*c);
+    }
+  }
+  std::vector<std::pair<int, uint64_t>> waiting;
+  waiting.swap(s_.budget_waiters);
+  for (auto [fd, id] : waiting) {
+    Conn* c = find(fd, id);
+    if (c == nullptr) continue;
+    c->budget_wait = false;
+    c->stalled = true;  // update_events queues it to be parsed again
+    update_events(*c);
+  }
 }
 
 }  // namespace fabkv::memcached
