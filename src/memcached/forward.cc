@@ -39,6 +39,7 @@ void Connections::submit(Conn& c, Call& call) {
       return;
     }
     if (c.pending.empty()) {
+      reserve_answer(c.out, r.value.size());
       format(call, r, &c.out);  // straight from the engine's memory, before any later put
     } else {
       std::string tmp;

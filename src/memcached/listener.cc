@@ -13,10 +13,11 @@
 // input and output capacity, queued answers, forwarded commands' data and allowances); what a
 // connection holds beyond kShedFloorBytes counts against the shard's share of
 // --memcached-conn-memory (an idle connection, or one with a small command, never does). A
-// connection takes nothing more while that share is used up; at the end of the round the shard
-// then closes connections until there is room again (for one item more, when some wait): first
-// those whose clients have not read for longest, then the largest. So the total passes the share
-// by at most one answer and what one read takes in, and a client that reads waits a round.
+// connection takes nothing more while that share is used up, and waits. At the end of the round
+// the shard closes the connections whose clients have read nothing for kStalledMs while answers
+// wait for them, until there is room again (for one item more, when some wait), and lets the
+// waiting go on, those whose clients read most recently first. So the share is passed only by
+// what connections took in the round that filled it, and a client that reads is never closed.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -48,13 +49,17 @@ constexpr int kEventsPerPoll = 64;
 // idle connection then holds at most twice this, whatever its largest command or answer was.
 constexpr size_t kKeepBufferBytes = size_t{16} << 10;
 constexpr size_t kShedFloorBytes = 2 * kKeepBufferBytes;
+// A client that has read nothing for this long while answers wait for it is the first to be
+// closed for memory: far longer than a client that reads takes between two reads, short enough
+// that one waiting for room in the share waits little.
+constexpr int64_t kStalledMs = 100;
 
 size_t excess(size_t charged) { return charged > kShedFloorBytes ? charged - kShedFloorBytes : 0; }
 
-// Its shard's share of --memcached-conn-memory is used up, with what `c` holds now: it takes
-// nothing more until there is room (shed() makes some).
-bool over_budget(const Service::Shard& s, const Conn& c) {
-  const size_t mine = held(c) + c.in.capacity();
+// Its shard's share of --memcached-conn-memory is used up, with what `c` holds now and `more`:
+// it takes nothing more until there is room (shed() makes some).
+bool over_budget(const Service::Shard& s, const Conn& c, size_t more = 0) {
+  const size_t mine = held(c) + c.in.capacity() + more;
   return s.excess - excess(c.charged) + excess(mine) >= s.budget;
 }
 
@@ -335,11 +340,18 @@ void Connections::drain_pending(Conn& c) {
   while (!c.pending.empty() && c.pending.front()->arrived) {
     Op* op = c.pending.front();
     if (op->deferred) {  // a value above its allowance: fetched again, now that it leads
+      c.wants = o_.max_value;
+      if (over_budget(s_, c, c.wants)) {
+        wait_for_budget(c);  // with room for any item in the shard's share
+        return;
+      }
+      c.wants = 0;
       refetch(c, op);
       return;
     }
     c.pending.pop_front();
     c.queued -= op->charge;
+    reserve_answer(c.out, op->res_value.size());
     if (op->ready) c.out.append(op->res_value);
     else format(op->call, op->res, &c.out);
     delete op;
@@ -353,6 +365,8 @@ void Connections::flush_out(Conn& c) {
     if (n > 0) {
       c.out_off += static_cast<size_t>(n);
       s_.count(kBytesWritten, static_cast<uint64_t>(n));
+      c.blocked_since_ms = -1;  // the client reads
+      c.read_at_ms = now_ms();
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -381,6 +395,20 @@ void Connections::flush_out(Conn& c) {
   update_events(c);
 }
 
+// Closes `c` to give its memory back (shed()), telling it so where that cannot fall inside an
+// answer.
+void Connections::close_for_memory(Conn& c) {
+  constexpr std::string_view kOutOfMemory = "SERVER_ERROR out of memory\r\n";
+  s_.count(kMemoryCloses);
+  if (c.out_off == c.out.size()) {
+    ssize_t wr = write(c.fd, kOutOfMemory.data(), kOutOfMemory.size());
+    (void)wr;
+  }
+  spdlog::debug("memcached: closing connection {} holding {} bytes (--memcached-conn-memory)", c.id,
+                c.charged);
+  close_conn(c);
+}
+
 void Connections::update_events(Conn& c) {
   // Commands are read and taken only while their answers have room (and no listing runs).
   const bool takes = !c.closing && has_room(c) && !c.listing && !over_budget(s_, c);
@@ -392,15 +420,19 @@ void Connections::update_events(Conn& c) {
     c.resume_queued = true;
     s_.resume.push_back({c.fd, c.id});
   }
-  if (!takes && !c.closing && !c.budget_wait && over_budget(s_, c)) {
-    c.budget_wait = true;
-    s_.budget_waiters.push_back({c.fd, c.id});
-  }
+  if (!takes && !c.closing && over_budget(s_, c)) wait_for_budget(c);
   if (want_read == c.reading && want_write == c.writing) return;
   c.reading = want_read;
   c.writing = want_write;
   epoll_set(s_.epoll_fd, c.fd, (want_read ? EPOLLIN : 0u) | (want_write ? EPOLLOUT : 0u),
             EPOLL_CTL_MOD);
+}
+
+// `c` waits for room in its shard's share of --memcached-conn-memory (shed() lets it go on).
+void Connections::wait_for_budget(Conn& c) {
+  if (c.budget_wait) return;
+  c.budget_wait = true;
+  s_.budget_waiters.push_back({c.fd, c.id});
 }
 
 // What `c` holds, into its shard's total.
@@ -413,46 +445,48 @@ void Connections::account(Conn& c) {
 }
 
 // The shard's connections hold more than its share of --memcached-conn-memory, or some wait
-// for room in it: close connections until they hold no more than the share (less an item, so
-// that one waiting can take its next answer), those whose clients have not read for longest
-// first (a write met a full socket longest ago), then the largest; then let the waiting go on.
+// for room in it: the connections whose clients have read nothing for kStalledMs while answers
+// wait for them are closed, longest first, until the share has room for one item more (when
+// some wait) or is kept. A client that reads is never closed for memory: it is what the others
+// wait for, and its own answers go as it reads them.
 void Connections::shed() {
   const size_t target = s_.budget_waiters.empty()  ? s_.budget
                         : s_.budget > o_.max_value ? s_.budget - o_.max_value
                                                    : 0;
+  const int64_t now = now_ms();
   if (s_.excess > target) {
     std::vector<Conn*> v;
     for (auto& c : s_.conns)
-      if (c && c->charged > kShedFloorBytes) v.push_back(c.get());
+      if (c && c->charged > kShedFloorBytes && c->blocked_since_ms >= 0 &&
+          now - c->blocked_since_ms >= kStalledMs)
+        v.push_back(c.get());
     std::sort(v.begin(), v.end(), [](const Conn* a, const Conn* b) {
-      const bool ab = a->blocked_since_ms >= 0, bb = b->blocked_since_ms >= 0;
-      if (ab != bb) return ab;
-      if (ab && a->blocked_since_ms != b->blocked_since_ms)
-        return a->blocked_since_ms < b->blocked_since_ms;
-      return a->charged > b->charged;
+      return a->blocked_since_ms < b->blocked_since_ms;
     });
-    constexpr std::string_view kOutOfMemory = "SERVER_ERROR out of memory\r\n";
     for (Conn* c : v) {
       if (s_.excess <= target) break;
-      s_.count(kMemoryCloses);
-      // Said only where it cannot land inside an answer.
-      if (c->out_off == c->out.size()) {
-        ssize_t wr = write(c->fd, kOutOfMemory.data(), kOutOfMemory.size());
-        (void)wr;
-      }
-      spdlog::debug("memcached: closing connection {} holding {} bytes (--memcached-conn-memory)",
-                    c->id, c->charged);
-      close_conn(*c);
+      close_for_memory(*c);
     }
   }
-  std::vector<std::pair<int, uint64_t>> waiting;
-  waiting.swap(s_.budget_waiters);
-  for (auto [fd, id] : waiting) {
-    Conn* c = find(fd, id);
-    if (c == nullptr) continue;
+  // Those that now have room go on, the clients that read most recently first (they take the
+  // room before one that has not read yet, which may never); the others are looked at again next
+  // round (a worker runs one at least every 10 ms, Worker::block_st), not spun on.
+  std::vector<Conn*> waiting;
+  for (auto [fd, id] : s_.budget_waiters)
+    if (Conn* c = find(fd, id); c != nullptr) waiting.push_back(c);
+  s_.budget_waiters.clear();
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [](const Conn* a, const Conn* b) { return a->read_at_ms > b->read_at_ms; });
+  for (Conn* c : waiting) {
+    if (over_budget(s_, *c, c->wants)) {
+      s_.budget_waiters.push_back({c->fd, c->id});
+      continue;
+    }
     c->budget_wait = false;
-    c->stalled = true;  // update_events queues it to be parsed again
-    update_events(*c);
+    if (!c->resume_queued) {  // parsed again next round, its answers drained
+      c->resume_queued = true;
+      s_.resume.push_back({c->fd, c->id});
+    }
   }
 }
 

@@ -48,7 +48,7 @@ struct ServiceOptions {
   size_t max_value = 64 << 10;  // the largest item: server::engine_max_value
   size_t memory = 0;            // the engines' --memory (stats settings maxbytes)
   // The bytes all connections' buffers may hold together (--memcached-conn-memory): past it the
-  // connections that have waited longest for their clients to read are closed.
+  // connections wait, and those whose clients have stopped reading are closed (listener.cc).
   size_t conn_memory = size_t{1} << 30;
 };
 

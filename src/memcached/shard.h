@@ -137,9 +137,13 @@ struct Conn {
   bool metadump = false;  // that listing holds the server's one metadump
   Op* parked = nullptr;   // the listing's next piece, queued in `pending`, sent once there is room
   bool stalled = false;   // parsing stopped for want of room (not of input)
-  bool resume_queued = false;     // in the shard's `resume` list
-  bool budget_wait = false;       // in the shard's `budget_waiters` list
-  int64_t blocked_since_ms = -1;  // when a write last met a full socket (-1: not blocked)
+  bool resume_queued = false;  // in the shard's `resume` list
+  bool budget_wait = false;    // in the shard's `budget_waiters` list
+  size_t wants = 0;            // what it waits to take there (an item to fetch again), else 0
+  // Since when its client has read nothing while answers wait: a write met a full socket then
+  // and none has gone out since (-1: none waits, or the last write went out).
+  int64_t blocked_since_ms = -1;
+  int64_t read_at_ms = -1;  // when its client last took answers (a write went out)
 };
 
 // Answers in bounded memory (listener.cc): a connection takes no further command, nor the next
@@ -154,6 +158,11 @@ inline constexpr size_t kMinAllowance = size_t{4} << 10;
 inline size_t held(const Conn& c) { return c.out.size() - c.out_off + c.queued + c.in_flight; }
 inline bool has_room(const Conn& c) {
   return held(c) < kMaxOutBytes && c.pending.size() < kMaxPending;
+}
+// Room in `out` for an answer carrying `value` bytes, made at once: appended piece by piece, a
+// large answer would double the buffer (1 MiB of value, then its "\r\n": 2 MiB kept).
+inline void reserve_answer(std::string& out, size_t value) {
+  if (value > (size_t{4} << 10)) out.reserve(out.size() + value + 512);
 }
 // What a forwarded retrieval may bring back: a sixteenth of the room left, so that many go out
 // at once while the values stay small.
@@ -230,6 +239,8 @@ class Connections {
   bool retrieval_step(Conn& c);
   void account(Conn& c);
   void shed();
+  void close_for_memory(Conn& c);
+  void wait_for_budget(Conn& c);
   Conn* find(int fd, uint64_t id) {
     if (fd < 0 || static_cast<size_t>(fd) >= s_.conns.size()) return nullptr;
     Conn* c = s_.conns[fd].get();

@@ -75,8 +75,8 @@ struct ServerOptions : proto::ProtocolOptions {
   // --max-value, which sizes every client's buffers.
   size_t memcached_item_size = size_t{1} << 20;
   // The bytes all memcached connections' buffers may hold together (input, answers not yet
-  // read, forwarded commands): past it the connections whose clients have not read for longest
-  // are closed (docs/memcached.md, "Memory bounds").
+  // read, forwarded commands): past it they wait, and those whose clients have read nothing for
+  // a while are closed (docs/memcached.md, "Memory bounds").
   size_t memcached_conn_memory = size_t{1} << 30;
   // This server's name on a cluster's ketama ring (docs/cluster.md), told to every client in
   // the handshake so that a cluster client whose list names it otherwise refuses it rather

@@ -15,6 +15,7 @@ bounds"), with the server's resident memory (VmRSS) sampled all along.
             memory holds all the soak writes: a miss is an error unless the cache evicted).
 
 Usage: clients_test.py FABKV_SERVER multiget|soak [--seconds N] [--unmeasured]
+FABKV_SOAK_LOG=debug: the server's --log level (its log is shown when it fails).
 --unmeasured: run the loads without checking the memory bounds (a sanitized server, whose
 resident size is mostly the sanitizer's).
 Every wait is bounded (sockets and clients time out; the soak stops itself). Exit 0: passed;
@@ -75,15 +76,16 @@ class Server:
 
     def __init__(self, binary, extra):
         argv = [binary, "--listen", "127.0.0.1:0", "--memcached", "127.0.0.1:0", "--cores", "-1",
-                "--log", "warn"] + extra
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+                "--log", os.environ.get("FABKV_SOAK_LOG", "warn")] + extra
+        # stderr to a file: a pipe nobody reads until the end could fill and stop the server.
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.err, text=True)
         deadline = time.monotonic() + 20
         self.port = None
         while time.monotonic() < deadline and self.port is None:
             line = self.proc.stdout.readline()
             if not line:
-                raise Failed(f"fabkv-server exited: {self.proc.stderr.read()}")
+                raise Failed(f"fabkv-server exited: {self.stderr()}")
             if line.startswith("MEMCACHED "):
                 self.port = int(line.split()[1].rsplit(":", 1)[1])
         check(self.port is not None, "fabkv-server did not say where memcached is")
@@ -127,6 +129,10 @@ class Server:
                 out[parts[1]] = parts[2]
         return out
 
+    def stderr(self):
+        self.err.seek(0)
+        return self.err.read()[-3000:]
+
     def stop(self):
         self._stop.set()
         if self.proc.poll() is None:
@@ -137,8 +143,7 @@ class Server:
             self.proc.kill()
             self.proc.wait()
             raise Failed("fabkv-server did not stop within 20 s of SIGTERM")
-        err = self.proc.stderr.read()
-        check(rc == 0, f"fabkv-server exited {rc}: {err[-2000:]}")
+        check(rc == 0, f"fabkv-server exited {rc}: {self.stderr()}")
 
 
 def need_clients(names):
@@ -215,6 +220,7 @@ class Soak:
             return
         if got is None:
             self.count("misses of written keys")
+            self.count(f"misses: {what}")
             return
         raise Failed(f"{what} {key}: {len(got)} bytes, not the {len(wrote)} written")
 
@@ -441,7 +447,7 @@ def soak(binary, seconds):
         grown = server.growth()
         st = server.stats()
         check(s.counts.get("misses of written keys", 0) == 0 or int(st["evictions"]) > 0,
-              "written keys were missing, and the cache evicted nothing")
+              f"written keys were missing, and the cache evicted nothing: {s.counts}")
         log(f"soak {seconds} s: {s.counts}; server +{grown / MIB:.1f} MiB resident at peak, "
             f"{st.get('conns_closed_for_memory')} closed for memory, "
             f"{st.get('evictions')} evictions, {int(st.get('bytes_read', 0)) // MIB} MiB read")

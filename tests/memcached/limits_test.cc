@@ -307,9 +307,9 @@ TEST(Buffers, IdleConnectionsGiveBackWhatTheyOnceNeeded) {
 // ---- the server's total ------------------------------------------------------------------
 
 // 100 clients ask for 4 x 1 MiB each and never read, against --memcached-conn-memory 16M: each
-// may hold about 2 MiB, 200 MiB in all, so the front end closes those that have not read for
-// longest until it holds 16 MiB or less (it may pass it by what one round takes in: each
-// connection one answer), and a client that reads is served throughout.
+// may hold about 2 MiB, 200 MiB in all. The front end lets no connection take more while the
+// share is used up, and closes those whose clients have read nothing for 100 ms; a client that
+// reads is served throughout, and never closed.
 TEST(Buffers, TheServersTotalClosesTheSlowestReaders) {
   McServer server({"--workers", "2", "--memory", "256M", "--memcached-conn-memory", "16M"});
   McConn c(server.port());
@@ -322,10 +322,14 @@ TEST(Buffers, TheServersTotalClosesTheSlowestReaders) {
     ASSERT_TRUE(slow.back()->send("get big big big big\r\n"));
   }
   size_t peak = before;
+  double slowest_ms = 0;
   for (int round = 0; round < 20; ++round) {  // a reader meanwhile, 20 x 1 MiB
+    const auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(c.cmd("get big\r\n"), fmt::format("VALUE big 0 {}", kMiB)) << round;
     ASSERT_EQ(c.bytes(kMiB + 2).size(), kMiB + 2);
     ASSERT_EQ(c.line(), "END");
+    const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - t0;
+    slowest_ms = std::max(slowest_ms, took.count());
     peak = std::max(peak, peak_rss(server.pid(), 60));
   }
   if (kMeasured) {
@@ -334,8 +338,16 @@ TEST(Buffers, TheServersTotalClosesTheSlowestReaders) {
   auto st = stats(c);
   EXPECT_GE(std::stoull(st["conns_closed_for_memory"]), 50u);
   EXPECT_LE(std::stoull(st["conn_buffer_bytes"]), 18 * kMiB);
-  fmt::print("100 unread readers of 4 MiB, total 16M: +{:.1f} MiB, {} closed\n", mib(peak - before),
-             st["conns_closed_for_memory"]);
+  // The reader waits at most for the share to have room: until clients holding it have read
+  // nothing for 100 ms and are closed (listener.cc kStalledMs), a few times while 100 of them
+  // arrive at once (measured: 0.25 to 0.8 s at worst over the 20 GETs).
+  if (kMeasured) {
+    EXPECT_LT(slowest_ms, 2000.0) << "the reader's slowest GET of 1 MiB, ms";
+  }
+  fmt::print(
+      "100 unread readers of 4 MiB, total 16M: +{:.1f} MiB, {} closed, a reader's "
+      "slowest GET {:.0f} ms\n",
+      mib(peak - before), st["conns_closed_for_memory"], slowest_ms);
 }
 
 }  // namespace
