@@ -13,11 +13,13 @@
 // input and output capacity, queued answers, forwarded commands' data and allowances); what a
 // connection holds beyond kShedFloorBytes counts against the shard's share of
 // --memcached-conn-memory (an idle connection, or one with a small command, never does). A
-// connection takes nothing more while that share is used up, and waits. At the end of the round
-// the shard closes the connections whose clients have read nothing for kStalledMs while answers
-// wait for them, until there is room again (for one item more, when some wait), and lets the
-// waiting go on, those whose clients read most recently first. So the share is passed only by
-// what connections took in the round that filled it, and a client that reads is never closed.
+// connection takes nothing more while that share is used up, and waits (it still finishes a
+// command whose bytes are coming; alone, it may take one item). At the end of the round the
+// shard closes the connections whose clients have read nothing for kStalledMs while answers
+// wait for them, or whose command has not completed for kStalledInputMs, until there is room
+// again (for one item more, when some wait), and lets the waiting go on, those whose clients
+// read most recently first. So the share is passed only by what connections took in the round
+// that filled it, and a client that reads and sends whole commands is never closed.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -54,14 +56,27 @@ constexpr size_t kShedFloorBytes = 2 * kKeepBufferBytes;
 // short enough that one waiting for room in the share waits little. Tried: 500 ms made a reading
 // client wait up to 4.5 s for room behind 100 clients that never read (limits_test.cc).
 constexpr int64_t kStalledMs = 100;
+// The same for a command whose bytes have not all come for this long while it holds more than
+// the floor of them (a client that sends a large value slowly, or stops half-way).
+constexpr int64_t kStalledInputMs = 1000;
 
 size_t excess(size_t charged) { return charged > kShedFloorBytes ? charged - kShedFloorBytes : 0; }
 
 // Its shard's share of --memcached-conn-memory is used up, with what `c` holds now and `more`:
 // it takes nothing more until there is room (shed() makes some).
 bool over_budget(const Service::Shard& s, const Conn& c, size_t more = 0) {
+  const size_t others = s.excess - excess(c.charged);
+  // Alone, a connection may always take one item, even past a share smaller than an item.
+  if (others == 0 && held(c) == 0) return false;
   const size_t mine = held(c) + c.in.capacity() + more;
-  return s.excess - excess(c.charged) + excess(mine) >= s.budget;
+  return others + excess(mine) >= s.budget;
+}
+
+// A value to fetch again (Conn::wants) at the head of `c`'s answers waits only for the others:
+// its own answers queued behind it cannot go before it.
+bool others_over_budget(const Service::Shard& s, const Conn& c, size_t item) {
+  const size_t others = s.excess - excess(c.charged);
+  return others != 0 && others + excess(item) >= s.budget;
 }
 
 int64_t now_ms() {
@@ -249,12 +264,16 @@ void Connections::on_readable(Conn& c) {
 
 void Connections::process(Conn& c) {
   c.stalled = false;
+  bool completed = false;  // a command was taken
   while (!c.closing) {
     // No room for more answers, or a key listing answers first: wait (update_events resumes).
-    if (!has_room(c) || c.listing || over_budget(s_, c)) {
+    // A command whose bytes were still coming is finished first, whatever the share: its input
+    // is bounded, and it is what the connection holds.
+    if (!has_room(c) || c.listing || (over_budget(s_, c) && !c.partial)) {
       c.stalled = true;
       break;
     }
+    c.partial = false;
     std::string_view in(c.in.data() + c.in_off, c.in.size() - c.in_off);
     if (c.swallow > 0) {
       const size_t drop = std::min<uint64_t>(c.swallow, in.size());
@@ -280,6 +299,7 @@ void Connections::process(Conn& c) {
                                 : text_command(c, in, &used);
     c.in_off += used;
     if (!progressed) break;
+    completed = true;
   }
   if (c.in_off == c.in.size()) {
     reset_buffer(c.in);
@@ -288,6 +308,11 @@ void Connections::process(Conn& c) {
     c.in.erase(0, c.in_off);
     c.in_off = 0;
   }
+  // Waiting for the rest of a command: its bytes keep being read, share or not, and one that
+  // holds more than the floor of them may be closed for memory if it does not complete.
+  c.partial = !c.stalled && !c.closing && c.in_off < c.in.size();
+  if (!c.partial || c.in.capacity() <= kShedFloorBytes) c.partial_since_ms = -1;
+  else if (completed || c.partial_since_ms < 0) c.partial_since_ms = now_ms();
   if (s_.conns[c.fd]) flush_out(c);
 }
 
@@ -342,7 +367,7 @@ void Connections::drain_pending(Conn& c) {
     Op* op = c.pending.front();
     if (op->deferred) {  // a value above its allowance: fetched again, now that it leads
       c.wants = o_.max_value;
-      if (over_budget(s_, c, c.wants)) {
+      if (others_over_budget(s_, c, c.wants)) {
         wait_for_budget(c);  // with room for any item in the shard's share
         return;
       }
@@ -413,7 +438,7 @@ void Connections::close_for_memory(Conn& c) {
 void Connections::update_events(Conn& c) {
   // Commands are read and taken only while their answers have room (and no listing runs).
   const bool takes = !c.closing && has_room(c) && !c.listing && !over_budget(s_, c);
-  const bool want_read = takes;
+  const bool want_read = takes || (c.partial && !c.closing && has_room(c) && !c.listing);
   const bool want_write = c.out_off < c.out.size();
   // Parsing stopped for want of room, and there is room again: what waits in the buffer is
   // taken next round (no EPOLLIN will say it is there).
@@ -447,9 +472,10 @@ void Connections::account(Conn& c) {
 
 // The shard's connections hold more than its share of --memcached-conn-memory, or some wait
 // for room in it: the connections whose clients have read nothing for kStalledMs while answers
-// wait for them are closed, longest first, until the share has room for one item more (when
-// some wait) or is kept. A client that reads is never closed for memory: it is what the others
-// wait for, and its own answers go as it reads them.
+// wait for them, or whose command has not completed for kStalledInputMs, are closed, longest
+// stood still first, until the share has room for one item more (when some wait) or is kept. A
+// client that reads is never closed for memory: it is what the others wait for, and its own
+// answers go as it reads them.
 void Connections::shed() {
   const size_t target = s_.budget_waiters.empty()  ? s_.budget
                         : s_.budget > o_.max_value ? s_.budget - o_.max_value
@@ -457,13 +483,17 @@ void Connections::shed() {
   const int64_t now = now_ms();
   if (s_.excess > target) {
     std::vector<Conn*> v;
+    auto since = [now](const Conn& c) {  // how long it has stood still, -1: it has not
+      if (c.blocked_since_ms >= 0 && now - c.blocked_since_ms >= kStalledMs)
+        return now - c.blocked_since_ms;
+      if (c.partial_since_ms >= 0 && now - c.partial_since_ms >= kStalledInputMs)
+        return now - c.partial_since_ms;
+      return int64_t{-1};
+    };
     for (auto& c : s_.conns)
-      if (c && c->charged > kShedFloorBytes && c->blocked_since_ms >= 0 &&
-          now - c->blocked_since_ms >= kStalledMs)
-        v.push_back(c.get());
-    std::sort(v.begin(), v.end(), [](const Conn* a, const Conn* b) {
-      return a->blocked_since_ms < b->blocked_since_ms;
-    });
+      if (c && c->charged > kShedFloorBytes && since(*c) >= 0) v.push_back(c.get());
+    std::sort(v.begin(), v.end(),
+              [&](const Conn* a, const Conn* b) { return since(*a) > since(*b); });
     for (Conn* c : v) {
       if (s_.excess <= target) break;
       close_for_memory(*c);
@@ -479,7 +509,7 @@ void Connections::shed() {
   std::stable_sort(waiting.begin(), waiting.end(),
                    [](const Conn* a, const Conn* b) { return a->read_at_ms > b->read_at_ms; });
   for (Conn* c : waiting) {
-    if (over_budget(s_, *c, c->wants)) {
+    if (c->wants != 0 ? others_over_budget(s_, *c, c->wants) : over_budget(s_, *c)) {
       s_.budget_waiters.push_back({c->fd, c->id});
       continue;
     }

@@ -144,6 +144,10 @@ struct Conn {
   // and none has gone out since (-1: none waits, or the last write went out).
   int64_t blocked_since_ms = -1;
   int64_t read_at_ms = -1;  // when its client last took answers (a write went out)
+  // Parsing stopped in the middle of a command for want of its bytes; since when it has held
+  // more than the floor of them without the command completing (-1: not so).
+  bool partial = false;
+  int64_t partial_since_ms = -1;
 };
 
 // Answers in bounded memory (listener.cc): a connection takes no further command, nor the next

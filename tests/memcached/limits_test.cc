@@ -350,5 +350,56 @@ TEST(Buffers, TheServersTotalClosesTheSlowestReaders) {
       mib(peak - before), st["conns_closed_for_memory"], slowest_ms);
 }
 
+// A share smaller than an item (--memcached-conn-memory 1M over 2 workers): a connection that
+// holds nothing may still take one item, so a lone client stores and reads 1 MiB values, each
+// worker's share passed by that one item at most.
+TEST(Buffers, AShareSmallerThanAnItemStillServesOneItemAtATime) {
+  McServer server({"--workers", "2", "--memory", "256M", "--memcached-conn-memory", "1M"});
+  McConn c(server.port());
+  for (const char* k : {"a", "b", "c", "d"}) ASSERT_EQ(c.cmd(set_cmd(k, kMiB, k[0])), "STORED");
+  c.send("get a b c d a b c d\r\n");
+  for (int i = 0; i < 8; ++i) {
+    const std::string k(1, "abcd"[i % 4]);
+    ASSERT_EQ(c.line(), fmt::format("VALUE {} 0 {}", k, kMiB)) << i;
+    ASSERT_EQ(c.bytes(kMiB + 2), std::string(kMiB, k[0]) + "\r\n") << i;
+  }
+  EXPECT_EQ(c.line(), "END");
+}
+
+// 40 clients each start a 1 MiB set, send 900 KB of it and stop, against a 16 MiB total: what
+// they hold counts in the total, so a client that stores and reads 1 MiB values would wait for
+// room forever; those whose command has not completed for a second are closed instead.
+TEST(Buffers, UploadsThatStopHalfWayAreClosedWhenTheTotalIsUsedUp) {
+  McServer server({"--workers", "2", "--memory", "256M", "--memcached-conn-memory", "16M"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const size_t before = rss(server.pid());
+  std::vector<std::unique_ptr<McConn>> half;
+  for (int i = 0; i < 40; ++i) {
+    half.push_back(std::make_unique<McConn>(server.port()));
+    ASSERT_TRUE(half.back()->send(fmt::format("set h{} 0 0 {}\r\n{}", i, kMiB,
+                                              std::string(900 << 10, 'h'))));
+  }
+  McConn c(server.port());
+  double slowest_ms = 0;
+  for (int round = 0; round < 10; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(c.cmd(set_cmd(fmt::format("k{}", round), kMiB)), "STORED") << round;
+    ASSERT_EQ(c.cmd(fmt::format("get k{}\r\n", round)), fmt::format("VALUE k{} 0 {}", round, kMiB));
+    ASSERT_EQ(c.bytes(kMiB + 2).size(), kMiB + 2);
+    ASSERT_EQ(c.line(), "END");
+    const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - t0;
+    slowest_ms = std::max(slowest_ms, took.count());
+  }
+  const size_t after = peak_rss(server.pid(), 100);
+  auto st = stats(c);
+  EXPECT_GE(std::stoull(st["conns_closed_for_memory"]), 1u);
+  if (kMeasured) {
+    EXPECT_LT(after - before, 64 * kMiB) << "grew by " << mib(after - before) << " MiB";
+    EXPECT_LT(slowest_ms, 3000.0) << "the client's slowest set and get of 1 MiB, ms";
+  }
+  fmt::print("40 uploads stopped half-way, total 16M: +{:.1f} MiB, {} closed, slowest {:.0f} ms\n",
+             mib(after - before), st["conns_closed_for_memory"], slowest_ms);
+}
+
 }  // namespace
 }  // namespace fabkv
