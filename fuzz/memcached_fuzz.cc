@@ -127,6 +127,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     if (r.consumed == 0) fail("text: no progress");
+    if (r.status == Parse::kKeys) {  // a long retrieval line: its keys one at a time
+      in.remove_prefix(r.consumed);
+      for (;;) {
+        const NextKey k = next_key(in);
+        if (k.consumed > in.size()) fail("next_key: consumed more than given");
+        if (k.status == KeyScan::kKey &&
+            (!inside(k.key, in) || k.key.empty() || k.key.size() > kMaxKeyBytes))
+          fail("next_key: bad key");
+        in.remove_prefix(k.consumed);
+        if (k.status != KeyScan::kKey) break;
+      }
+      continue;
+    }
+    if (r.status == Parse::kCommand && !cmd.keys.empty() &&
+        (cmd.verb == Verb::kGet || cmd.verb == Verb::kGets || cmd.verb == Verb::kGat ||
+         cmd.verb == Verb::kGats)) {
+      // The connection reads a whole retrieval line's keys again with next_key: the same keys.
+      std::string_view rest = in.substr(static_cast<size_t>(cmd.keys[0].data() - in.data()));
+      size_t n = 0;
+      for (NextKey k = next_key(rest); k.status == KeyScan::kKey; k = next_key(rest)) {
+        if (n >= cmd.keys.size() || k.key != cmd.keys[n]) fail("next_key: another key");
+        ++n;
+        rest.remove_prefix(k.consumed);
+      }
+      const NextKey end = next_key(rest);
+      if (n != cmd.keys.size() || end.status != KeyScan::kEnd ||
+          rest.data() + end.consumed != in.data() + r.consumed)
+        fail("next_key: the line ends elsewhere");
+    }
     if (r.status == Parse::kCommand) {
       for (std::string_view k : cmd.keys) {
         if (!inside(k, in)) fail("text: key outside the input");

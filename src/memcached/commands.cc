@@ -7,7 +7,8 @@
 
 namespace fabkv::memcached {
 
-Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::string& scratch) {
+Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::string& scratch,
+                    bool count) {
   auto through_worker = [&w](std::span<const store::Request> reqs, store::CompletionFn done) {
     w.execute_st(reqs, done);
   };
@@ -23,6 +24,7 @@ Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::st
   } else {
     r = execute_st(c.req, w.engine(), mutate, scratch);
   }
+  if (!count) return r;
   const bool hit = r.outcome != Outcome::kNotFound && r.outcome != Outcome::kNotStored;
   switch (c.req.kind) {
     case Kind::kGet:
@@ -68,8 +70,21 @@ bool Connections::refuse(Conn& c, std::string_view reply) {
 bool Connections::text_command(Conn& c, std::string_view in, size_t* used) {
   const ParseResult pr = parse_text(in, o_.max_value, &c.cmd);
   *used = pr.consumed;
+  if (pr.status == Parse::kKeys) {  // a retrieval line too long to hold: keys in pieces
+    start_retrieval(c, c.cmd);
+    return true;
+  }
   if (pr.status != Parse::kCommand) return text_unparsed(c, pr);
   switch (c.cmd.verb) {
+    case Verb::kGet:
+    case Verb::kGets:
+    case Verb::kGat:
+    case Verb::kGats:
+      // Checked whole by the parser; its keys are now read one by one from the input, each as
+      // its answer has room (listener.cc retrieval_step).
+      *used = static_cast<size_t>(c.cmd.keys.front().data() - in.data());
+      start_retrieval(c, c.cmd);
+      return true;
     case Verb::kMetaGet:
     case Verb::kMetaSet:
     case Verb::kMetaDelete:
@@ -128,12 +143,22 @@ bool Connections::text_unparsed(Conn& c, const ParseResult& pr) {
       }
       return true;
     }
-    case Parse::kCommand: break;
+    case Parse::kCommand:
+    case Parse::kKeys: break;  // text_command's
   }
   return true;
 }
 
-// The text commands on keys: retrievals (one Call per key), stores, delete, incr, decr, touch.
+// get, gets, gat, gats: the line's keys are answered one by one from here on (Conn::get).
+void Connections::start_retrieval(Conn& c, const TextCommand& cmd) {
+  const bool gat = cmd.verb == Verb::kGat || cmd.verb == Verb::kGats;
+  c.get = Retrieval{};
+  c.get.active = true;
+  c.get.verb = cmd.verb;
+  c.get.expire_at = gat ? to_expire_at(cmd.exptime, now_s()) : 0;
+}
+
+// The text commands on one key: stores, delete, incr, decr, touch.
 bool Connections::text_keyed(Conn& c, const TextCommand& cmd) {
   const uint32_t now = now_s();
   Call call;
@@ -141,20 +166,6 @@ bool Connections::text_keyed(Conn& c, const TextCommand& cmd) {
   call.noreply = cmd.noreply;
   call.req.key = cmd.key();
   switch (cmd.verb) {
-    case Verb::kGet:
-    case Verb::kGets:
-    case Verb::kGat:
-    case Verb::kGats: {
-      const bool gat = cmd.verb == Verb::kGat || cmd.verb == Verb::kGats;
-      call.req.kind = gat ? Kind::kGat : Kind::kGet;
-      call.req.expire_at = gat ? to_expire_at(cmd.exptime, now) : 0;
-      for (std::string_view k : cmd.keys) {
-        call.req.key = k;
-        submit(c, call);
-      }
-      emit(c, "END\r\n");
-      return true;
-    }
     case Verb::kSet:
     case Verb::kAdd:
     case Verb::kReplace:

@@ -4,10 +4,14 @@
 //
 // Bounded work. A listing is a chain of pieces (shard.h, Dump), each an Op that goes to one
 // partition's owner like a forwarded command and scans at most kDumpBuckets index buckets there
-// (store::Engine::scan), changing nothing. When a piece comes back, the next one (the same
-// partition further on, or the next partition) is queued behind it in the connection's
-// answers. So a worker never spends more than one piece on a listing per round, whatever the
-// store's size, and the connection's answers stay in order.
+// (store::Engine::scan), changing nothing, and stops early once it has kDumpPieceBytes of lines.
+// When a piece comes back, the next one (the same partition further on, or the next partition)
+// is queued behind it in the connection's answers, and sent to its owner only while the
+// connection has room for answers (shard.h has_room): a listing nobody reads stops, holding at
+// most one piece. A connection runs one listing at a time (its later commands wait), and the
+// server one lru_crawler metadump (another gets memcached's BUSY). So a worker never spends
+// more than one piece on a listing per round, whatever the store's size, and the connection's
+// answers stay in order.
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -25,6 +29,10 @@ namespace {
 // Index buckets per piece: 4096 cache buckets hold at most 32768 entries (store: 28672 and
 // their overflow chains), well under a millisecond of scanning.
 constexpr uint64_t kDumpBuckets = 4096;
+// A piece's lines stop growing past this (a bucket's lines more at most: the cache's 8 items,
+// or a store bucket and its overflow chain).
+constexpr size_t kDumpPieceBytes = size_t{64} << 10;
+constexpr uint64_t kDumpStepBuckets = 64;
 
 // memcached's uriencode: letters, digits and "-._~" as they are, every other byte %XX.
 void append_uriencoded(std::string* out, std::string_view key) {
@@ -93,6 +101,11 @@ bool Connections::lru_crawler(Conn& c, std::span<const std::string_view> args) {
     emit(c, "END\r\n");
     return true;
   }
+  if (!svc_.start_metadump()) {
+    emit(c, "BUSY currently processing crawler request\r\n");  // memcached's answer
+    return true;
+  }
+  c.metadump = true;
   start_dump(c, true, UINT64_MAX);
   return true;
 }
@@ -120,31 +133,42 @@ void Connections::start_dump(Conn& c, bool meta, uint64_t limit) {
   d.active = true;
   d.meta = meta;
   d.left = limit;
+  c.listing = true;
   queue_dump(c, d, c.pending.end());
 }
 
-// Queues the piece `d` before `at` in the connection's answers and sends it to its owner.
+// Queues the piece `d` before `at` in the connection's answers, and sends it to its owner if
+// the connection has room for its lines; else it waits there (Conn::parked, listener.cc
+// flush_out sends it).
 void Connections::queue_dump(Conn& c, const Dump& d, std::deque<Op*>::iterator at) {
   Op* op = new Op;
   op->dump = d;
   op->origin = s_.index;
+  op->owner = d.partition;
   op->fd = c.fd;
   op->conn_id = c.id;
   op->in_pending = true;
   c.pending.insert(at, op);
-  s_.outbox[d.partition].push_back(op);
+  if (has_room(c)) s_.outbox[d.partition].push_back(op);
+  else c.parked = op;
 }
 
 // The owner's part: scan one piece of its partition into the Op's answer.
 void Connections::run_dump_st(Op& op) {
   Dump& d = op.dump;
   std::string& out = op.res_value;
-  const uint64_t next = w_.engine().scan(d.cursor, kDumpBuckets, [&](const store::ScanItem& it) {
+  auto line = [&](const store::ScanItem& it) {
     if (d.left == 0) return;
     --d.left;
     if (d.meta) append_meta_line(&out, it);
     else append_cachedump_line(&out, it);
-  });
+  };
+  uint64_t next = d.cursor;
+  for (uint64_t scanned = 0; scanned < kDumpBuckets && out.size() < kDumpPieceBytes;
+       scanned += kDumpStepBuckets) {
+    next = w_.engine().scan(next, kDumpStepBuckets, line);
+    if (next == 0) break;
+  }
   d.cursor = next;
   if (next == 0) ++d.partition;
   d.finished = d.left == 0 || (next == 0 && d.partition == workers_.size());
@@ -155,7 +179,12 @@ void Connections::run_dump_st(Op& op) {
 
 // A piece came home: queue the next one right behind it, unless it was the last.
 void Connections::continue_dump(Conn& c, Op* op) {
-  if (op->dump.finished) return;
+  if (op->dump.finished) {
+    c.listing = false;  // the commands after it go on (update_events resumes them)
+    if (c.metadump) svc_.end_metadump();
+    c.metadump = false;
+    return;
+  }
   auto at = std::find(c.pending.begin(), c.pending.end(), op);
   if (at == c.pending.end()) return;
   Dump next = op->dump;

@@ -12,7 +12,7 @@ struct Put {
 };
 
 Put put(Mutate mutate, store::KeyHash h, std::string_view key, std::string_view value,
-        uint32_t flags, uint32_t expire_at, uint64_t expected, uint64_t keep_version = 0) {
+        uint32_t flags, uint32_t expire_at, uint64_t expected) {
   store::Request req;
   req.op = store::Op::kPut;
   req.hash = h;
@@ -21,7 +21,6 @@ Put put(Mutate mutate, store::KeyHash h, std::string_view key, std::string_view 
   req.put.flags = flags;
   req.put.expire_at = expire_at;
   req.put.expected_version = expected;
-  req.put.restore_version = keep_version;
   Put out;
   mutate(std::span<const store::Request>(&req, 1), [&](size_t, const store::Response& r) {
     out.status = r.status;
@@ -98,12 +97,21 @@ struct Target {
   Put put(std::string_view value, uint32_t flags, uint32_t expire_at, uint64_t expected) const {
     return memcached::put(mutate, h, r.key, value, flags, expire_at, expected);
   }
-  // touch, gat, mg T: the item again with a new expiry and its version kept, as memcached keeps
-  // an item's cas unique when only its expiry changes. The value is copied to `scratch` first
-  // (the put may move the item).
-  Put retouch(uint32_t expire_at) const {
-    scratch.assign(item.value);
-    return memcached::put(mutate, h, r.key, scratch, item.flags, expire_at, 0, item.version);
+  // touch, gat, mg T: a new expiry and nothing else (store::Engine::touch), as memcached
+  // changes only the expiry: the version stays, and the cache's log gets no new copy of the
+  // item, which would evict others. `after` is the item as it is then.
+  store::Status retouch(uint32_t expire_at, store::ItemView* after) const {
+    store::Request req;
+    req.op = store::Op::kTouch;
+    req.hash = h;
+    req.key = r.key;
+    req.put.expire_at = expire_at;
+    store::Status st = store::Status::kNotFound;
+    mutate(std::span<const store::Request>(&req, 1), [&](size_t, const store::Response& x) {
+      st = x.status;
+      *after = {x.value, x.version, x.expire_at, x.flags};
+    });
+    return st;
   }
 };
 
@@ -113,18 +121,18 @@ Result outcome(Outcome o) {
   return out;
 }
 
-// get, gat, mg (T: a new expiry is a new PUT of the same value and version; the engine keeps
-// expiry with the item).
+// get, gat, mg (T: a new expiry, Target::retouch).
 Result retrieve(const Target& t) {
   if (!t.hit) return {};
   Result out = outcome(Outcome::kHit);
   out.flags = t.item.flags;
   if (t.r.kind == Kind::kGat || t.r.touch) {
-    const Put p = t.retouch(t.r.expire_at);
-    if (p.status != store::Status::kOk) return stored(p);
-    out.value = t.scratch;
-    out.cas = p.version;
-    out.expire_at = t.r.expire_at;
+    store::ItemView after;
+    if (const store::Status st = t.retouch(t.r.expire_at, &after); st != store::Status::kOk)
+      return outcome(st == store::Status::kLogFailed ? Outcome::kLogFailed : Outcome::kNotFound);
+    out.value = after.value;
+    out.cas = after.version;
+    out.expire_at = after.expire_at;
     return out;
   }
   out.value = t.item.value;
@@ -197,10 +205,11 @@ Result arith(const Target& t) {
 
 Result touch_item(const Target& t) {
   if (!t.hit) return {};
-  const Put p = t.retouch(t.r.expire_at);
-  if (p.status != store::Status::kOk) return stored(p);
+  store::ItemView after;
+  if (const store::Status st = t.retouch(t.r.expire_at, &after); st != store::Status::kOk)
+    return outcome(st == store::Status::kLogFailed ? Outcome::kLogFailed : Outcome::kNotFound);
   Result out = outcome(Outcome::kTouched);
-  out.cas = p.version;
+  out.cas = after.version;
   return out;
 }
 

@@ -6,6 +6,11 @@
 
 namespace fabkv::memcached {
 
+namespace {
+// A formatted answer's bytes beside its value and key (VALUE line, flags, cas, binary header).
+constexpr size_t kAnswerOverhead = 64;
+}  // namespace
+
 // Runs `call` for one key: here if this worker owns the key, else forwarded to its owner.
 void Connections::submit(Conn& c, Call& call) {
   const uint32_t owner = store::partition_of(store::hash_key(call.req.key),
@@ -23,6 +28,7 @@ void Connections::submit(Conn& c, Call& call) {
       return;
     }
     if (c.pending.empty()) {
+      reserve_answer(c.out, r.value.size());
       format(call, r, &c.out);  // straight from the engine's memory, before any later put
     } else {
       std::string tmp;
@@ -34,6 +40,7 @@ void Connections::submit(Conn& c, Call& call) {
   Op* op = new Op;
   op->call = call;
   op->origin = s_.index;
+  op->owner = owner;
   op->fd = c.fd;
   op->conn_id = c.id;
   op->key.assign(call.req.key);
@@ -49,9 +56,26 @@ void Connections::submit(Conn& c, Call& call) {
   // one too (it answers nothing when its turn comes): a later answer must not leave before the
   // write it follows is done, and it counts towards the connection's limit (listener.cc).
   op->in_pending = true;
+  // What it holds until it is back: its data, or for a retrieval the value it may bring.
+  const bool retrieval = call.req.kind == Kind::kGet || call.req.kind == Kind::kGat;
+  if (retrieval) op->allowance = allowance(c);
+  op->charge = retrieval ? op->allowance : op->key.size() + op->value.size();
+  c.in_flight += op->charge;
   c.pending.push_back(op);
   s_.outbox[owner].push_back(op);
   s_.count(kForwarded);
+}
+
+// A forwarded retrieval whose value was above its allowance (Op::deferred), now at the head of
+// its connection's answers: fetched again with room for any value, one item at most.
+void Connections::refetch(Conn& c, Op* op) {
+  op->deferred = false;
+  op->arrived = false;
+  op->done = false;
+  op->allowance = SIZE_MAX;
+  op->charge = o_.max_value;
+  c.in_flight += op->charge;
+  s_.outbox[op->owner].push_back(op);
 }
 
 void Connections::broadcast_flush(Conn& c, Call& call) {
@@ -94,10 +118,16 @@ void Connections::take_inbox() {
         continue;
       }
       // A command for this partition: run it and send it home.
-      op->res = run_on_owner(s_, w_, op->call, op->scratch);
+      op->res = run_on_owner(s_, w_, op->call, op->scratch, !op->counted);
+      op->counted = true;
       if (op->res.outcome == Outcome::kHit) {
-        op->res_value.assign(op->res.value);  // the engine's view lasts only until a put
-        op->res.value = op->res_value;
+        if (op->res.value.size() > op->allowance) {
+          op->deferred = true;  // no room for it yet at its connection: fetched again later
+          op->res.value = {};
+        } else {
+          op->res_value.assign(op->res.value);  // the engine's view lasts only until a put
+          op->res.value = op->res_value;
+        }
       }
       op->done = true;
       if (const uint64_t barrier = log_barrier(op->call, op->res); barrier != 0) {
@@ -107,16 +137,26 @@ void Connections::take_inbox() {
       s_.outbox[op->origin].push_back(op);
       continue;
     }
-    // One of ours, back from its owner.
+    // One of ours, back from its owner: what it held is given back, its answer (if any) counted
+    // as queued until it is written.
     op->arrived = true;
     Conn* c = find(op->fd, op->conn_id);
+    if (c != nullptr) {
+      c->in_flight -= op->charge;
+      op->charge = 0;
+      if (touched.empty() || touched.back() != std::pair(c->fd, c->id))
+        touched.emplace_back(c->fd, c->id);
+    }
     if (c == nullptr || !op->in_pending) {
       delete op;
       continue;
     }
+    op->value = std::string();  // its data is in the engine now (the answer needs only the key)
+    op->call.req.value = {};
+    if (!op->deferred)
+      op->charge = op->res_value.size() + (op->ready ? 0 : op->key.size() + kAnswerOverhead);
+    c->queued += op->charge;
     if (op->dump.active) continue_dump(*c, op);
-    if (touched.empty() || touched.back() != std::pair(c->fd, c->id))
-      touched.emplace_back(c->fd, c->id);
   }
   s_.taken.clear();
   for (auto [fd, id] : touched)
@@ -141,6 +181,8 @@ void Connections::hold_answer(Conn& c, uint64_t barrier, std::string answer) {
   op->done = true;
   op->in_pending = true;
   op->res_value = std::move(answer);
+  op->charge = op->res_value.size();
+  c.in_flight += op->charge;
   c.pending.push_back(op);
   hold_until_durable(barrier, op);
 }

@@ -2,6 +2,24 @@
 // reads and writes, and their epoll interest. A connection is read until a command is whole,
 // and not read while its answers back up (a client that pipelines without reading), so that
 // one client cannot hold a worker or its memory.
+//
+// Answers in bounded memory. Commands are taken, and a retrieval line's keys read one by one,
+// only while the connection has room for answers (shard.h kMaxOutBytes): so a multi-get of any
+// number of keys, or a pipeline of any length, streams its answers in pieces, as memcached
+// does, whether or not the client reads them. A buffer that has drained keeps at most
+// kKeepBufferBytes, so an idle connection holds little whatever it once sent or received.
+//
+// The server's total. Each shard counts what its connections' buffers hold (Conn::charged:
+// input and output capacity, queued answers, forwarded commands' data and allowances); what a
+// connection holds beyond kShedFloorBytes counts against the shard's share of
+// --memcached-conn-memory (an idle connection, or one with a small command, never does). A
+// connection takes nothing more while that share is used up, and waits (it still finishes a
+// command whose bytes are coming; alone, it may take one item). At the end of the round the
+// shard closes the connections whose clients have read nothing for kStalledMs while answers
+// wait for them, or whose command has not completed for kStalledInputMs, until there is room
+// again (for one item more, when some wait), and lets the waiting go on, those whose clients
+// read most recently first. So the share is passed only by what connections took in the round
+// that filled it, and a client that reads and sends whole commands is never closed.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,7 +31,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -24,13 +44,52 @@ namespace fabkv::memcached {
 
 namespace {
 
-// A connection stops being read while this much of its answers waits to be sent, or this many
-// answers wait for forwarded commands (a client that pipelines without reading).
-constexpr size_t kMaxOutBytes = size_t{4} << 20;
-constexpr size_t kMaxPending = 4096;
 // Bytes read from one connection per round, so that one busy client cannot hold the worker.
 constexpr size_t kReadPerRound = size_t{256} << 10;
 constexpr int kEventsPerPoll = 64;
+// The capacity a drained input or output buffer keeps (above it the buffer is given back): an
+// idle connection then holds at most twice this, whatever its largest command or answer was.
+constexpr size_t kKeepBufferBytes = size_t{16} << 10;
+constexpr size_t kShedFloorBytes = 2 * kKeepBufferBytes;
+// A client that has read nothing for this long while answers wait for it may be closed for
+// memory (only such a one is): far longer than a client that reads takes between two reads,
+// short enough that one waiting for room in the share waits little. Tried: 500 ms made a reading
+// client wait up to 4.5 s for room behind 100 clients that never read (limits_test.cc).
+constexpr int64_t kStalledMs = 100;
+// The same for a command whose bytes have not all come for this long while it holds more than
+// the floor of them (a client that sends a large value slowly, or stops half-way).
+constexpr int64_t kStalledInputMs = 1000;
+
+size_t excess(size_t charged) { return charged > kShedFloorBytes ? charged - kShedFloorBytes : 0; }
+
+// Its shard's share of --memcached-conn-memory is used up, with what `c` holds now and `more`:
+// it takes nothing more until there is room (shed() makes some).
+bool over_budget(const Service::Shard& s, const Conn& c, size_t more = 0) {
+  const size_t others = s.excess - excess(c.charged);
+  // Alone, a connection may always take one item, even past a share smaller than an item.
+  if (others == 0 && held(c) == 0) return false;
+  const size_t mine = held(c) + c.in.capacity() + more;
+  return others + excess(mine) >= s.budget;
+}
+
+// A value to fetch again (Conn::wants) at the head of `c`'s answers waits only for the others:
+// its own answers queued behind it cannot go before it.
+bool others_over_budget(const Service::Shard& s, const Conn& c, size_t item) {
+  const size_t others = s.excess - excess(c.charged);
+  return others != 0 && others + excess(item) >= s.budget;
+}
+
+int64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Empties `b` and gives its memory back when it grew past kKeepBufferBytes.
+void reset_buffer(std::string& b) {
+  if (b.capacity() > kKeepBufferBytes) std::string().swap(b);
+  else b.clear();
+}
 
 }  // namespace
 
@@ -80,8 +139,12 @@ bool Connections::run() {
     did_ = true;
     std::vector<std::pair<int, uint64_t>> again;
     again.swap(s_.resume);
-    for (auto [fd, id] : again)
-      if (Conn* c = find(fd, id); c != nullptr) process(*c);  // it checks the limits again
+    for (auto [fd, id] : again) {
+      if (Conn* c = find(fd, id); c != nullptr) {
+        c->resume_queued = false;
+        process(*c);
+      }
+    }
   }
   epoll_event evs[kEventsPerPoll];
   const int n = epoll_wait(s_.epoll_fd, evs, kEventsPerPoll, 0);
@@ -105,6 +168,7 @@ bool Connections::run() {
     if (evs[i].events & EPOLLIN) on_readable(c);
   }
   send_outboxes();
+  if (s_.excess > s_.budget || !s_.budget_waiters.empty()) shed();
   return did_;
 }
 
@@ -146,9 +210,13 @@ void Connections::close_conn(Conn& c) {
   // Forwarded commands still out come back to a connection that is gone and are dropped then
   // (find() fails); the finished ones go now.
   for (Op* op : c.pending) {
-    if (op->arrived) delete op;
+    if (op->arrived || op == c.parked) delete op;
     else op->in_pending = false;  // still out: dropped when it comes back
   }
+  if (c.metadump) svc_.end_metadump();
+  s_.buffered -= c.charged;
+  s_.excess -= excess(c.charged);
+  s_.buffered_bytes.store(s_.buffered, std::memory_order_relaxed);
   curr_.fetch_sub(1, std::memory_order_relaxed);
   s_.curr_conns.fetch_sub(1, std::memory_order_relaxed);
   s_.conns[c.fd].reset();
@@ -187,18 +255,34 @@ void Connections::on_readable(Conn& c) {
 }
 
 void Connections::process(Conn& c) {
-  c.held = false;
+  c.stalled = false;
+  bool completed = false;  // a command was taken
   while (!c.closing) {
-    if (c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending) {
-      c.held = c.in_off < c.in.size();  // update_events parses on below the limits
+    // No room for more answers, or a key listing answers first: wait (update_events resumes).
+    // A command whose bytes were still coming is finished first, whatever the share: its input
+    // is bounded, and it is what the connection holds.
+    if (!has_room(c) || c.listing || (over_budget(s_, c) && !c.partial)) {
+      c.stalled = true;
       break;
     }
+    c.partial = false;
     std::string_view in(c.in.data() + c.in_off, c.in.size() - c.in_off);
     if (c.swallow > 0) {
       const size_t drop = std::min<uint64_t>(c.swallow, in.size());
       c.swallow -= drop;
       c.in_off += drop;
       in.remove_prefix(drop);
+    }
+    if (c.get.skip_line) {  // the rest of a retrieval line with a key too long
+      const size_t nl = in.find('\n');
+      c.in_off += nl == std::string_view::npos ? in.size() : nl + 1;
+      if (nl == std::string_view::npos) break;
+      c.get.skip_line = false;
+      continue;
+    }
+    if (c.get.active) {
+      if (!retrieval_step(c)) break;
+      continue;
     }
     if (in.empty()) break;
     size_t used = 0;
@@ -207,15 +291,50 @@ void Connections::process(Conn& c) {
                                 : text_command(c, in, &used);
     c.in_off += used;
     if (!progressed) break;
+    completed = true;
   }
   if (c.in_off == c.in.size()) {
-    c.in.clear();
+    reset_buffer(c.in);
     c.in_off = 0;
   } else if (c.in_off > (64 << 10)) {
     c.in.erase(0, c.in_off);
     c.in_off = 0;
   }
+  // Waiting for the rest of a command: its bytes keep being read, share or not, and one that
+  // holds more than the floor of them may be closed for memory if it does not complete.
+  c.partial = !c.stalled && !c.closing && c.in_off < c.in.size();
+  if (!c.partial || c.in.capacity() <= kShedFloorBytes) c.partial_since_ms = -1;
+  else if (completed || c.partial_since_ms < 0) c.partial_since_ms = now_ms();
   if (s_.conns[c.fd]) flush_out(c);
+}
+
+// The next key of the retrieval line being answered (Conn::get): false when it waits for input.
+bool Connections::retrieval_step(Conn& c) {
+  const NextKey k = next_key(std::string_view(c.in).substr(c.in_off));
+  c.in_off += k.consumed;
+  switch (k.status) {
+    case KeyScan::kNeedMore: return false;
+    case KeyScan::kEnd:
+      c.get.active = false;
+      if (c.get.keys == 0) return refuse(c, "ERROR\r\n");  // memcached: no key, no command
+      emit(c, "END\r\n");
+      return true;
+    case KeyScan::kTooLong:
+      // The answers of the keys before it may be out already: the error ends the line.
+      c.get.active = false;
+      c.get.skip_line = true;
+      return refuse(c, "CLIENT_ERROR bad command line format\r\n");
+    case KeyScan::kKey: break;
+  }
+  ++c.get.keys;
+  const bool gat = c.get.verb == Verb::kGat || c.get.verb == Verb::kGats;
+  Call call;
+  call.verb = c.get.verb;
+  call.req.kind = gat ? Kind::kGat : Kind::kGet;
+  call.req.expire_at = c.get.expire_at;
+  call.req.key = k.key;
+  submit(c, call);
+  return true;
 }
 
 void Connections::emit(Conn& c, std::string_view bytes) {
@@ -229,6 +348,8 @@ void Connections::emit(Conn& c, std::string_view bytes) {
   op->arrived = true;
   op->in_pending = true;
   op->res_value.assign(bytes);
+  op->charge = bytes.size();
+  c.queued += op->charge;
   c.pending.push_back(op);
 }
 
@@ -236,7 +357,19 @@ void Connections::emit(Conn& c, std::string_view bytes) {
 void Connections::drain_pending(Conn& c) {
   while (!c.pending.empty() && c.pending.front()->arrived) {
     Op* op = c.pending.front();
+    if (op->deferred) {  // a value above its allowance: fetched again, now that it leads
+      c.wants = o_.max_value;
+      if (others_over_budget(s_, c, c.wants)) {
+        wait_for_budget(c);  // with room for any item in the shard's share
+        return;
+      }
+      c.wants = 0;
+      refetch(c, op);
+      return;
+    }
     c.pending.pop_front();
+    c.queued -= op->charge;
+    reserve_answer(c.out, op->res_value.size());
     if (op->ready) c.out.append(op->res_value);
     else format(op->call, op->res, &c.out);
     delete op;
@@ -250,44 +383,139 @@ void Connections::flush_out(Conn& c) {
     if (n > 0) {
       c.out_off += static_cast<size_t>(n);
       s_.count(kBytesWritten, static_cast<uint64_t>(n));
+      c.blocked_since_ms = -1;  // the client reads
+      c.read_at_ms = now_ms();
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (c.blocked_since_ms < 0) c.blocked_since_ms = now_ms();
+      break;
+    }
     close_conn(c);  // the peer is gone
     return;
   }
   if (c.out_off == c.out.size()) {
-    c.out.clear();
+    reset_buffer(c.out);
     c.out_off = 0;
+    c.blocked_since_ms = -1;
   }
   // quit, or the client's end with every command it sent whole answered (none held back).
-  if ((c.closing || (c.eof && !c.held)) && c.out.empty() && c.pending.empty()) {
+  if ((c.closing || (c.eof && !c.stalled)) && c.out.empty() && c.pending.empty()) {
     close_conn(c);
     return;
   }
+  // A listing's next piece waits in `pending` for room (dump.cc).
+  if (c.parked != nullptr && has_room(c)) {
+    s_.outbox[c.parked->dump.partition].push_back(c.parked);
+    c.parked = nullptr;
+  }
+  account(c);
   update_events(c);
 }
 
+// Closes `c` to give its memory back (shed()), telling it so where that cannot fall inside an
+// answer.
+void Connections::close_for_memory(Conn& c) {
+  constexpr std::string_view kOutOfMemory = "SERVER_ERROR out of memory\r\n";
+  s_.count(kMemoryCloses);
+  if (c.out_off == c.out.size()) {
+    ssize_t wr = write(c.fd, kOutOfMemory.data(), kOutOfMemory.size());
+    (void)wr;
+  }
+  spdlog::debug("memcached: closing connection {} holding {} bytes (--memcached-conn-memory)", c.id,
+                c.charged);
+  close_conn(c);
+}
+
 void Connections::update_events(Conn& c) {
-  const bool backed_up = c.out.size() - c.out_off > kMaxOutBytes || c.pending.size() > kMaxPending;
-  const bool may_parse = !backed_up && !c.closing;
-  const bool want_read = may_parse && !c.eof;  // after the end, EPOLLIN would fire forever
+  // Commands are read and taken only while their answers have room (and no listing runs).
+  const bool takes = !c.closing && has_room(c) && !c.listing && !over_budget(s_, c);
+  // After the client's end, EPOLLIN would fire forever: what it sent is in the buffer.
+  const bool want_read = !c.eof &&
+                         (takes || (c.partial && !c.closing && has_room(c) && !c.listing));
   const bool want_write = c.out_off < c.out.size();
-  // Parsing stopped at the limits with commands left in the buffer (process set `held`): once
-  // below the limits, no EPOLLIN will say that commands wait (the client may have sent its last
-  // bytes long ago, or half-closed), so the next round parses on. Whether reading was paused
-  // does not matter: one flush_out can drain the answers below the limit before update_events
-  // ever turned reading off. (Input left otherwise is half a command: it waits for bytes.)
-  if (may_parse && c.held) {
-    c.held = false;
+  // Parsing stopped for want of room, and there is room again: what waits in the buffer is
+  // taken next round (no EPOLLIN will say it is there: the client may have sent its last bytes
+  // long ago, or half-closed). Whether reading was paused does not matter: one flush_out can
+  // drain the answers below the limit before update_events ever turned reading off.
+  if (takes && c.stalled && !c.resume_queued) {
+    c.resume_queued = true;
     s_.resume.push_back({c.fd, c.id});
   }
+  if (!takes && !c.closing && over_budget(s_, c)) wait_for_budget(c);
   if (want_read == c.reading && want_write == c.writing) return;
   c.reading = want_read;
   c.writing = want_write;
   epoll_set(s_.epoll_fd, c.fd, (want_read ? EPOLLIN : 0u) | (want_write ? EPOLLOUT : 0u),
             EPOLL_CTL_MOD);
+}
+
+// `c` waits for room in its shard's share of --memcached-conn-memory (shed() lets it go on).
+void Connections::wait_for_budget(Conn& c) {
+  if (c.budget_wait) return;
+  c.budget_wait = true;
+  s_.budget_waiters.push_back({c.fd, c.id});
+}
+
+// What `c` holds, into its shard's total.
+void Connections::account(Conn& c) {
+  const size_t now = c.in.capacity() + c.out.capacity() + c.queued + c.in_flight;
+  s_.buffered = s_.buffered - c.charged + now;
+  s_.excess = s_.excess - excess(c.charged) + excess(now);
+  c.charged = now;
+  s_.buffered_bytes.store(s_.buffered, std::memory_order_relaxed);
+}
+
+// The shard's connections hold more than its share of --memcached-conn-memory, or some wait
+// for room in it: the connections whose clients have read nothing for kStalledMs while answers
+// wait for them, or whose command has not completed for kStalledInputMs, are closed, longest
+// stood still first, until the share has room for one item more (when some wait) or is kept. A
+// client that reads is never closed for memory: it is what the others wait for, and its own
+// answers go as it reads them.
+void Connections::shed() {
+  const size_t target = s_.budget_waiters.empty()  ? s_.budget
+                        : s_.budget > o_.max_value ? s_.budget - o_.max_value
+                                                   : 0;
+  const int64_t now = now_ms();
+  if (s_.excess > target) {
+    std::vector<Conn*> v;
+    auto since = [now](const Conn& c) {  // how long it has stood still, -1: it has not
+      if (c.blocked_since_ms >= 0 && now - c.blocked_since_ms >= kStalledMs)
+        return now - c.blocked_since_ms;
+      if (c.partial_since_ms >= 0 && now - c.partial_since_ms >= kStalledInputMs)
+        return now - c.partial_since_ms;
+      return int64_t{-1};
+    };
+    for (auto& c : s_.conns)
+      if (c && c->charged > kShedFloorBytes && since(*c) >= 0) v.push_back(c.get());
+    std::sort(v.begin(), v.end(),
+              [&](const Conn* a, const Conn* b) { return since(*a) > since(*b); });
+    for (Conn* c : v) {
+      if (s_.excess <= target) break;
+      close_for_memory(*c);
+    }
+  }
+  // Those that now have room go on, the clients that read most recently first (they take the
+  // room before one that has not read yet, which may never); the others are looked at again next
+  // round (a worker runs one at least every 10 ms, Worker::block_st), not spun on.
+  std::vector<Conn*> waiting;
+  for (auto [fd, id] : s_.budget_waiters)
+    if (Conn* c = find(fd, id); c != nullptr) waiting.push_back(c);
+  s_.budget_waiters.clear();
+  std::stable_sort(waiting.begin(), waiting.end(),
+                   [](const Conn* a, const Conn* b) { return a->read_at_ms > b->read_at_ms; });
+  for (Conn* c : waiting) {
+    if (c->wants != 0 ? others_over_budget(s_, *c, c->wants) : over_budget(s_, *c)) {
+      s_.budget_waiters.push_back({c->fd, c->id});
+      continue;
+    }
+    c->budget_wait = false;
+    if (!c->resume_queued) {  // parsed again next round, its answers drained
+      c->resume_queued = true;
+      s_.resume.push_back({c->fd, c->id});
+    }
+  }
 }
 
 }  // namespace fabkv::memcached

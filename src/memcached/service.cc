@@ -38,6 +38,7 @@ Service::Service(const ServiceOptions& o, std::vector<server::Worker*> workers)
     if (s->epoll_fd < 0) throw std::runtime_error("--memcached: epoll_create1 failed");
     epoll_set(s->epoll_fd, s->listen_fd, EPOLLIN, EPOLL_CTL_ADD);
     s->outbox.resize(workers_.size());
+    s->budget = o.conn_memory / workers_.size();
     shards_.push_back(std::move(s));
   }
   port_ = port;
@@ -109,6 +110,9 @@ nlohmann::json Service::stats() const {
   o["curr_connections"] = curr_conns_.load(std::memory_order_relaxed);
   o["max_connections"] = o_.max_conns;
   for (size_t i = 0; i < kCounters; ++i) o[kCounterNames[i]] = sums[i];
+  uint64_t buffered = 0;
+  for (const auto& s : shards_) buffered += s->buffered_bytes.load(std::memory_order_relaxed);
+  o["conn_buffer_bytes"] = buffered;
   o["threads"] = workers_.size();
   o["limit_maxbytes"] = 0;
   o["item_size_max"] = o_.max_value;

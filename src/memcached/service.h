@@ -23,8 +23,11 @@
 // answers in order, waiting for forwarded ones).
 //
 // Limits: keys up to 250 bytes, values up to --max-value (SERVER_ERROR object too large for
-// cache, the block skipped), lines up to 64 KiB (text.h), --memcached-max-conns connections
-// (past it, memcached's "ERROR Too many open connections" and a close).
+// cache, the block skipped), lines up to 64 KiB but retrievals' of any length (text.h),
+// --memcached-max-conns connections (past it, memcached's "ERROR Too many open connections" and
+// a close). Memory: each connection's input and answers are bounded (listener.cc, "Answers in
+// bounded memory"), and all of them together by --memcached-conn-memory (listener.cc, "The
+// server's total"); docs/memcached.md states each bound and what a client meets at it.
 #pragma once
 
 #include <atomic>
@@ -44,6 +47,9 @@ struct ServiceOptions {
   uint32_t max_conns = 4096;    // open client connections at once
   size_t max_value = 64 << 10;  // the largest item: server::engine_max_value
   size_t memory = 0;            // the engines' --memory (stats settings maxbytes)
+  // The bytes all connections' buffers may hold together (--memcached-conn-memory): past it the
+  // connections wait, and those whose clients have stopped reading are closed (listener.cc).
+  size_t conn_memory = size_t{1} << 30;
 };
 
 class Service final : public server::LocalWork {
@@ -66,6 +72,11 @@ class Service final : public server::LocalWork {
   // The engines' counters summed over the partitions (any thread).
   store::StatsSnapshot engine_totals() const;
 
+  // One lru_crawler metadump at a time in the whole server, as memcached runs one: false when
+  // another runs (any thread).
+  bool start_metadump() { return !metadump_.exchange(true, std::memory_order_acq_rel); }
+  void end_metadump() { metadump_.store(false, std::memory_order_release); }
+
   struct Shard;
 
  private:
@@ -75,6 +86,7 @@ class Service final : public server::LocalWork {
   std::vector<server::Worker*> workers_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::atomic<uint32_t> curr_conns_{0};
+  std::atomic<bool> metadump_{false};
   const uint32_t started_;
 };
 

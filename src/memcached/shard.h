@@ -10,6 +10,7 @@
 //   dump.cc      key listings (lru_crawler metadump, stats cachedump), a partition piece by piece
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -54,6 +55,7 @@ enum Counter : size_t {
   kRejectedConns,
   kForwarded,
   kClientErrors,
+  kMemoryCloses,
   kCounters
 };
 inline constexpr const char* kCounterNames[kCounters] = {
@@ -64,7 +66,7 @@ inline constexpr const char* kCounterNames[kCounters] = {
     "cas_hits",      "cas_misses",        "cas_badval",
     "touch_hits",    "touch_misses",      "bytes_read",
     "bytes_written", "total_connections", "rejected_connections",
-    "forwarded",     "client_errors"};
+    "forwarded",     "client_errors",     "conns_closed_for_memory"};
 
 // One piece of a key listing (dump.cc): a bounded scan of one partition's index, run by its
 // owner; the listing goes on piece by piece, one partition after the other.
@@ -82,6 +84,7 @@ struct Op {
   Dump dump;
   Call call;
   uint32_t origin = 0;  // the connection's shard
+  uint32_t owner = 0;   // the key's shard
   int fd = -1;
   uint64_t conn_id = 0;
   std::string key, value;
@@ -89,10 +92,26 @@ struct Op {
   std::vector<std::string_view> meta_views;
   Result res;
   std::string res_value, scratch;
+  // A retrieval's room for its value (listener.cc, "Answers in bounded memory"): a hit larger
+  // than this is not copied but deferred, fetched again once it heads its connection's answers.
+  size_t allowance = SIZE_MAX;
+  size_t charge = 0;        // bytes it counts in its connection's in_flight or queued
   bool done = false;        // run by the owner (written there, read here after the inbox lock)
   bool arrived = false;     // back at its connection's shard (origin thread only)
   bool in_pending = false;  // its connection waits for it to answer in order
   bool ready = false;       // a finished answer in `res_value`, queued behind forwarded ones
+  bool deferred = false;    // a hit above `allowance`: to be fetched again (owner sets it)
+  bool counted = false;     // the owner has counted it in the stats (not again when refetched)
+};
+
+// A retrieval line (get, gets, gat, gats) being answered key by key: its keys stay in the
+// connection's input and are read one at a time (text.h next_key) while its answers have room.
+struct Retrieval {
+  bool active = false;
+  bool skip_line = false;  // a key was too long: the rest of the line is dropped
+  Verb verb = Verb::kGet;
+  uint32_t expire_at = 0;  // gat, gats
+  uint64_t keys = 0;       // keys read so far (none at the line's end: ERROR)
 };
 
 struct Conn {
@@ -105,12 +124,57 @@ struct Conn {
   std::deque<Op*> pending;  // answers in command order, some still at their owner
   uint64_t swallow = 0;     // bytes still to drop (a refused data block)
   bool closing = false;     // quit: close once the answers are out
-  bool held = false;        // parsing stopped at the answers' limits, commands left in `in`
   bool eof = false;         // the client sent its last byte: answer what it sent, then close
   bool reading = true;      // EPOLLIN wanted
   bool writing = false;     // EPOLLOUT wanted
   TextCommand cmd;
+  Retrieval get;
+  // Answer bytes held beyond `out` (listener.cc, "Answers in bounded memory"): finished answers
+  // waiting in `pending`, and what forwarded commands hold (their data) or may bring back.
+  size_t queued = 0;
+  size_t in_flight = 0;
+  size_t charged = 0;     // what this connection counts in its shard's `buffered`
+  bool listing = false;   // a key listing runs (dump.cc): later commands wait for it
+  bool metadump = false;  // that listing holds the server's one metadump
+  Op* parked = nullptr;   // the listing's next piece, queued in `pending`, sent once there is room
+  bool stalled = false;   // parsing stopped for want of room (not of input)
+  bool resume_queued = false;  // in the shard's `resume` list
+  bool budget_wait = false;    // in the shard's `budget_waiters` list
+  size_t wants = 0;            // what it waits to take there (an item to fetch again), else 0
+  // Since when its client has read nothing while answers wait: a write met a full socket then
+  // and none has gone out since (-1: none waits, or the last write went out).
+  int64_t blocked_since_ms = -1;
+  int64_t read_at_ms = -1;  // when its client last took answers (a write went out)
+  // Parsing stopped in the middle of a command for want of its bytes; since when it has held
+  // more than the floor of them without the command completing (-1: not so).
+  bool partial = false;
+  int64_t partial_since_ms = -1;
 };
+
+// Answers in bounded memory (listener.cc): a connection takes no further command, nor the next
+// key of a retrieval line, while it holds kMaxOutBytes of answers: those not yet written,
+// those waiting in order behind a forwarded one (`queued`), and what its forwarded commands
+// hold or may bring back (`in_flight`); or while kMaxPending answers wait. A forwarded
+// retrieval may bring back its allowance (a share of the room left, at least kMinAllowance); a
+// larger value is fetched again once it heads the connection's answers.
+inline constexpr size_t kMaxOutBytes = size_t{1} << 20;
+inline constexpr size_t kMaxPending = 4096;
+inline constexpr size_t kMinAllowance = size_t{4} << 10;
+inline size_t held(const Conn& c) { return c.out.size() - c.out_off + c.queued + c.in_flight; }
+inline bool has_room(const Conn& c) {
+  return held(c) < kMaxOutBytes && c.pending.size() < kMaxPending;
+}
+// Room in `out` for an answer carrying `value` bytes, made at once: appended piece by piece, a
+// large answer would double the buffer (1 MiB of value, then its "\r\n": 2 MiB kept).
+inline void reserve_answer(std::string& out, size_t value) {
+  if (value > (size_t{4} << 10)) out.reserve(out.size() + value + 512);
+}
+// What a forwarded retrieval may bring back: a sixteenth of the room left, so that many go out
+// at once while the values stay small.
+inline size_t allowance(const Conn& c) {
+  const size_t h = held(c);
+  return std::max(h < kMaxOutBytes ? (kMaxOutBytes - h) / 16 : 0, kMinAllowance);
+}
 
 struct Service::Shard {
   uint32_t index = 0;
@@ -129,6 +193,14 @@ struct Service::Shard {
   std::atomic<bool> inbox_pending{false};
   std::vector<Op*> taken;                        // the swapped-out batch (worker thread)
   std::vector<std::pair<int, uint64_t>> resume;  // connections to parse again (fd, id)
+  // Bytes its connections' buffers hold (Conn::charged summed); the part of it above each
+  // connection's floor, and its share of --memcached-conn-memory for that part (listener.cc,
+  // "The server's total"); the connections waiting for it to have room (fd, id).
+  size_t buffered = 0;
+  size_t excess = 0;
+  size_t budget = SIZE_MAX;
+  std::vector<std::pair<int, uint64_t>> budget_waiters;
+  std::atomic<uint64_t> buffered_bytes{0};  // `buffered`, for stats (any thread)
 
   void count(Counter c, uint64_t n = 1) { store::add_st(counters[c], n); }
 };
@@ -142,7 +214,9 @@ void epoll_set(int ep, int fd, uint32_t events, int op);
 // What a worker does for one command of its own partition, or one forwarded to it: runs it on
 // the engine (through the worker, so that the op log sees every write) and counts it.
 // (commands.cc)
-Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::string& scratch);
+// `count`: false for a retrieval fetched again (Op::deferred), counted the first time.
+Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::string& scratch,
+                    bool count = true);
 
 // One round of worker `w` over its shard `s`. Worker thread only.
 class Connections {
@@ -166,6 +240,11 @@ class Connections {
   void flush_out(Conn& c);
   void close_conn(Conn& c);
   void update_events(Conn& c);
+  bool retrieval_step(Conn& c);
+  void account(Conn& c);
+  void shed();
+  void close_for_memory(Conn& c);
+  void wait_for_budget(Conn& c);
   Conn* find(int fd, uint64_t id) {
     if (fd < 0 || static_cast<size_t>(fd) >= s_.conns.size()) return nullptr;
     Conn* c = s_.conns[fd].get();
@@ -174,6 +253,7 @@ class Connections {
 
   // ---- command execution (commands.cc): each returns whether parsing may go on.
   bool text_command(Conn& c, std::string_view in, size_t* used);
+  void start_retrieval(Conn& c, const TextCommand& cmd);
   bool text_unparsed(Conn& c, const ParseResult& pr);
   bool text_keyed(Conn& c, const TextCommand& cmd);
   bool text_other(Conn& c, const TextCommand& cmd);
@@ -203,6 +283,7 @@ class Connections {
 
   // ---- cross-worker forwarding (forward.cc)
   void submit(Conn& c, Call& call);
+  void refetch(Conn& c, Op* op);
   void broadcast_flush(Conn& c, Call& call);
   void hold_answer(Conn& c, uint64_t barrier, std::string answer);
   uint64_t log_barrier(const Call& call, const Result& r);

@@ -237,15 +237,37 @@ void reset(TextCommand* cmd) {
   cmd->delay = 0;
 }
 
+// A line with no end in its first kMaxLineBytes: a retrieval's head (its verb, gat's
+// exptime) and Parse::kKeys, its keys to be read in pieces; any other line is refused.
+ParseResult long_line(std::string_view in, TextCommand* cmd) {
+  const ParseResult refused{Parse::kClose, in.size(), kLineTooLong, 0};
+  reset(cmd);
+  const size_t verb_end = in.find(' ');
+  if (verb_end == std::string_view::npos) return refused;
+  const std::string_view name = in.substr(0, verb_end);
+  if (name == "get" || name == "gets") {
+    cmd->verb = name == "get" ? Verb::kGet : Verb::kGets;
+    return {Parse::kKeys, verb_end, {}, 0};
+  }
+  if (name != "gat" && name != "gats") return refused;
+  cmd->verb = name == "gat" ? Verb::kGat : Verb::kGats;
+  const size_t b = in.find_first_not_of(' ', verb_end);
+  const size_t e = b == std::string_view::npos ? b : in.find(' ', b);
+  if (e == std::string_view::npos || !parse_num(in.substr(b, e - b), &cmd->exptime))
+    return {Parse::kClose, in.size(), kBadExptime, 0};
+  return {Parse::kKeys, e, {}, 0};
+}
+
 }  // namespace
 
 ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) {
-  const size_t nl = in.find('\n');
+  // Only a line's first kMaxLineBytes are looked at: a longer one is a retrieval read in pieces
+  // or refused, however much of it has come.
+  const size_t nl = in.substr(0, kMaxLineBytes + 1).find('\n');
   if (nl == std::string_view::npos) {
-    if (in.size() > kMaxLineBytes) return {Parse::kClose, in.size(), kLineTooLong, 0};
+    if (in.size() > kMaxLineBytes) return long_line(in, cmd);
     return {};
   }
-  if (nl > kMaxLineBytes) return {Parse::kClose, nl + 1, kLineTooLong, 0};
   const Line l{in, nl + 1, max_value, cmd};
   std::string_view line = in.substr(0, nl);
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -295,6 +317,27 @@ ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd) 
     --nt;
   }
   return parse_fixed(l, std::span<const std::string_view>(tok, nt));
+}
+
+NextKey next_key(std::string_view in) {
+  NextKey r;
+  const size_t b = in.find_first_not_of(' ');
+  if (b == std::string_view::npos) {
+    r.consumed = in.size();
+    return r;
+  }
+  const size_t e = in.find_first_of(" \n", b);
+  if (e == std::string_view::npos) {
+    // No end yet: room for a key of kMaxKeyBytes and the "\r" of a line's end.
+    if (in.size() - b > kMaxKeyBytes + 1) return {KeyScan::kTooLong, in.size(), {}};
+    r.consumed = b;
+    return r;
+  }
+  std::string_view key = in.substr(b, e - b);
+  if (in[e] == '\n' && !key.empty() && key.back() == '\r') key.remove_suffix(1);
+  if (key.empty()) return {KeyScan::kEnd, e + 1, {}};  // only a "\r" before the "\n"
+  if (key.size() > kMaxKeyBytes) return {KeyScan::kTooLong, b + key.size(), {}};
+  return {KeyScan::kKey, b + key.size(), key};
 }
 
 // ---- meta flags -------------------------------------------------------------------------

@@ -13,9 +13,11 @@
 
 namespace fabkv::memcached {
 
-// The longest command line accepted (a multi-get of ~250 maximum-size keys). memcached closes
-// a connection whose line has no newline after 2048 bytes unless it is a get; we answer
-// "CLIENT_ERROR line too long" and close.
+// The longest command line held whole: past it a line is refused ("CLIENT_ERROR line too
+// long", then the connection is closed), except a retrieval's (get, gets, gat, gats), whose
+// keys are then read in pieces (Parse::kKeys, next_key), as memcached reads them, so that a
+// multi-get of any number of keys takes bounded memory. memcached closes a connection whose
+// line has no newline after 2048 bytes unless it is a get.
 inline constexpr size_t kMaxLineBytes = size_t{64} << 10;
 inline constexpr size_t kMaxKeyBytes = 250;  // store/limits.h kMaxKeySize
 
@@ -72,6 +74,8 @@ enum class Parse : uint8_t {
   kSwallow,   // answer `reply`, drop `consumed` bytes and then `swallow` more as they come
               // (a data block too large to take: memcached's conn_swallow); cmd.verb/keys set
   kClose,     // answer `reply` and close the connection
+  kKeys,      // a retrieval line longer than kMaxLineBytes: `consumed` bytes are its verb (and
+              // gat's exptime, in cmd.exptime); its keys follow, read with next_key
 };
 
 struct ParseResult {
@@ -82,8 +86,25 @@ struct ParseResult {
 };
 
 // Parses the first command of `in`. `max_value`: the largest data block taken.
-// Never reads outside `in`; `cmd`'s views point into `in`.
+// Never reads outside `in`; `cmd`'s views point into `in`. A retrieval line held whole is
+// checked whole (a key over 250 bytes refuses the line, as memcached does) and its keys are in
+// cmd.keys; one longer than kMaxLineBytes is Parse::kKeys.
 ParseResult parse_text(std::string_view in, size_t max_value, TextCommand* cmd);
+
+// The next key of a retrieval line whose verb has been read (a key ends at a space or at the
+// line's end; spaces before it are skipped, a "\r" before the "\n" is not part of it).
+enum class KeyScan : uint8_t {
+  kNeedMore,  // no whole key yet: read more (`consumed`: the spaces skipped)
+  kKey,       // `key`; `consumed` bytes up to its end
+  kEnd,       // the line's end: `consumed` bytes through its "\n"
+  kTooLong,   // a key over kMaxKeyBytes: `consumed` bytes of it; the rest of the line is void
+};
+struct NextKey {
+  KeyScan status = KeyScan::kNeedMore;
+  size_t consumed = 0;
+  std::string_view key;  // kKey: a view into `in`
+};
+NextKey next_key(std::string_view in);
 
 // A meta command's key and flags (protocol.txt "Meta Commands"; cmd.verb mg, ms, md, ma or me,
 // as parse_text left it) as the Request it asks of the engine: mg and me a get (T: and a new

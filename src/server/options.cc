@@ -120,6 +120,11 @@ void declare_knobs(Knobs& k, ServerOptions* o) {
           "the largest memcached item (memcached's -I): values up to it are stored through "
           "--memcached on the cache and store engines; the fabric protocols keep --max-value")
       .range(1, store::kMaxValueSizeLimit);
+  s.bytes("memcached_conn_memory", "--memcached-conn-memory", &o->memcached_conn_memory,
+          "what all memcached connections' buffers may hold together; past it they wait, and "
+          "those whose clients have read nothing for 100 ms are closed (docs/memcached.md, "
+          "'Memory bounds'); larger: more slow readers tolerated, more memory at risk")
+      .range(size_t{1} << 20, size_t{1} << 40);
   proto::declare_knobs(k, o);
 }
 

@@ -75,6 +75,10 @@ struct ServerOptions : proto::ProtocolOptions {
   // take values up to it when --memcached is on (engine_max_value); the fabric protocols keep
   // --max-value, which sizes every client's buffers.
   size_t memcached_item_size = size_t{1} << 20;
+  // The bytes all memcached connections' buffers may hold together (input, answers not yet
+  // read, forwarded commands): past it they wait, and those whose clients have read nothing for
+  // a while are closed (docs/memcached.md, "Memory bounds").
+  size_t memcached_conn_memory = size_t{1} << 30;
   // This server's name on a cluster's ketama ring (docs/cluster.md), told to every client in
   // the handshake so that a cluster client whose list names it otherwise refuses it rather
   // than place keys where memcached's clients would not. "" = the ring name of the memcached

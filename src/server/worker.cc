@@ -754,6 +754,10 @@ void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionF
       if (req.op == store::Op::kPut)
         oplog_->append_put(req.key, req.value, r.version, req.put.expire_at, req.put.flags);
       else if (req.op == store::Op::kDel) oplog_->append_del(req.key);
+      // A touch is logged as the PUT it amounts to (the item with its new expiry and its
+      // version kept), so replay and rewrite need no record type of their own.
+      else if (req.op == store::Op::kTouch)
+        oplog_->append_put(req.key, r.value, r.version, r.expire_at, r.flags);
     } else if (oplog_ && req.op == store::Op::kDel && r.status == store::Status::kNotFound) {
       // A DELETE that found nothing is logged too: the cache engine may have evicted the key,
       // and the log's earlier PUT of it would bring it back at the next start.

@@ -123,6 +123,30 @@ Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
   return Status::kOk;
 }
 
+// In place: the item keeps its place in the log, so a touch appends nothing and evicts nothing.
+Status CacheEngine::touch(KeyHash h, std::string_view key, uint32_t expire_at, ItemView* out) {
+  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
+  const std::byte* item = nullptr;
+  ItemHeader hdr{};
+  uint64_t* e = find(h, key, &item, &hdr);
+  if (e != nullptr && expired(hdr)) {
+    *e = 0;
+    add_st(stats_.expired);
+    sub_st(stats_.items);
+    e = nullptr;
+  }
+  if (e == nullptr) {
+    add_st(stats_.misses);
+    return Status::kNotFound;
+  }
+  hdr.expire_at = expire_at;
+  // find() hands out the item read-only; the log is this engine's own memory.
+  layout::store_header(const_cast<std::byte*>(item), hdr);
+  add_st(stats_.hits);
+  if (out != nullptr) *out = layout::item_view(item, hdr);
+  return Status::kOk;
+}
+
 uint64_t CacheEngine::append(std::string_view key, std::string_view value, const ItemHeader& h) {
   const uint64_t size = layout::item_size(key.size(), value.size());
   // Items never straddle the end of the log: skip the rest of the lap instead (the skipped

@@ -54,6 +54,21 @@ std::unique_ptr<Engine> make_engine(EngineKind kind, const EngineOptions& opts) 
   throw std::invalid_argument("store: unknown engine kind");
 }
 
+Status Engine::touch(KeyHash h, std::string_view key, uint32_t expire_at, ItemView* out) {
+  ItemView item;
+  if (Status st = get(h, key, item); st != Status::kOk) return st;
+  // Copied first: the put may reuse the old item's memory. The copy is the view handed out
+  // (an item touched into the past is not found again).
+  touched_value_.assign(item.value);
+  PutOptions o;
+  o.expire_at = expire_at;
+  o.flags = item.flags;
+  o.restore_version = item.version;
+  if (Status st = put(h, key, touched_value_, o); st != Status::kOk) return st;
+  if (out != nullptr) *out = {touched_value_, item.version, expire_at, item.flags};
+  return Status::kOk;
+}
+
 size_t checked_index_buckets(const EngineOptions& opts, size_t bucket_bytes) {
   if (opts.max_value_size > kMaxValueSizeLimit) {
     throw std::runtime_error("store: max_value_size " + std::to_string(opts.max_value_size) +

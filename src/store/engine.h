@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -112,14 +113,15 @@ struct ItemView {
 
 // ---- Batch form --------------------------------------------------------------------------
 
-enum class Op : uint8_t { kGet, kPut, kDel };
+// kTouch: a new expiry (put.expire_at) for a live item, nothing else changed (Engine::touch).
+enum class Op : uint8_t { kGet, kPut, kDel, kTouch };
 
 struct Request {
   Op op = Op::kGet;
   KeyHash hash;  // hash_key(key); the caller usually has it already to pick the partition
   std::string_view key;
   std::string_view value;  // kPut only
-  PutOptions put;          // kPut only
+  PutOptions put;          // kPut; kTouch: put.expire_at only
 };
 
 // Response::location when the engine does not say where an item is.
@@ -127,9 +129,10 @@ inline constexpr uint64_t kNoLocation = ~uint64_t{0};
 
 struct Response {
   Status status = Status::kNotFound;
-  uint64_t version = 0;    // kGet: the item's version; kPut: the new version
-  uint32_t expire_at = 0;  // kGet
-  std::string_view value;  // kGet: valid until the next mutation (see top)
+  uint64_t version = 0;    // kGet, kTouch: the item's version; kPut: the new version
+  uint32_t expire_at = 0;  // kGet, kTouch
+  uint32_t flags = 0;      // kGet, kTouch: the item's client flags (PutOptions::flags)
+  std::string_view value;  // kGet, kTouch: valid until the next mutation (see top)
   // kGet hit, engines whose items clients READ (and that say where): the item's offset in memory();
   // kNoLocation otherwise.
   uint64_t location = kNoLocation;
@@ -184,6 +187,13 @@ class Engine {
   virtual Status put(KeyHash h, std::string_view key, std::string_view value,
                      const PutOptions& opts = {}, uint64_t* new_version = nullptr) = 0;
   virtual Status del(KeyHash h, std::string_view key) = 0;
+  // memcached's touch, gat and mg T: sets a live item's expiry to `expire_at` and changes
+  // nothing else (value, flags and version stay); kNotFound when there is none. The cache and
+  // store engines write the expiry into the item where it is, so a touch appends nothing to the
+  // cache's log and evicts nothing. This default, for the engines whose items clients READ, puts
+  // the item again with its version kept (restore_version). `out` (may be null): the item after
+  // the touch, a view valid until the next put, del or touch.
+  virtual Status touch(KeyHash h, std::string_view key, uint32_t expire_at, ItemView* out);
 
   Status get(std::string_view key, ItemView& out) { return get(hash_key(key), key, out); }
   Status put(std::string_view key, std::string_view value, const PutOptions& opts = {},
@@ -237,6 +247,9 @@ class Engine {
 
  protected:
   PartitionStats stats_;
+
+ private:
+  std::string touched_value_;  // the default touch's copy of the value
 };
 
 // The cache or the store; proto/registry.h's make_engine builds every engine by name.

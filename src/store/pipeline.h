@@ -26,11 +26,21 @@ inline Response execute_one(E& e, const Request& r) {
       resp.status = e.get(r.hash, r.key, v);
       resp.version = v.version;
       resp.expire_at = v.expire_at;
+      resp.flags = v.flags;
       resp.value = v.value;
       break;
     }
     case Op::kPut: resp.status = e.put(r.hash, r.key, r.value, r.put, &resp.version); break;
     case Op::kDel: resp.status = e.del(r.hash, r.key); break;
+    case Op::kTouch: {
+      ItemView v;
+      resp.status = e.touch(r.hash, r.key, r.put.expire_at, &v);
+      resp.version = v.version;
+      resp.expire_at = v.expire_at;
+      resp.flags = v.flags;
+      resp.value = v.value;
+      break;
+    }
   }
   return resp;
 }

@@ -36,6 +36,7 @@ class StoreEngine final : public Engine {
   Status put(KeyHash h, std::string_view key, std::string_view value, const PutOptions& opts = {},
              uint64_t* new_version = nullptr) override;
   Status del(KeyHash h, std::string_view key) override;
+  Status touch(KeyHash h, std::string_view key, uint32_t expire_at, ItemView* out) override;
   void prefetch_index(KeyHash h) const override;
   void prefetch_item(KeyHash h) const override;
   using Engine::run_batch;

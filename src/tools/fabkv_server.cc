@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
       mo.max_conns = o.memcached_max_conns;
       mo.max_value = server::engine_max_value(o);
       mo.memory = o.memory;
+      mo.conn_memory = o.memcached_conn_memory;
       auto front_end = std::make_unique<memcached::Service>(mo, srv->workers());
       memcached_address = front_end->address();
       srv->attach(std::move(front_end), memcached_address);

@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 
 #include <ctime>
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -374,6 +376,63 @@ TEST(Connections, ThousandsServedAndTheLimitAnswersAsMemcached) {
   for (std::string l = probe.line(); l != "END" && l[0] != '<'; l = probe.line())
     if (l.rfind("STAT rejected_connections ", 0) == 0) rejected = std::stoull(l.substr(26));
   EXPECT_GE(rejected, 1u);
+}
+
+// ---- touch --------------------------------------------------------------------------------
+
+// A 64 MB cache holding 40 items of 500 KB; 200 touches of one of them (and gats, mg T). Each
+// used to write the whole item into the cache's log again, which evicted the other 39 while
+// stats still said 40 items. The new expiry is in the op log: a restart replays it.
+TEST(Touch, ChangesOnlyTheExpiryAndEvictsNothing) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    fmt::format("fabkv-touch-{}", getpid());
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> flags = {"--workers", "1",       "--memory",
+                                          "64M",       "--oplog", (dir / "log").string()};
+  constexpr size_t kValue = 500000;
+  uint64_t cas = 0;
+  {
+    McServer server(flags);
+    McConn c(server.port());
+    for (int i = 0; i < 40; ++i)
+      ASSERT_EQ(c.cmd(fmt::format("set k{} 0 0 {}\r\n{}\r\n", i, kValue,
+                                  std::string(kValue, char('a' + i % 26)))),
+                "STORED");
+    const std::string hd = c.cmd("mg k0 c\r\n");
+    ASSERT_EQ(hd.rfind("HD c", 0), 0u) << hd;
+    cas = std::stoull(hd.substr(4));
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_EQ(c.cmd("touch k0 1000\r\n"), "TOUCHED") << i;
+      if (i % 50 == 0) {
+        ASSERT_EQ(c.cmd("gat 1000 k0\r\n"), fmt::format("VALUE k0 0 {}", kValue));
+        ASSERT_EQ(c.bytes(kValue + 2), std::string(kValue, 'a') + "\r\n");
+        ASSERT_EQ(c.line(), "END");
+        ASSERT_EQ(c.cmd("mg k0 T1000\r\n"), "HD");
+      }
+    }
+    for (int i = 0; i < 40; ++i)
+      EXPECT_EQ(c.cmd(fmt::format("mg k{} s\r\n", i)), fmt::format("HD s{}", kValue)) << i;
+    c.send("stats\r\n");
+    std::map<std::string, std::string> st;
+    for (std::string l = c.line(); l.rfind("STAT ", 0) == 0; l = c.line())
+      st[l.substr(5, l.find(' ', 5) - 5)] = l.substr(l.find(' ', 5) + 1);
+    EXPECT_EQ(st["curr_items"], "40");
+    EXPECT_EQ(st["evictions"], "0");
+    EXPECT_EQ(c.cmd("mg k0 c\r\n"), fmt::format("HD c{}", cas));  // the cas is kept
+  }
+  {
+    McServer again(flags);  // the op log replayed
+    McConn c(again.port());
+    const std::string mg = c.cmd("mg k0 t c v\r\n");
+    ASSERT_EQ(mg.rfind(fmt::format("VA {} t", kValue), 0), 0u) << mg;
+    const int ttl = std::stoi(mg.substr(mg.find(" t") + 2));
+    EXPECT_GE(ttl, 980);
+    EXPECT_LE(ttl, 1000);
+    EXPECT_NE(mg.find(fmt::format(" c{}", cas)), std::string::npos) << mg;
+    EXPECT_EQ(c.bytes(kValue + 2), std::string(kValue, 'a') + "\r\n");
+    EXPECT_EQ(c.cmd("mg k39 s\r\n"), fmt::format("HD s{}", kValue));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // ---- binary protocol ----------------------------------------------------------------------

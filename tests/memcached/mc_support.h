@@ -75,9 +75,12 @@ class McServer {
 // A blocking client socket; reads give up after `timeout_ms` (a test failure, never a hang).
 class McConn {
  public:
-  explicit McConn(uint16_t port, int timeout_ms = 10000) {
+  // `rcvbuf` > 0: a receive buffer that small (a client that reads slowly or not at all fills
+  // it, and then the server's answers wait in the server).
+  explicit McConn(uint16_t port, int timeout_ms = 10000, int rcvbuf = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw std::runtime_error("socket failed");
+    if (rcvbuf > 0) setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

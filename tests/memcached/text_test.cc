@@ -2,7 +2,9 @@
 // and every input cut at every byte (a prefix is "need more", never a wrong command).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "memcached/binary.h"
 #include "memcached/exec.h"
@@ -60,6 +62,67 @@ TEST(TextParser, ErrorsAsMemcachedGivesThem) {
   ParseResult swallow = parse_text("set k 0 0 5000000\r\n", 100, &cmd);
   EXPECT_EQ(swallow.status, Parse::kSwallow);
   EXPECT_EQ(swallow.swallow, 5000002u);
+}
+
+// A retrieval line longer than kMaxLineBytes: its head, then its keys one at a time, cut at
+// any byte (what next_key has not seen whole it does not take). Any other long line: refused.
+TEST(TextParser, LongRetrievalLinesAreReadKeyByKey) {
+  TextCommand cmd;
+  std::string keys;
+  for (int i = 0; keys.size() <= kMaxLineBytes; ++i) keys += " k" + std::to_string(i);
+  const std::string line = "gat 100" + keys + "  \r\n";
+  ParseResult head = parse_text(line, 100, &cmd);
+  ASSERT_EQ(head.status, Parse::kKeys);
+  EXPECT_EQ(cmd.verb, Verb::kGat);
+  EXPECT_EQ(cmd.exptime, 100);
+  EXPECT_EQ(head.consumed, 7u);
+  EXPECT_EQ(parse_text("get" + keys, 100, &cmd).status, Parse::kKeys);  // no end yet
+  EXPECT_EQ(parse_text("gets" + keys, 100, &cmd).status, Parse::kKeys);
+  EXPECT_EQ(parse_text("gat x" + keys, 100, &cmd).status, Parse::kClose);
+  EXPECT_EQ(parse_text("mg" + keys, 100, &cmd).status, Parse::kClose);
+  EXPECT_EQ(parse_text("set" + keys, 100, &cmd).status, Parse::kClose);
+  // The keys, read from the whole rest and from every cut of a short stretch.
+  std::vector<std::string> got;
+  std::string_view rest = std::string_view(line).substr(head.consumed);
+  for (;;) {
+    NextKey k = next_key(rest);
+    ASSERT_NE(k.status, KeyScan::kNeedMore);
+    rest.remove_prefix(k.consumed);
+    if (k.status == KeyScan::kEnd) break;
+    ASSERT_EQ(k.status, KeyScan::kKey);
+    got.emplace_back(k.key);
+  }
+  EXPECT_TRUE(rest.empty());
+  ASSERT_EQ(got.size(), static_cast<size_t>(std::count(keys.begin(), keys.end(), ' ')));
+  EXPECT_EQ(got.front(), "k0");
+  const std::string tail = " ab  cd\r\n";
+  for (size_t cut = 0; cut < tail.size(); ++cut) {
+    std::string_view part = std::string_view(tail).substr(0, cut);
+    std::vector<std::string> seen;
+    size_t used = 0;
+    for (NextKey k = next_key(part); k.status != KeyScan::kNeedMore; k = next_key(part)) {
+      part.remove_prefix(k.consumed);
+      used += k.consumed;
+      if (k.status == KeyScan::kKey) seen.emplace_back(k.key);
+    }
+    used += next_key(part).consumed;
+    std::string_view more = std::string_view(tail).substr(used);
+    for (NextKey k = next_key(more); k.status != KeyScan::kNeedMore; k = next_key(more)) {
+      more.remove_prefix(k.consumed);
+      if (k.status == KeyScan::kKey) seen.emplace_back(k.key);
+      if (k.status == KeyScan::kEnd) break;
+    }
+    EXPECT_EQ(seen, (std::vector<std::string>{"ab", "cd"})) << "cut at " << cut;
+  }
+  // A key over 250 bytes, whole or still coming; only a "\r" before the end; an end alone.
+  EXPECT_EQ(next_key(" " + std::string(251, 'k') + " x\r\n").status, KeyScan::kTooLong);
+  EXPECT_EQ(next_key(" " + std::string(252, 'k')).status, KeyScan::kTooLong);
+  EXPECT_EQ(next_key(" " + std::string(250, 'k') + "\r").status, KeyScan::kNeedMore);
+  EXPECT_EQ(next_key("\r").status, KeyScan::kNeedMore);
+  NextKey end = next_key("  \r\nget x\r\n");
+  EXPECT_EQ(end.status, KeyScan::kEnd);
+  EXPECT_EQ(end.consumed, 4u);
+  EXPECT_EQ(next_key("\n").consumed, 1u);
 }
 
 // The meta flags decoded into what the engine is asked: the mode, numbers and ttl of each

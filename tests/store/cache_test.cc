@@ -53,6 +53,20 @@ TEST(CacheEngine, LogWrapsExactlyAtTheBoundary) {
   }
 }
 
+// A touch writes the expiry into the item where it is: the log does not move, so touching one
+// item many times evicts nothing (a touch that put the item again appended a copy each time).
+TEST(CacheEngine, TouchAppendsNothingAndEvictsNothing) {
+  CacheEngine c = make_cache(100 * kItem, 256);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(c.put(key_n(i), value_n(i)), Status::kOk);
+  const uint64_t tail = c.log_tail();
+  for (int n = 0; n < 1000; ++n)
+    ASSERT_EQ(c.touch(hash_key(key_n(0)), key_n(0), 2000000000u + n, nullptr), Status::kOk);
+  EXPECT_EQ(c.log_tail(), tail);
+  ItemView v;
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(c.get(key_n(i), v), Status::kOk) << i;
+  EXPECT_EQ(c.stats().evictions, 0u);
+}
+
 TEST(CacheEngine, ItemThatDoesNotFitTheLapSkipsToTheStart) {
   CacheEngine c = make_cache(100 * kItem + 32, 256);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(c.put(key_n(i), value_n(i)), Status::kOk);

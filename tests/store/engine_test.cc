@@ -302,6 +302,45 @@ TEST_P(EngineTest, ExpiryIsCheckedLazily) {
   EXPECT_EQ(v.expire_at, 0u);
 }
 
+// memcached's touch: a new expiry, and the value, flags and version as they were.
+TEST_P(EngineTest, TouchChangesOnlyTheExpiry) {
+  auto e = make();
+  ASSERT_EQ(e->put("t", "value", PutOptions{.expire_at = clock_.now + 10, .flags = 7}),
+            Status::kOk);
+  ItemView before, after;
+  ASSERT_EQ(e->get("t", before), Status::kOk);
+  ASSERT_EQ(e->touch(hash_key("t"), "t", clock_.now + 100, &after), Status::kOk);
+  EXPECT_EQ(after.value, "value");
+  EXPECT_EQ(after.version, before.version);
+  const std::string name(e->name());
+  if (name == "cache" || name == "store") {  // the others keep no flags
+    EXPECT_EQ(after.flags, 7u);
+  }
+  EXPECT_EQ(after.expire_at, clock_.now + 100);
+  clock_.now += 50;  // past the old expiry, before the new one
+  ItemView v;
+  ASSERT_EQ(e->get("t", v), Status::kOk);
+  EXPECT_EQ(v.expire_at, clock_.now + 50);
+  EXPECT_EQ(v.version, before.version);
+  EXPECT_EQ(e->touch(hash_key("none"), "none", 0, nullptr), Status::kNotFound);
+  // A touch into the past ends the item; a touch of an expired item finds nothing.
+  ASSERT_EQ(e->touch(hash_key("t"), "t", clock_.now, nullptr), Status::kOk);
+  EXPECT_EQ(e->get("t", v), Status::kNotFound);
+  EXPECT_EQ(e->touch(hash_key("t"), "t", 0, nullptr), Status::kNotFound);
+  // The batch form.
+  ASSERT_EQ(e->put("b", "bv", PutOptions{.flags = 3}), Status::kOk);
+  Request r;
+  r.op = Op::kTouch;
+  r.hash = hash_key("b");
+  r.key = "b";
+  r.put.expire_at = clock_.now + 5;
+  Response resp;
+  e->run_batch(std::span<const Request>(&r, 1), std::span<Response>(&resp, 1));
+  EXPECT_EQ(resp.status, Status::kOk);
+  EXPECT_EQ(resp.value, "bv");
+  EXPECT_EQ(resp.expire_at, clock_.now + 5);
+}
+
 TEST_P(EngineTest, ValueMayAliasEngineMemory) {
   auto e = make();
   ASSERT_EQ(e->put("src", std::string(100, 's')), Status::kOk);

@@ -342,6 +342,14 @@ void Engine::run_batch(std::span<const store::Request> reqs, store::CompletionFn
       }
       case store::Op::kPut: r.status = put(q.hash, q.key, q.value, q.put, &r.version); break;
       case store::Op::kDel: r.status = del(q.hash, q.key); break;
+      case store::Op::kTouch: {
+        store::ItemView v;
+        r.status = touch(q.hash, q.key, q.put.expire_at, &v);
+        r.value = v.value;
+        r.version = v.version;
+        r.expire_at = v.expire_at;
+        break;
+      }
     }
     done(i, r);
   }
