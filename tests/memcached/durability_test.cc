@@ -381,6 +381,10 @@ TEST_F(McDurability, AFullDiskRefusesWritesServesReadsAndRecovers) {
   EXPECT_EQ(b->cmd("delete k0\r\n"), refused);
   EXPECT_EQ(b->cmd("incr n 1\r\n"), refused);
   EXPECT_EQ(b->cmd("flush_all\r\n"), refused);
+  // A new expiry is a write too (logged): refused, not answered as a miss.
+  EXPECT_EQ(b->cmd("touch k1 100\r\n"), refused);
+  EXPECT_EQ(b->cmd("gat 100 k1\r\n"), refused);
+  EXPECT_EQ(b->line(), "END");
   // Reads of what is written are answered; k0 is still there (its DELETE was refused). A read
   // of the key whose write waits is refused too: its answer would wait as long as the disk
   // stays full (and with it, a copy of the value per read).
