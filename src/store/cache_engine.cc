@@ -103,12 +103,13 @@ void CacheEngine::prefetch_item(KeyHash h) const {
   return nullptr;
 }
 
-Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
+// The live item of `key` for a read: an expired one is dropped on the way (counted), a miss
+// counted; hits are the caller's to count.
+Status CacheEngine::find_live(KeyHash h, std::string_view key, const std::byte** item,
+                              ItemHeader* hdr) {
   if (Status st = check_key(key, stats_); st != Status::kOk) return st;
-  const std::byte* item = nullptr;
-  ItemHeader hdr{};
-  uint64_t* e = find(h, key, &item, &hdr);
-  if (e != nullptr && expired(hdr)) {
+  uint64_t* e = find(h, key, item, hdr);
+  if (e != nullptr && expired(*hdr)) {
     *e = 0;
     add_st(stats_.expired);
     sub_st(stats_.items);
@@ -118,6 +119,13 @@ Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
     add_st(stats_.misses);
     return Status::kNotFound;
   }
+  return Status::kOk;
+}
+
+Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
+  const std::byte* item = nullptr;
+  ItemHeader hdr{};
+  if (Status st = find_live(h, key, &item, &hdr); st != Status::kOk) return st;
   out = layout::item_view(item, hdr);
   add_st(stats_.hits);
   return Status::kOk;
@@ -125,20 +133,9 @@ Status CacheEngine::get(KeyHash h, std::string_view key, ItemView& out) {
 
 // In place: the item keeps its place in the log, so a touch appends nothing and evicts nothing.
 Status CacheEngine::touch(KeyHash h, std::string_view key, uint32_t expire_at, ItemView* out) {
-  if (Status st = check_key(key, stats_); st != Status::kOk) return st;
   const std::byte* item = nullptr;
   ItemHeader hdr{};
-  uint64_t* e = find(h, key, &item, &hdr);
-  if (e != nullptr && expired(hdr)) {
-    *e = 0;
-    add_st(stats_.expired);
-    sub_st(stats_.items);
-    e = nullptr;
-  }
-  if (e == nullptr) {
-    add_st(stats_.misses);
-    return Status::kNotFound;
-  }
+  if (Status st = find_live(h, key, &item, &hdr); st != Status::kOk) return st;
   hdr.expire_at = expire_at;
   // find() hands out the item read-only; the log is this engine's own memory.
   layout::store_header(const_cast<std::byte*>(item), hdr);

@@ -67,6 +67,8 @@ class CacheEngine final : public Engine {
   // The index entry of `key` (nullptr: none) with its item and header; entries whose items
   // the log overwrote are dropped on the way (counted as evictions). Expiry is the caller's.
   uint64_t* find(KeyHash h, std::string_view key, const std::byte** item, layout::ItemHeader* hdr);
+  Status find_live(KeyHash h, std::string_view key, const std::byte** item,
+                   layout::ItemHeader* hdr);
   uint64_t append(std::string_view key, std::string_view value, const layout::ItemHeader& h);
   void sweep_st(uint64_t appended);
 
