@@ -75,9 +75,9 @@ test-asan: deps
 
 # The threaded parts (control channel server thread, op log writer and rewriter threads, the
 # memcached front end's forwarding between workers, answers held for the op log, in the server
-# processes its tests start) under ThreadSanitizer. Not the soak of memcached's clients nor their
-# 100,000-key multi-gets: their clients' timeouts are set for a server at full speed (they run in
-# the release and ASan passes).
+# processes its tests start) under ThreadSanitizer. Not the soak of memcached's clients, their
+# 100,000-key multi-gets, nor answers_test.py's long line and steady readers: their clients'
+# timeouts and rates are set for a server at full speed (they run in the release and ASan passes).
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
@@ -89,7 +89,7 @@ test-tsan: deps
 	  fabkv_memcached_conns_test fabkv_memcached_durability_test fabkv_memcached_tools_test \
 	  fabkv_memcached_limits_test fabkv_durability_test
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L memcached \
-	  -E 'fuzz|memccapable_w1|memcached_soak|memcached_clients' --timeout 600
+	  -E 'fuzz|memccapable_w1|memcached_soak|memcached_clients|memcached_answers_[lsr]' --timeout 600
 	@cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 FABKV_DURABILITY_RUNS=1 ctest --output-on-failure -j $(JOBS) -R '/Durability' --timeout 600
 
 clean:

@@ -24,7 +24,11 @@ Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::st
   } else {
     r = execute_st(c.req, w.engine(), mutate, scratch);
   }
-  if (!count) return r;
+  if (count) count_result(s, c, r);
+  return r;
+}
+
+void count_result(Service::Shard& s, const Call& c, const Result& r) {
   const bool hit = r.outcome != Outcome::kNotFound && r.outcome != Outcome::kNotStored;
   switch (c.req.kind) {
     case Kind::kGet:
@@ -56,7 +60,6 @@ Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::st
     case Kind::kFlush: s.count(kCmdFlush); break;
     default: s.count(kCmdSet); break;
   }
-  return r;
 }
 
 // ---- text and meta commands -------------------------------------------------------------

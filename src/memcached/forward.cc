@@ -62,8 +62,45 @@ void Connections::submit(Conn& c, Call& call) {
   op->charge = retrieval ? op->allowance : op->key.size() + op->value.size();
   c.in_flight += op->charge;
   c.pending.push_back(op);
-  s_.outbox[owner].push_back(op);
+  forward(c, op);
+}
+
+// Order. A forwarded retrieval whose value turns out too large for its allowance is fetched
+// again later (refetch), and a write sent after it to the same owner would run first and show
+// in its answer (a `get k` answered with the value of the `set k` after it, or a miss after a
+// `delete k`). So while a connection has retrievals out, a forwarded write waits here, and so
+// does everything after it, until those retrievals are answered; retrievals alone go out at
+// once (multi-gets stay pipelined). Local commands run at once: their keys are not any
+// forwarded command's.
+void Connections::forward(Conn& c, Op* op) {
+  const bool retrieval = op->call.req.kind == Kind::kGet || op->call.req.kind == Kind::kGat;
+  if (!c.held_back.empty() || (!retrieval && c.unresolved > 0)) {
+    op->held_back = true;
+    c.held_back.push_back(op);
+    return;
+  }
+  send_forwarded(c, op);
+}
+
+void Connections::send_forwarded(Conn& c, Op* op) {
+  if (op->call.req.kind == Kind::kGet || op->call.req.kind == Kind::kGat) {
+    op->unresolved = true;
+    ++c.unresolved;
+  }
+  s_.outbox[op->owner].push_back(op);
   s_.count(kForwarded);
+}
+
+// Sends what waited behind retrievals now answered (forward()).
+void Connections::release_held_back(Conn& c) {
+  while (!c.held_back.empty()) {
+    Op* op = c.held_back.front();
+    const bool retrieval = op->call.req.kind == Kind::kGet || op->call.req.kind == Kind::kGat;
+    if (!retrieval && c.unresolved > 0) return;
+    c.held_back.pop_front();
+    op->held_back = false;
+    send_forwarded(c, op);
+  }
 }
 
 // A forwarded retrieval whose value was above its allowance (Op::deferred), now at the head of
@@ -90,12 +127,47 @@ void Connections::broadcast_flush(Conn& c, Call& call) {
     op->call = call;
     op->call.req.key = {};
     op->origin = s_.index;
+    op->owner = p;
     op->fd = c.fd;
     op->conn_id = c.id;
     op->in_pending = true;
     c.pending.push_back(op);
-    s_.outbox[p].push_back(op);
+    forward(c, op);
   }
+}
+
+// A forwarded command, run by its key's owner. A retrieval whose value is larger than its
+// allowance is not run at all but deferred (fetched again once it heads its connection's
+// answers, with room for any value): a gat, or an mg with T, is first looked at without the
+// touch, so that a deferred one has touched nothing, logged nothing and counted nothing, and
+// runs once.
+void Connections::run_forwarded(Op* op) {
+  const Request& req = op->call.req;
+  if ((req.kind == Kind::kGet || req.kind == Kind::kGat) && op->allowance != SIZE_MAX) {
+    const bool plain = req.kind == Kind::kGet && !req.touch;
+    Call look;
+    look.req.key = req.key;  // a plain get (Request's default kind)
+    Result r = run_on_owner(s_, w_, plain ? op->call : look, op->scratch, false);
+    if (r.outcome == Outcome::kHit && r.value.size() > op->allowance) {
+      op->deferred = true;
+      return;
+    }
+    if (plain) {
+      count_result(s_, op->call, r);
+      op->res = r;
+      keep_value(op);
+      return;
+    }
+  }
+  op->res = run_on_owner(s_, w_, op->call, op->scratch);
+  keep_value(op);
+}
+
+// A hit's value copied into the op: the engine's view lasts only until a put.
+void Connections::keep_value(Op* op) {
+  if (op->res.outcome != Outcome::kHit) return;
+  op->res_value.assign(op->res.value);
+  op->res.value = op->res_value;
 }
 
 void Connections::take_inbox() {
@@ -118,17 +190,7 @@ void Connections::take_inbox() {
         continue;
       }
       // A command for this partition: run it and send it home.
-      op->res = run_on_owner(s_, w_, op->call, op->scratch, !op->counted);
-      op->counted = true;
-      if (op->res.outcome == Outcome::kHit) {
-        if (op->res.value.size() > op->allowance) {
-          op->deferred = true;  // no room for it yet at its connection: fetched again later
-          op->res.value = {};
-        } else {
-          op->res_value.assign(op->res.value);  // the engine's view lasts only until a put
-          op->res.value = op->res_value;
-        }
-      }
+      run_forwarded(op);
       op->done = true;
       if (const uint64_t barrier = log_barrier(op->call, op->res); barrier != 0) {
         hold_until_durable(barrier, op);  // --oplog-sync always: home once the log has it
@@ -144,6 +206,11 @@ void Connections::take_inbox() {
     if (c != nullptr) {
       c->in_flight -= op->charge;
       op->charge = 0;
+      if (op->unresolved && !op->deferred) {  // answered: what waited behind it may go
+        op->unresolved = false;
+        --c->unresolved;
+        release_held_back(*c);
+      }
       if (touched.empty() || touched.back() != std::pair(c->fd, c->id))
         touched.emplace_back(c->fd, c->id);
     }

@@ -21,10 +21,12 @@
 // read most recently first. So the share is passed only by what connections took in the round
 // that filled it, and a client that reads and sends whole commands is never closed.
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -84,6 +86,19 @@ int64_t now_ms() {
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
 }
+
+// The bytes a socket has not had acknowledged (SIOCOUTQ): they go down as its client reads, even
+// while epoll does not yet call the socket writable (Linux waits for a third of its buffer).
+int unsent(int fd) {
+  int n = 0;
+  return ioctl(fd, SIOCOUTQ, &n) == 0 ? n : 0;
+}
+
+// While the rest of a get line is coming, its input is read even when its answers have no room,
+// up to this much unparsed: clients such as pylibmc and pymemcache send a whole multi-get before
+// they read any answer, and a line longer than the sockets' buffers would otherwise wait for
+// ever. (memcached reads a get line whole.)
+constexpr size_t kMaxGetLineInput = size_t{64} << 20;
 
 // Empties `b` and gives its memory back when it grew past kKeepBufferBytes.
 void reset_buffer(std::string& b) {
@@ -213,6 +228,10 @@ void Connections::close_conn(Conn& c) {
     if (op->arrived || op == c.parked) delete op;
     else op->in_pending = false;  // still out: dropped when it comes back
   }
+  // Commands held back behind retrievals (forward.cc, "Order") were sent whole: they run, their
+  // answers dropped as those of the others still out.
+  for (Op* op : c.held_back) s_.outbox[op->owner].push_back(op);
+  if (s_.overdraft == std::pair(c.fd, c.id)) s_.overdraft = {-1, 0};
   if (c.metadump) svc_.end_metadump();
   s_.buffered -= c.charged;
   s_.excess -= excess(c.charged);
@@ -296,7 +315,7 @@ void Connections::process(Conn& c) {
   if (c.in_off == c.in.size()) {
     reset_buffer(c.in);
     c.in_off = 0;
-  } else if (c.in_off > (64 << 10)) {
+  } else if (c.in_off > (64 << 10) && c.in_off >= c.in.size() / 2) {  // amortised: a long line
     c.in.erase(0, c.in_off);
     c.in_off = 0;
   }
@@ -312,6 +331,7 @@ void Connections::process(Conn& c) {
 bool Connections::retrieval_step(Conn& c) {
   const NextKey k = next_key(std::string_view(c.in).substr(c.in_off));
   c.in_off += k.consumed;
+  c.get.no_newline -= std::min(c.get.no_newline, k.consumed);
   switch (k.status) {
     case KeyScan::kNeedMore: return false;
     case KeyScan::kEnd:
@@ -360,8 +380,15 @@ void Connections::drain_pending(Conn& c) {
     if (op->deferred) {  // a value above its allowance: fetched again, now that it leads
       c.wants = o_.max_value;
       if (others_over_budget(s_, c, c.wants)) {
-        wait_for_budget(c);  // with room for any item in the shard's share
-        return;
+        // Room for any item in the shard's share, or the overdraft: the others' memory may be
+        // answers queued behind their own deferred heads, which wait for room as this one
+        // does. One connection at a time goes on past the share, until that item is written.
+        if (s_.overdraft.first >= 0 && s_.overdraft != std::pair(c.fd, c.id)) {
+          wait_for_budget(c);
+          return;
+        }
+        s_.overdraft = {c.fd, c.id};
+        c.overdraft_until = UINT64_MAX;  // set when its answer is queued to be written
       }
       c.wants = 0;
       refetch(c, op);
@@ -372,6 +399,8 @@ void Connections::drain_pending(Conn& c) {
     reserve_answer(c.out, op->res_value.size());
     if (op->ready) c.out.append(op->res_value);
     else format(op->call, op->res, &c.out);
+    if (c.overdraft_until == UINT64_MAX && s_.overdraft == std::pair(c.fd, c.id))
+      c.overdraft_until = c.written + (c.out.size() - c.out_off);  // the refetched answer's end
     delete op;
   }
 }
@@ -382,6 +411,7 @@ void Connections::flush_out(Conn& c) {
     ssize_t n = write(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off);
     if (n > 0) {
       c.out_off += static_cast<size_t>(n);
+      c.written += static_cast<uint64_t>(n);
       s_.count(kBytesWritten, static_cast<uint64_t>(n));
       c.blocked_since_ms = -1;  // the client reads
       c.read_at_ms = now_ms();
@@ -389,7 +419,10 @@ void Connections::flush_out(Conn& c) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (c.blocked_since_ms < 0) c.blocked_since_ms = now_ms();
+      if (c.blocked_since_ms < 0) {
+        c.blocked_since_ms = now_ms();
+        c.outq = unsent(c.fd);
+      }
       break;
     }
     close_conn(c);  // the peer is gone
@@ -399,7 +432,15 @@ void Connections::flush_out(Conn& c) {
     reset_buffer(c.out);
     c.out_off = 0;
     c.blocked_since_ms = -1;
+  } else if (c.out_off >= kKeepBufferBytes && c.out_off >= c.out.size() / 2) {
+    // What is written goes (at most as many bytes moved as were written): a client that reads
+    // as fast as answers come would otherwise never see the buffer drain, and it would keep
+    // every answer ever sent to it.
+    c.out.erase(0, c.out_off);
+    c.out_off = 0;
   }
+  if (s_.overdraft == std::pair(c.fd, c.id) && c.written >= c.overdraft_until)
+    s_.overdraft = {-1, 0};  // the item it fetched past the share is out
   // quit, or the client's end with every command it sent whole answered (none held back).
   if ((c.closing || (c.eof && !c.stalled)) && c.out.empty() && c.pending.empty()) {
     close_conn(c);
@@ -431,9 +472,11 @@ void Connections::close_for_memory(Conn& c) {
 void Connections::update_events(Conn& c) {
   // Commands are read and taken only while their answers have room (and no listing runs).
   const bool takes = !c.closing && has_room(c) && !c.listing && !over_budget(s_, c);
+  const bool line_coming = c.get.active && !c.closing && !over_budget(s_, c) &&
+                           c.in.size() - c.in_off < kMaxGetLineInput && !line_end_read(c);
   // After the client's end, EPOLLIN would fire forever: what it sent is in the buffer.
-  const bool want_read = !c.eof &&
-                         (takes || (c.partial && !c.closing && has_room(c) && !c.listing));
+  const bool want_read = !c.eof && (takes || line_coming ||
+                                    (c.partial && !c.closing && has_room(c) && !c.listing));
   const bool want_write = c.out_off < c.out.size();
   // Parsing stopped for want of room, and there is room again: what waits in the buffer is
   // taken next round (no EPOLLIN will say it is there: the client may have sent its last bytes
@@ -449,6 +492,16 @@ void Connections::update_events(Conn& c) {
   c.writing = want_write;
   epoll_set(s_.epoll_fd, c.fd, (want_read ? EPOLLIN : 0u) | (want_write ? EPOLLOUT : 0u),
             EPOLL_CTL_MOD);
+}
+
+// Whether the end of the get line being answered is in `c`'s input already (then nothing more
+// of it needs reading). Each byte is looked at once (Retrieval::no_newline).
+bool Connections::line_end_read(Conn& c) {
+  const size_t from = c.in_off + c.get.no_newline;
+  if (from >= c.in.size()) return false;
+  if (std::memchr(c.in.data() + from, '\n', c.in.size() - from) != nullptr) return true;
+  c.get.no_newline = c.in.size() - c.in_off;
+  return false;
 }
 
 // `c` waits for room in its shard's share of --memcached-conn-memory (shed() lets it go on).
@@ -479,6 +532,16 @@ void Connections::shed() {
                                                    : 0;
   const int64_t now = now_ms();
   if (s_.excess > target) {
+    // A client that has read since its socket was seen full is reading, whether or not a write
+    // went out since (epoll may not have called the socket writable yet).
+    for (auto& c : s_.conns) {
+      if (!c || c->blocked_since_ms < 0 || now - c->blocked_since_ms < kStalledMs) continue;
+      if (const int q = unsent(c->fd); q < c->outq) {
+        c->outq = q;
+        c->blocked_since_ms = now;
+        c->read_at_ms = now;
+      }
+    }
     std::vector<Conn*> v;
     auto since = [now](const Conn& c) {  // how long it has stood still, -1: it has not
       if (c.blocked_since_ms >= 0 && now - c.blocked_since_ms >= kStalledMs)

@@ -101,7 +101,8 @@ struct Op {
   bool in_pending = false;  // its connection waits for it to answer in order
   bool ready = false;       // a finished answer in `res_value`, queued behind forwarded ones
   bool deferred = false;    // a hit above `allowance`: to be fetched again (owner sets it)
-  bool counted = false;     // the owner has counted it in the stats (not again when refetched)
+  bool unresolved = false;  // a retrieval counted in Conn::unresolved (origin thread only)
+  bool held_back = false;   // in Conn::held_back, not sent yet (origin thread only)
 };
 
 // A retrieval line (get, gets, gat, gats) being answered key by key: its keys stay in the
@@ -112,6 +113,7 @@ struct Retrieval {
   Verb verb = Verb::kGet;
   uint32_t expire_at = 0;  // gat, gats
   uint64_t keys = 0;       // keys read so far (none at the line's end: ERROR)
+  size_t no_newline = 0;   // bytes of input after the next key known to hold no '\n'
 };
 
 struct Conn {
@@ -149,6 +151,15 @@ struct Conn {
   // more than the floor of them without the command completing (-1: not so).
   bool partial = false;
   int64_t partial_since_ms = -1;
+  // Its forwarded retrievals not answered yet (deferred ones included), and the forwarded
+  // commands held back behind them (forward.cc, "Order"): a write must not reach its owner
+  // before a retrieval sent ahead of it, which a deferred one would otherwise see.
+  size_t unresolved = 0;
+  std::deque<Op*> held_back;
+  uint64_t written = 0;  // answer bytes written to the socket so far
+  // The shard's overdraft (Shard::overdraft) is ours until `written` reaches this.
+  uint64_t overdraft_until = 0;
+  int outq = 0;  // the socket's unsent bytes (SIOCOUTQ) when it was last seen blocked
 };
 
 // Answers in bounded memory (listener.cc): a connection takes no further command, nor the next
@@ -200,6 +211,10 @@ struct Service::Shard {
   size_t excess = 0;
   size_t budget = SIZE_MAX;
   std::vector<std::pair<int, uint64_t>> budget_waiters;
+  // The one connection that may fetch a deferred value again past the share (listener.cc,
+  // drain_pending): without it, connections whose queued answers wait behind their own
+  // deferred heads could wait for each other's room for ever. (fd, id); fd -1: free.
+  std::pair<int, uint64_t> overdraft{-1, 0};
   std::atomic<uint64_t> buffered_bytes{0};  // `buffered`, for stats (any thread)
 
   void count(Counter c, uint64_t n = 1) { store::add_st(counters[c], n); }
@@ -214,9 +229,10 @@ void epoll_set(int ep, int fd, uint32_t events, int op);
 // What a worker does for one command of its own partition, or one forwarded to it: runs it on
 // the engine (through the worker, so that the op log sees every write) and counts it.
 // (commands.cc)
-// `count`: false for a retrieval fetched again (Op::deferred), counted the first time.
+// `count`: false when the caller counts it later (count_result), or not at all.
 Result run_on_owner(Service::Shard& s, server::Worker& w, const Call& c, std::string& scratch,
                     bool count = true);
+void count_result(Service::Shard& s, const Call& c, const Result& r);
 
 // One round of worker `w` over its shard `s`. Worker thread only.
 class Connections {
@@ -241,6 +257,7 @@ class Connections {
   void close_conn(Conn& c);
   void update_events(Conn& c);
   bool retrieval_step(Conn& c);
+  bool line_end_read(Conn& c);
   void account(Conn& c);
   void shed();
   void close_for_memory(Conn& c);
@@ -284,6 +301,11 @@ class Connections {
   // ---- cross-worker forwarding (forward.cc)
   void submit(Conn& c, Call& call);
   void refetch(Conn& c, Op* op);
+  void forward(Conn& c, Op* op);
+  void send_forwarded(Conn& c, Op* op);
+  void run_forwarded(Op* op);
+  void keep_value(Op* op);
+  void release_held_back(Conn& c);
   void broadcast_flush(Conn& c, Call& call);
   void hold_answer(Conn& c, uint64_t barrier, std::string answer);
   uint64_t log_barrier(const Call& call, const Result& r);

@@ -337,7 +337,9 @@ TEST(Buffers, TheServersTotalClosesTheSlowestReaders) {
   }
   auto st = stats(c);
   EXPECT_GE(std::stoull(st["conns_closed_for_memory"]), 50u);
-  EXPECT_LE(std::stoull(st["conn_buffer_bytes"]), 18 * kMiB);
+  // The total, plus per worker one item fetched again past its share (Shard::overdraft) and
+  // what the round that filled it took in.
+  EXPECT_LE(std::stoull(st["conn_buffer_bytes"]), 20 * kMiB);
   // The reader waits at most for the share to have room: until clients holding it have read
   // nothing for 100 ms and are closed (listener.cc kStalledMs), a few times while 100 of them
   // arrive at once (measured: 0.25 to 0.8 s at worst over the 20 GETs).
