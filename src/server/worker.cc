@@ -1,5 +1,7 @@
 #include "server/worker.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -546,6 +548,8 @@ void Worker::bury_retired_st() {
 void Worker::run_st(const std::atomic<bool>& stop) {
   if (!pin_this_thread(core_)) spdlog::warn("worker {}: could not pin to core {}", index_, core_);
   if (local_ != nullptr) local_fd_ = local_->wait_fd(*this);
+  for (int fd : {local_fd_, bell_fd_})
+    if (fd >= 0) extra_[extras_++] = fd;
   uint32_t rounds = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     store::add_st(counters_.rounds);  // poll rounds: fewer per second = busier (fabkv-bench)
@@ -687,6 +691,13 @@ void Worker::block_st(const std::atomic<bool>& stop) {
     idle_rounds_ = 0;
     return;
   }
+  const bool published = !block && asleep_ != nullptr;
+  if (published && !publish_asleep_st()) {
+    sleeping_.store(false, std::memory_order_relaxed);  // a request came in: not now
+    store::add_st(counters_.not_now);
+    idle_rounds_ = 0;
+    return;
+  }
   const auto t0 = Clock::now();
   fabric::Waiter::Woke woke;
   if (block) {
@@ -696,11 +707,18 @@ void Worker::block_st(const std::atomic<bool>& stop) {
     woke = waiter_->wait({}, local_extra(), std::chrono::microseconds(sleep_us_));
     sleep_us_ = std::min(sleep_us_ * 2, o_.poll.sleep_us);
   }
+  bool rung = false;  // by a client: there is a request (not a stray wake-up, see idle_st)
+  if (published) {
+    asleep_->store(0, std::memory_order_relaxed);  // clients stop ringing; we poll again
+    rung = woke == fabric::Waiter::Woke::kFabric && waiter_->fired(bell_fd_);
+  }
   sleeping_.store(false, std::memory_order_relaxed);
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
   switch (woke) {
     case fabric::Waiter::Woke::kPending: store::add_st(counters_.not_now); break;
-    case fabric::Waiter::Woke::kFabric: store::add_st(counters_.woken_by_fabric); break;
+    case fabric::Waiter::Woke::kFabric:
+      store::add_st(rung ? counters_.woken_by_doorbell : counters_.woken_by_fabric);
+      break;
     case fabric::Waiter::Woke::kWake: store::add_st(counters_.woken_by_control); break;
     case fabric::Waiter::Woke::kTimeout: store::add_st(counters_.timeouts); break;
   }
@@ -713,9 +731,23 @@ void Worker::block_st(const std::atomic<bool>& stop) {
   // A timeout leaves the worker idle: the next check blocks again. Anything else (bytes that
   // may be a READ no completion will show, an admission, "not now") earns a full spin.
   if (woke != fabric::Waiter::Woke::kTimeout) idle_rounds_ = 0;
-  if (woke == fabric::Waiter::Woke::kFabric) fabric_woke_ = true;
+  if (woke == fabric::Waiter::Woke::kFabric && !rung) fabric_woke_ = true;
   if (woke == fabric::Waiter::Woke::kTimeout) stretch_ = 0;
   periodic_st();
+}
+
+// The doorbell (common/doorbell.h): drains the bell (rung during the last spell of polling,
+// or by a client that saw the flag just before we cleared it), publishes "asleep", and looks
+// once more. The seq_cst store and the client's fence between its post and its look at the
+// flag make a lost wake-up impossible: either this round sees the request, or the client sees
+// the flag and rings. False when the round found work (the flag is cleared again).
+bool Worker::publish_asleep_st() {
+  uint64_t rung;
+  [[maybe_unused]] ssize_t n = read(bell_fd_, &rung, sizeof rung);  // non-blocking
+  asleep_->store(1, std::memory_order_seq_cst);
+  if (!round_st() && !drain_events_st()) return true;
+  asleep_->store(0, std::memory_order_relaxed);
+  return false;
 }
 
 void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionFn done) {
@@ -1125,6 +1157,8 @@ nlohmann::json Worker::stats() const {
         {"blocks", r(counters_.blocks)},
         {"woken_by_fabric", r(counters_.woken_by_fabric)},
         {"woken_by_control", r(counters_.woken_by_control)},
+        {"woken_by_doorbell", r(counters_.woken_by_doorbell)},
+        {"doorbell", asleep_ != nullptr},
         {"timeouts", r(counters_.timeouts)},
         {"not_now", r(counters_.not_now)},
         {"unexplained_wakes", r(counters_.unexplained_wakes)},
