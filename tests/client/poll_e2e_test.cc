@@ -18,6 +18,7 @@
 
 #include "client/client.h"
 #include "common/deadline.h"
+#include "support/child.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -171,6 +172,108 @@ INSTANTIATE_TEST_SUITE_P(
                       // too (ClientProtocol::own_endpoint).
                       Param{"tcp", "herd", "write", "dgram"}),
     name);
+
+// shm has no wait object, so a sleeping worker publishes a flag in a page its clients map and a
+// client that finds it set after posting rings the worker's eventfd (common/doorbell.h;
+// docs/server.md, "Polling"). Not timed: the server's counters say how each sleep ended. Its
+// sleeps are made long (--poll-sleep-us 10000), so a request that came in a sleep and was
+// answered without the doorbell would show as the sleep's timeout.
+class Doorbell : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    std::vector<std::string> a = server_argv(GetParam(), "adaptive");
+    a.insert(a.end(), {"--poll-sleep-us", "10000"});
+    server_ = std::make_unique<ReadyProcess>(a, ReadyProcess::Stop::kSigterm);
+  }
+  ClientOptions options() const {
+    ClientOptions o;
+    o.server = server_->address();
+    o.provider = GetParam().provider;
+    o.protocol = GetParam().protocol;
+    if (GetParam().protocol == "herd") o.transport = GetParam().transport;
+    o.timeout_ms = 10000;
+    return o;  // the default client: it spins while it waits for an answer
+  }
+  // Sleeps, then requests, `cycles` times; returns the sleeps the doorbell ended meanwhile.
+  uint64_t wake_by_requests(Client& c, int cycles) {
+    const uint64_t rung0 = poll_stats(c).at("woken_by_doorbell").get<uint64_t>();
+    for (int i = 0; i < cycles; ++i) {
+      SCOPED_TRACE("cycle " + std::to_string(i));
+      wait_asleep(c);
+      const std::string key = "bell", value(1 + i, 'b');
+      std::string got;
+      if (i % 2 == 0) {
+        EXPECT_EQ(c.put(key, value), Status::kOk);
+      } else {
+        EXPECT_EQ(c.get(key, &got), Status::kOk);
+        EXPECT_EQ(got, std::string(i, 'b'));
+      }
+    }
+    return poll_stats(c).at("woken_by_doorbell").get<uint64_t>() - rung0;
+  }
+  // Until the worker has slept once more, then 30 ms: it sleeps again (each sleep up to 10 ms,
+  // one after the other while nothing comes).
+  void wait_asleep(Client& c) {
+    const uint64_t before = poll_stats(c).at("blocks").get<uint64_t>();
+    Deadline d = Deadline::after_ms(10000);
+    while (poll_stats(c).at("blocks").get<uint64_t>() <= before && !d.expired())
+      std::this_thread::sleep_for(milliseconds(5));
+    std::this_thread::sleep_for(milliseconds(30));
+  }
+  std::unique_ptr<ReadyProcess> server_;
+};
+
+// Every request after a quiet spell finds the worker asleep and rings it: the sleep ends by the
+// doorbell, not by its timeout (a few may come in the worker's polling spell between two
+// sleeps, or its last look before one, and need no ring).
+TEST_P(Doorbell, AClientWakesASleepingWorker) {
+  auto c = Client::connect(options());
+  nlohmann::json pc = c->protocol_counters();
+  ASSERT_EQ(pc.value("doorbell", std::string("none offered")), "open") << pc.dump();
+  EXPECT_EQ(poll_stats(*c).at("doorbell"), true);
+  const uint64_t rung = wake_by_requests(*c, 10);
+  EXPECT_GE(rung, 7u) << poll_stats(*c).dump();
+  EXPECT_GE(c->protocol_counters().at("doorbell_rings").get<uint64_t>(), rung);
+}
+
+// A client killed at any instant (mid-request, mid-ring) cannot leave the flag wrong or the
+// worker asleep for the others: clients never write the flag, and a bell it rang last costs one
+// wake-up. Checked by the survivor's requests after each kill still ringing the worker awake.
+TEST_P(Doorbell, AKilledClientLeavesTheDoorbellRight) {
+  auto c = Client::connect(options());
+  for (int kill = 0; kill < 3; ++kill) {
+    SCOPED_TRACE("kill " + std::to_string(kill));
+    testing::Child victim(
+        {FABKV_VICTIM_BIN, server_->address(), GetParam().provider, GetParam().protocol,
+         GetParam().protocol == "herd" ? GetParam().transport : "", std::to_string(kill)});
+    std::string line;
+    ASSERT_TRUE(victim.proc().read_line(&line, Deadline::after_ms(30000)))
+        << victim.stderr_excerpt();
+    ASSERT_EQ(line.rfind("READY", 0), 0u) << line;
+    std::this_thread::sleep_for(milliseconds(20 + 37 * kill));
+    ASSERT_TRUE(victim.kill());
+    EXPECT_GE(wake_by_requests(*c, 6), 4u) << poll_stats(*c).dump();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shm, Doorbell,
+    ::testing::Values(Param{"shm", "herd", "send"}, Param{"shm", "herd", "write"},
+                      Param{"shm", "server-reply", "write"}, Param{"shm", "pilaf", "send"}),
+    name);
+
+// tcp offers no doorbell: any bytes wake the blocked worker (tests/fabric/wait_test.cc).
+TEST(DoorbellTcp, NoneOfferedOnTcp) {
+  ReadyProcess server(server_argv({"tcp", "herd", "write"}, "adaptive"),
+                      ReadyProcess::Stop::kSigterm);
+  ClientOptions o;
+  o.server = server.address();
+  o.provider = "tcp";
+  o.timeout_ms = 10000;
+  auto c = Client::connect(o);
+  EXPECT_FALSE(c->layout().contains("doorbell"));
+  EXPECT_EQ(poll_stats(*c).at("doorbell"), false);
+}
 
 // An idle server with one client connected: adaptive stays far below a core. The bound is
 // loose (30% of the wall time; it measures ~1% or less) so that a loaded CI machine cannot
