@@ -45,6 +45,9 @@ constexpr auto kMaxBlock = std::chrono::milliseconds(10);
 // An adaptive worker's polling time doubles after each wake-up by the fabric that brought no
 // sign of work, up to 2^kMaxStretch times --poll-spin-us (see idle_st).
 constexpr uint32_t kMaxStretch = 10;
+// A worker with a doorbell that found a request right after a sleep timed out (a client that
+// does not ring) keeps its sleeps within --poll-sleep-us for this long (block_st).
+constexpr int64_t kUntrustedMs = 10000;
 // What an adaptive worker did the last time it was idle (stats "poll.idle_wait").
 constexpr std::array<const char*, 3> kIdleWaitNames = {"none yet", "block", "sleep"};
 
@@ -601,6 +604,16 @@ bool Worker::round_st() {
 void Worker::idle_st(bool active, const std::atomic<bool>& stop) {
   if (!active)
     for (auto& side : sides_) active |= side->busy_st();
+  if (active && after_timeout_) {
+    // Work right after a sleep that timed out: a client posted without ringing, unless its
+    // ring came between the timeout and our flag's clearing (the bell is rung then).
+    uint64_t rung;
+    if (read(bell_fd_, &rung, sizeof rung) != sizeof rung) {
+      store::add_st(counters_.not_rung);
+      distrust_until_ = Clock::now() + std::chrono::milliseconds(kUntrustedMs);
+    }
+  }
+  after_timeout_ = false;
   if (active) {
     idle_rounds_ = 0;
     sleep_us_ = PollOptions::kFirstSleepUs;
@@ -705,7 +718,14 @@ void Worker::block_st(const std::atomic<bool>& stop) {
                          local_extra(), kMaxBlock);
   } else {
     woke = waiter_->wait({}, local_extra(), std::chrono::microseconds(sleep_us_));
-    sleep_us_ = std::min(sleep_us_ * 2, o_.poll.sleep_us);
+    // Clients that ring wake us when they need us: sleeps may grow to a block's length, so
+    // that an idle worker with clients connected wakes 100 times a second, not 1000.
+    const uint32_t cap = published && t0 >= distrust_until_
+                             ? std::max<uint32_t>(o_.poll.sleep_us,
+                                                  std::chrono::microseconds(kMaxBlock).count())
+                             : o_.poll.sleep_us;
+    sleep_cap_us_.store(cap, std::memory_order_relaxed);
+    sleep_us_ = std::min(sleep_us_ * 2, cap);
   }
   bool rung = false;  // by a client: there is a request (not a stray wake-up, see idle_st)
   if (published) {
@@ -733,6 +753,7 @@ void Worker::block_st(const std::atomic<bool>& stop) {
   if (woke != fabric::Waiter::Woke::kTimeout) idle_rounds_ = 0;
   if (woke == fabric::Waiter::Woke::kFabric && !rung) fabric_woke_ = true;
   if (woke == fabric::Waiter::Woke::kTimeout) stretch_ = 0;
+  after_timeout_ = published && woke == fabric::Waiter::Woke::kTimeout;
   periodic_st();
 }
 
@@ -1159,6 +1180,8 @@ nlohmann::json Worker::stats() const {
         {"woken_by_control", r(counters_.woken_by_control)},
         {"woken_by_doorbell", r(counters_.woken_by_doorbell)},
         {"doorbell", asleep_ != nullptr},
+        {"not_rung", r(counters_.not_rung)},
+        {"sleep_cap_us", sleep_cap_us_.load(std::memory_order_relaxed)},
         {"timeouts", r(counters_.timeouts)},
         {"not_now", r(counters_.not_now)},
         {"unexplained_wakes", r(counters_.unexplained_wakes)},

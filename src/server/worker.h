@@ -306,7 +306,14 @@ class Worker final : public proto::ServerHost {
   int local_fd_ = -1;  // local_->wait_fd(*this), read once at the start of run_st
   std::atomic<uint32_t>* asleep_ = nullptr;  // attach_doorbell: our flag in the doorbell page
   int bell_fd_ = -1;                         // and the eventfd clients ring
-  std::array<int, 2> extra_{};               // local_extra(): local_fd_, bell_fd_ (those >= 0)
+  // The doorbell lets sleeps grow to kMaxBlock while every client rings (block_st); a request
+  // found right after a sleep that timed out says one does not (an older client, one that
+  // could not open the doorbell), and sleeps stay within poll.sleep_us until kUntrustedMs
+  // pass without another.
+  bool after_timeout_ = false;
+  Clock::time_point distrust_until_{};
+  std::atomic<uint32_t> sleep_cap_us_{0};  // the longest sleep now (stats; 0: none yet)
+  std::array<int, 2> extra_{};             // local_extra(): local_fd_, bell_fd_ (those >= 0)
   size_t extras_ = 0;
 
   std::mutex mu_;
@@ -335,7 +342,7 @@ class Worker final : public proto::ServerHost {
         regions_reclaimed{0}, log_refused{0};
     // adaptive: times the worker blocked or slept, how each ended, and for how long in all.
     std::atomic<uint64_t> blocks{0}, woken_by_fabric{0}, woken_by_control{0}, timeouts{0},
-        not_now{0}, idle_us{0}, unexplained_wakes{0}, woken_by_doorbell{0};
+        not_now{0}, idle_us{0}, unexplained_wakes{0}, woken_by_doorbell{0}, not_rung{0};
   };
   Counters counters_;
   std::atomic<uint32_t> active_clients_{0};
