@@ -85,7 +85,7 @@ void Session::open(const std::string& host) {
 
 void Session::open_doorbell() {
   auto it = layout_.find("doorbell");
-  if (it == layout_.end()) return;
+  if (it == layout_.end() || settings_.test.no_doorbell) return;
   workers_ = std::max<uint32_t>(1, layout_.value("workers", 1u));
   std::string why;
   doorbell_ = DoorbellClient::open(*it, &why);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "client/testing.h"
 #include "common/deadline.h"
 #include "support/child.h"
 #include "support/ready_process.h"
@@ -71,6 +72,16 @@ double cpu_seconds(pid_t pid) {
 }
 
 nlohmann::json poll_stats(Client& c) { return c.stats().at("workers").at(0).at("poll"); }
+
+// Until the worker has slept once more, then 30 ms: it sleeps again (each sleep up to 10 ms,
+// one after the other while nothing comes).
+void wait_asleep(Client& c) {
+  const uint64_t before = poll_stats(c).at("blocks").get<uint64_t>();
+  Deadline d = Deadline::after_ms(10000);
+  while (poll_stats(c).at("blocks").get<uint64_t>() <= before && !d.expired())
+    std::this_thread::sleep_for(milliseconds(5));
+  std::this_thread::sleep_for(milliseconds(30));
+}
 
 class AdaptivePoll : public ::testing::TestWithParam<Param> {
  protected:
@@ -211,15 +222,6 @@ class Doorbell : public ::testing::TestWithParam<Param> {
     }
     return poll_stats(c).at("woken_by_doorbell").get<uint64_t>() - rung0;
   }
-  // Until the worker has slept once more, then 30 ms: it sleeps again (each sleep up to 10 ms,
-  // one after the other while nothing comes).
-  void wait_asleep(Client& c) {
-    const uint64_t before = poll_stats(c).at("blocks").get<uint64_t>();
-    Deadline d = Deadline::after_ms(10000);
-    while (poll_stats(c).at("blocks").get<uint64_t>() <= before && !d.expired())
-      std::this_thread::sleep_for(milliseconds(5));
-    std::this_thread::sleep_for(milliseconds(30));
-  }
   std::unique_ptr<ReadyProcess> server_;
 };
 
@@ -234,6 +236,7 @@ TEST_P(Doorbell, AClientWakesASleepingWorker) {
   const uint64_t rung = wake_by_requests(*c, 10);
   EXPECT_GE(rung, 7u) << poll_stats(*c).dump();
   EXPECT_GE(c->protocol_counters().at("doorbell_rings").get<uint64_t>(), rung);
+  EXPECT_EQ(poll_stats(*c).at("not_rung"), 0u) << poll_stats(*c).dump();
 }
 
 // A client killed at any instant (mid-request, mid-ring) cannot leave the flag wrong or the
@@ -261,6 +264,41 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Param{"shm", "herd", "send"}, Param{"shm", "herd", "write"},
                       Param{"shm", "server-reply", "write"}, Param{"shm", "pilaf", "send"}),
     name);
+
+// While every client rings, sleeps grow to 10 ms (an idle worker wakes 100 times a second, not
+// 1000). A client that does not ring (an older one, or one without the permission; here the
+// test hook) has its requests found only when a sleep times out: the worker notices
+// (not_rung) and keeps its sleeps within --poll-sleep-us (1000 by default), as without a
+// doorbell, so that such a client waits no longer than it did before doorbells.
+TEST(DoorbellNotRung, SleepsStayShortForAClientThatDoesNotRing) {
+  ReadyProcess server(server_argv({"shm", "herd", "write"}, "adaptive"),
+                      ReadyProcess::Stop::kSigterm);
+  ClientOptions o;
+  o.server = server.address();
+  o.provider = "shm";
+  o.timeout_ms = 10000;
+  auto ringing = Client::connect(o);
+  ASSERT_EQ(ringing->put("k", "v"), Status::kOk);
+  for (int i = 0; i < 3; ++i) wait_asleep(*ringing);
+  nlohmann::json p = poll_stats(*ringing);
+  EXPECT_EQ(p.at("sleep_cap_us"), 10000u) << p.dump();
+  EXPECT_EQ(p.at("not_rung"), 0u) << p.dump();
+
+  testing::ClientHooks hooks;
+  hooks.no_doorbell = true;
+  auto silent = testing::connect(o, hooks);
+  EXPECT_FALSE(silent->protocol_counters().contains("doorbell"));
+  for (int i = 0; i < 6; ++i) {
+    wait_asleep(*silent);
+    std::string v;
+    ASSERT_EQ(silent->get("k", &v), Status::kOk);
+    EXPECT_EQ(v, "v");
+  }
+  wait_asleep(*silent);
+  p = poll_stats(*silent);
+  EXPECT_GE(p.at("not_rung").get<uint64_t>(), 1u) << p.dump();
+  EXPECT_EQ(p.at("sleep_cap_us"), 1000u) << p.dump();
+}
 
 // tcp offers no doorbell: any bytes wake the blocked worker (tests/fabric/wait_test.cc).
 TEST(DoorbellTcp, NoneOfferedOnTcp) {
