@@ -92,8 +92,10 @@ void Session::open_doorbell() {
   if (!doorbell_) doorbell_why_ = why;
 }
 
-void Session::ring(std::string_view key) {
-  if (!doorbell_->any_asleep()) return;  // the common case, one fence and a load per worker
+void Session::ring(const proto::ClientRequest& r) {
+  // The common case first: one fence and a load per worker.
+  if (!doorbell_->any_asleep() || !proto_->needs_worker(r)) return;
+  const std::string_view key = r.key;
   if (key.empty() || workers_ == 1) {
     doorbell_->ring_all();
     return;

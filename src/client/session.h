@@ -46,7 +46,7 @@ class Session final : public proto::ClientHost {
   // ---- data path
   Status submit(const proto::ClientRequest& r, Callback&& cb) {
     const Status st = proto_->submit(r, std::move(cb));
-    if (doorbell_ && st == Status::kOk) ring(r.key);
+    if (doorbell_ && st == Status::kOk) ring(r);
     return st;
   }
   Status blocking(const proto::ClientRequest& r, std::string* out_value, uint64_t* out_version);
@@ -120,9 +120,9 @@ class Session final : public proto::ClientHost {
   // Welcome; without it (another host, no permission) requests wake a sleeping worker only
   // when its sleep ends, as before.
   void open_doorbell();
-  // After posting a request for `key`: rings its worker if it sleeps (every sleeping worker
+  // After posting `r`: rings its worker if it sleeps and `r` needs it (every sleeping worker
   // for a request without a key: the sequencers').
-  void ring(std::string_view key);
+  void ring(const proto::ClientRequest& r);
 
   ClientOptions o_;
   proto::ClientSettings settings_;  // what the protocol sees of o_ (and of the test hooks)

@@ -233,8 +233,11 @@ TEST_P(Doorbell, AClientWakesASleepingWorker) {
   nlohmann::json pc = c->protocol_counters();
   ASSERT_EQ(pc.value("doorbell", std::string("none offered")), "open") << pc.dump();
   EXPECT_EQ(poll_stats(*c).at("doorbell"), true);
+  // pilaf's GETs are READs the client serves alone on shm: they ring nothing (needs_worker),
+  // so only its 5 PUTs do.
+  const bool pilaf = GetParam().protocol == "pilaf";
   const uint64_t rung = wake_by_requests(*c, 10);
-  EXPECT_GE(rung, 7u) << poll_stats(*c).dump();
+  EXPECT_GE(rung, pilaf ? 4u : 7u) << poll_stats(*c).dump();
   EXPECT_GE(c->protocol_counters().at("doorbell_rings").get<uint64_t>(), rung);
   EXPECT_EQ(poll_stats(*c).at("not_rung"), 0u) << poll_stats(*c).dump();
 }
@@ -255,7 +258,8 @@ TEST_P(Doorbell, AKilledClientLeavesTheDoorbellRight) {
     ASSERT_EQ(line.rfind("READY", 0), 0u) << line;
     std::this_thread::sleep_for(milliseconds(20 + 37 * kill));
     ASSERT_TRUE(victim.kill());
-    EXPECT_GE(wake_by_requests(*c, 6), 4u) << poll_stats(*c).dump();
+    EXPECT_GE(wake_by_requests(*c, 6), GetParam().protocol == "pilaf" ? 2u : 4u)
+        << poll_stats(*c).dump();
   }
 }
 
