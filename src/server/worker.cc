@@ -559,6 +559,8 @@ void Worker::run_st(const std::atomic<bool>& stop) {
     if ((++rounds & 1023) == 0) periodic_st();
     const bool events = drain_events_st();
     const bool active = round_st();
+    // An admission is no request a client failed to ring for (idle_st's not_rung).
+    if (events) after_timeout_ = false;
     if (adaptive_) idle_st(active || events, stop);
   }
   // Finish what is in hand: answer collected requests (those waiting for the log too, once it
@@ -766,6 +768,9 @@ bool Worker::publish_asleep_st() {
   uint64_t rung;
   [[maybe_unused]] ssize_t n = read(bell_fd_, &rung, sizeof rung);  // non-blocking
   asleep_->store(1, std::memory_order_seq_cst);
+  // No load of the round below may pass the store (a seq_cst store alone does not order later
+  // plain loads everywhere; on x86 the store is a full barrier already).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!round_st() && !drain_events_st()) return true;
   asleep_->store(0, std::memory_order_relaxed);
   return false;
