@@ -2,7 +2,7 @@
 # A quiet server against a busy one (issue 39, part 2; docs/results/quiet-2026-11-29.md): the
 # p50 of one GET after GAP us of silence against `fabkv-server` with default flags (--poll
 # adaptive), next to the same GETs back to back, one bare wake-up (fabkv-sparse --wake-anchor)
-# and memcached after the same pause (scripts/memcached-sparse.py: a blocking kernel-TCP
+# and memcached after the same pause (scripts/sparse.py memcached: a blocking kernel-TCP
 # socket, as pymemcache waits). Server (or memcached) on core 0, client on core 1.
 #
 #   scripts/quiet-bench.sh OUT_DIR BIN_DIR [BIN_DIR...]
@@ -68,9 +68,9 @@ for round in $(seq "$ROUNDS"); do
     taskset -c 0 memcached -u "$(id -un)" -p "$port" -U 0 -l 127.0.0.1 -t 1 >"$OUT/mc.out" 2>&1 &
     SERVER_PID=$!
     sleep 0.5
-    mc="$ROOT/scripts/memcached-sparse.py"
-    echo "quiet memcached tcp text $round $(python3 "$mc" "$port" "$GAP" "$COUNT" 1 | p50)"
-    echo "b2b memcached tcp text $round $(python3 "$mc" "$port" 0 2000 1 | p50)"
+    mc="$ROOT/scripts/sparse.py"
+    echo "quiet memcached tcp text $round $(python3 "$mc" memcached "$port" "$GAP" "$COUNT" 1 | p50)"
+    echo "b2b memcached tcp text $round $(python3 "$mc" memcached "$port" 0 2000 1 | p50)"
     kill "$SERVER_PID"
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=""
