@@ -7,7 +7,6 @@
 #include "fabric/rxm.h"
 #include "proto/json.h"
 #include "proto/registry.h"
-#include "store/hash.h"
 
 namespace fabkv {
 
@@ -80,29 +79,6 @@ void Session::open(const std::string& host) {
     ep_.reset();
   }
   polls_memory_ = proto_->polls_memory();
-  open_doorbell();
-}
-
-void Session::open_doorbell() {
-  auto it = layout_.find("doorbell");
-  if (it == layout_.end() || settings_.test.no_doorbell) return;
-  workers_ = std::max<uint32_t>(1, layout_.value("workers", 1u));
-  std::string why;
-  doorbell_ = DoorbellClient::open(*it, &why);
-  if (!doorbell_) doorbell_why_ = why;
-}
-
-void Session::ring(const proto::ClientRequest& r) {
-  // The common case first: one fence and a load per worker.
-  if (!doorbell_->any_asleep() || !proto_->needs_worker(r)) return;
-  const std::string_view key = r.key;
-  if (key.empty() || workers_ == 1) {
-    doorbell_->ring_all();
-    return;
-  }
-  // The partition's worker only (store/hash.h: the same choice the protocols make): waking
-  // another for nothing would cost it a polling spell.
-  doorbell_->ring(store::partition_of(store::hash_key(key), workers_));
 }
 
 void Session::open_fabric(const std::string& provider, const std::string& host) {
@@ -221,7 +197,6 @@ size_t Session::dispatch() {
 }
 
 void Session::reap() {
-  if (doorbell_) doorbell_->ring_all();
   dispatch();
   if (polls_memory_) proto_->poll();
 }
@@ -300,7 +275,7 @@ Status Session::blocking(const proto::ClientRequest& r, std::string* out_value,
     uint64_t* version;
   } w{false, Status::kError, out_value, out_version};
   // One pointer captured: the callback fits std::function's small buffer, no allocation.
-  Status st = submit(r, [p = &w](Status s, std::string_view v, uint64_t ver) {
+  Status st = proto_->submit(r, [p = &w](Status s, std::string_view v, uint64_t ver) {
     p->done = true;
     p->result = s;
     if (p->value && s == Status::kOk) p->value->assign(v.data(), v.size());
@@ -322,18 +297,6 @@ Status Session::flush() {
   }
   check_control(true);
   return gone_ ? Status::kServerGone : Status::kOk;
-}
-
-nlohmann::json Session::protocol_counters() const {
-  nlohmann::json j = proto_->counters();
-  if (!j.is_object()) return j;
-  if (doorbell_) {
-    j["doorbell"] = "open";
-    j["doorbell_rings"] = doorbell_->rings();
-  } else if (!doorbell_why_.empty()) {
-    j["doorbell"] = doorbell_why_;
-  }
-  return j;
 }
 
 fabric::VerbSnapshot Session::counters() const {

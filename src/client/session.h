@@ -19,7 +19,6 @@
 
 #include "client/client.h"
 #include "common/deadline.h"
-#include "common/doorbell.h"
 #include "common/poll.h"
 #include "control/client.h"
 #include "fabric/endpoint.h"
@@ -45,9 +44,7 @@ class Session final : public proto::ClientHost {
 
   // ---- data path
   Status submit(const proto::ClientRequest& r, Callback&& cb) {
-    const Status st = proto_->submit(r, std::move(cb));
-    if (doorbell_ && st == Status::kOk) ring(r);
-    return st;
+    return proto_->submit(r, std::move(cb));
   }
   Status blocking(const proto::ClientRequest& r, std::string* out_value, uint64_t* out_version);
   // One round of progress: completions, memory-polled answers, and every 128 rounds (or once
@@ -62,9 +59,7 @@ class Session final : public proto::ClientHost {
 
   // ---- the rest of Client's API
   nlohmann::json stats();
-  // The protocol's counters, and the doorbell's: "doorbell" (open, or why not, or absent when
-  // the server offers none) and "doorbell_rings" (system calls made to wake a worker).
-  nlohmann::json protocol_counters() const;
+  nlohmann::json protocol_counters() const { return proto_->counters(); }
   // The session's endpoint and the protocol's own (herd's datagram answers), together.
   fabric::VerbSnapshot counters() const;
   const nlohmann::json& layout() const { return layout_; }
@@ -74,13 +69,8 @@ class Session final : public proto::ClientHost {
   fabric::Fabric& fabric() override { return *fabric_; }
   fabric::Endpoint& endpoint() override { return *ep_; }
   const proto::ClientSettings& settings() const override { return settings_; }
-  // A protocol retrying a post calls these: its worker may sleep (a full queue, a first
-  // contact that waits for it on shm), so every sleeping worker is rung first.
   void reap() override;
-  void drive() override {
-    if (doorbell_) doorbell_->ring_all();
-    poll();
-  }
+  void drive() override { poll(); }
   bool alive(bool now) override {
     check_control(now);
     return !gone_;
@@ -116,13 +106,6 @@ class Session final : public proto::ClientHost {
   // behind the one being handled (the WRITE completion that frees its slot may be one of
   // them); a batch held in an outer frame stalled such a wait until its deadline.
   size_t dispatch();
-  // The server's doorbell, when its layout offers one (common/doorbell.h): opened after the
-  // Welcome; without it (another host, no permission) requests wake a sleeping worker only
-  // when its sleep ends, as before.
-  void open_doorbell();
-  // After posting `r`: rings its worker if it sleeps and `r` needs it (every sleeping worker
-  // for a request without a key: the sequencers').
-  void ring(const proto::ClientRequest& r);
 
   ClientOptions o_;
   proto::ClientSettings settings_;  // what the protocol sees of o_ (and of the test hooks)
@@ -131,9 +114,6 @@ class Session final : public proto::ClientHost {
   std::optional<control::ControlClient> ctl_;
   nlohmann::json layout_;
   std::unique_ptr<proto::ClientProtocol> proto_;
-  std::unique_ptr<DoorbellClient> doorbell_;
-  uint32_t workers_ = 1;          // the layout's, for ring()
-  std::string doorbell_why_;      // why the server's doorbell could not be opened
   bool polls_memory_ = false;     // proto_->polls_memory(), asked once
   bool followed_server_ = false;  // greet() opened the server's fabric in place of our guess
   uint32_t spins_ = 0;

@@ -81,10 +81,4 @@ Waiter::Woke Waiter::wait(std::span<Endpoint* const> eps, std::span<const int> e
   return fabric ? Woke::kFabric : Woke::kWake;
 }
 
-bool Waiter::fired(int fd) const {
-  for (size_t i = 1; i < pfds_.size(); ++i)
-    if (pfds_[i].fd == fd) return pfds_[i].revents != 0;
-  return false;
-}
-
 }  // namespace fabkv::fabric

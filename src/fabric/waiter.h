@@ -58,9 +58,6 @@ class Waiter {
   // (a client's reliable endpoint and its datagram endpoint, proto/herd/dgram.h).
   Woke wait(std::span<Endpoint* const> eps, std::span<const int> extra,
             std::chrono::microseconds timeout);
-  // Did descriptor `fd` (one of the last wait()'s `extra`) fire in that wait? For a caller that
-  // tells its wake-ups apart (a server worker: a client's doorbell, common/doorbell.h).
-  bool fired(int fd) const;
 
  private:
   int event_fd_ = -1;

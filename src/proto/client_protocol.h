@@ -128,15 +128,6 @@ class ClientProtocol {
   virtual size_t min_multi_recv() const { return 0; }
   // True when answers arrive in local memory that poll() must look at (set at open()).
   virtual bool polls_memory() const { return false; }
-  // Does `r` need its worker's attention where one-sided READs are served without it (shm, the
-  // only provider with a doorbell: the initiator copies by cross-memory attach)? A request that
-  // does not (pilaf's and FaRM's GETs: READs alone) does not ring a sleeping worker's doorbell
-  // (common/doorbell.h), which would cost the request a system call and the worker a wake-up
-  // for nothing.
-  virtual bool needs_worker(const ClientRequest& r) const {
-    (void)r;
-    return true;
-  }
   // An endpoint of the protocol's own, opened waitable, whose completions poll() reaps (herd's
   // datagram answers, proto/herd/dgram.h): a session that blocks when idle wakes for it too.
   // nullptr when none (set at open()).

@@ -39,10 +39,6 @@ struct ClientTestHooks {
   // drtm: the holder stalls this many ms between taking a lock and its WRITE, as a
   // descheduled process would (docs/drtm.md, "A late holder").
   int drtm_stall_holding_lock_ms = 0;
-  // The client never opens the server's doorbell (common/doorbell.h), as a client of an older
-  // fabkv or one without the permission: it never rings a sleeping worker
-  // (tests/client/poll_e2e_test.cc: the worker notices and keeps its sleeps short).
-  bool no_doorbell = false;
 };
 
 struct ClientSettings {

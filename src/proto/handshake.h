@@ -20,9 +20,7 @@
 
 namespace fabkv::proto {
 
-// What every Welcome says, whatever the protocol (server/server.cc, Server::on_hello). An
-// adaptive server on shm adds "doorbell", read apart (common/doorbell.h: DoorbellServer::layout,
-// DoorbellClient::open), which a client that does not know it ignores.
+// What every Welcome says, whatever the protocol (server/server.cc, Server::on_hello).
 struct SessionLayout {
   uint16_t client = 0;  // the client's index: its slots in every worker's regions
   uint16_t epoch = 0;   // bumped each time the index is reused

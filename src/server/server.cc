@@ -107,7 +107,6 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
   fo.rxm.largest_message = o.max_value + store::kMaxKeySize + 64;
   if (!o.oplog.empty()) check_oplog_workers(o);
   for (uint32_t w = 0; w < o.workers; ++w) workers_.push_back(std::make_unique<Worker>(w, o, fo));
-  open_doorbell();
 
   control::ControlServer::Handlers h;
   h.on_hello = [this](uint64_t s, const control::Hello& hello) { return on_hello(s, hello); };
@@ -133,22 +132,6 @@ Server::Server(const ServerOptions& options) : o_(options), clients_(options.max
 }
 
 Server::~Server() { stop(); }
-
-// shm has no wait object (docs/fabric.md, "Blocking"): an adaptive worker sleeps, and its
-// clients, all on this host, wake it by its doorbell when they find it asleep. Without one (no
-// memfd or eventfd) workers sleep as before, waking for requests after a sleep at most.
-void Server::open_doorbell() {
-  if (o_.poll.mode != PollMode::kAdaptive || fabric::core_provider(provider()) != "shm") return;
-  try {
-    doorbell_ = std::make_unique<DoorbellServer>(o_.workers);
-  } catch (const std::exception& e) {
-    spdlog::warn("no doorbell for sleeping workers: {}", e.what());
-    return;
-  }
-  for (uint32_t w = 0; w < o_.workers; ++w)
-    workers_[w]->attach_doorbell(&doorbell_->asleep(w), doorbell_->bell(w));
-  doorbell_layout_ = doorbell_->layout();
-}
 
 std::string Server::address() const { return control_->address(); }
 const std::string& Server::provider() const { return workers_.at(0)->provider(); }
@@ -297,7 +280,6 @@ control::Welcome Server::welcome(uint32_t index, uint16_t epoch, const proto::In
                                                .provider = provider(),
                                                .name = name};
   layout.update(parts.layout);
-  if (doorbell_) layout["doorbell"] = doorbell_layout_;
   std::string s = layout.dump();
   w.payload.assign(s.begin(), s.end());
   return w;

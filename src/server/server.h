@@ -13,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/doorbell.h"
 #include "control/server.h"
 #include "server/options.h"
 #include "server/worker.h"
@@ -60,7 +59,6 @@ class Server {
   control::Welcome welcome(uint32_t index, uint16_t epoch, const proto::Info& p,
                            proto::WelcomeParts parts, const std::string& name) const;
   void on_close(uint64_t session);
-  void open_doorbell();
   // A control request no generic code answers: each worker's protocols that know it.
   nlohmann::json protocol_request(const std::string& op) const;
 
@@ -70,11 +68,7 @@ class Server {
   std::atomic<bool> stop_{false};
   std::unique_ptr<control::ControlServer> control_;
   std::unique_ptr<LocalWork> front_end_;  // attach(); runs in the workers' loops
-  // --poll adaptive on shm: how local clients wake a sleeping worker (common/doorbell.h), and
-  // what of it the Welcome's layout carries ("doorbell").
-  std::unique_ptr<DoorbellServer> doorbell_;
-  nlohmann::json doorbell_layout_;
-  std::string name_;  // name()
+  std::string name_;                      // name()
 
   // The client table (control thread and stats readers), and name_, which attach() may set
   // after the control channel is open.

@@ -1,7 +1,5 @@
 #include "server/worker.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -45,9 +43,6 @@ constexpr auto kMaxBlock = std::chrono::milliseconds(10);
 // An adaptive worker's polling time doubles after each wake-up by the fabric that brought no
 // sign of work, up to 2^kMaxStretch times --poll-spin-us (see idle_st).
 constexpr uint32_t kMaxStretch = 10;
-// A worker with a doorbell that found a request right after a sleep timed out (a client that
-// does not ring) keeps its sleeps within --poll-sleep-us for this long (block_st).
-constexpr int64_t kUntrustedMs = 10000;
 // What an adaptive worker did the last time it was idle (stats "poll.idle_wait").
 constexpr std::array<const char*, 3> kIdleWaitNames = {"none yet", "block", "sleep"};
 
@@ -551,16 +546,12 @@ void Worker::bury_retired_st() {
 void Worker::run_st(const std::atomic<bool>& stop) {
   if (!pin_this_thread(core_)) spdlog::warn("worker {}: could not pin to core {}", index_, core_);
   if (local_ != nullptr) local_fd_ = local_->wait_fd(*this);
-  for (int fd : {local_fd_, bell_fd_})
-    if (fd >= 0) extra_[extras_++] = fd;
   uint32_t rounds = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     store::add_st(counters_.rounds);  // poll rounds: fewer per second = busier (fabkv-bench)
     if ((++rounds & 1023) == 0) periodic_st();
     const bool events = drain_events_st();
     const bool active = round_st();
-    // An admission is no request a client failed to ring for (idle_st's not_rung).
-    if (events) after_timeout_ = false;
     if (adaptive_) idle_st(active || events, stop);
   }
   // Finish what is in hand: answer collected requests (those waiting for the log too, once it
@@ -606,16 +597,6 @@ bool Worker::round_st() {
 void Worker::idle_st(bool active, const std::atomic<bool>& stop) {
   if (!active)
     for (auto& side : sides_) active |= side->busy_st();
-  if (active && after_timeout_) {
-    // Work right after a sleep that timed out: a client posted without ringing, unless its
-    // ring came between the timeout and our flag's clearing (the bell is rung then).
-    uint64_t rung;
-    if (read(bell_fd_, &rung, sizeof rung) != sizeof rung) {
-      store::add_st(counters_.not_rung);
-      distrust_until_ = Clock::now() + std::chrono::milliseconds(kUntrustedMs);
-    }
-  }
-  after_timeout_ = false;
   if (active) {
     idle_rounds_ = 0;
     sleep_us_ = PollOptions::kFirstSleepUs;
@@ -706,13 +687,6 @@ void Worker::block_st(const std::atomic<bool>& stop) {
     idle_rounds_ = 0;
     return;
   }
-  const bool published = !block && asleep_ != nullptr;
-  if (published && !publish_asleep_st()) {
-    sleeping_.store(false, std::memory_order_relaxed);  // a request came in: not now
-    store::add_st(counters_.not_now);
-    idle_rounds_ = 0;
-    return;
-  }
   const auto t0 = Clock::now();
   fabric::Waiter::Woke woke;
   if (block) {
@@ -720,27 +694,13 @@ void Worker::block_st(const std::atomic<bool>& stop) {
                          local_extra(), kMaxBlock);
   } else {
     woke = waiter_->wait({}, local_extra(), std::chrono::microseconds(sleep_us_));
-    // Clients that ring wake us when they need us: sleeps may grow to a block's length, so
-    // that an idle worker with clients connected wakes 100 times a second, not 1000.
-    const uint32_t cap = published && t0 >= distrust_until_
-                             ? std::max<uint32_t>(o_.poll.sleep_us,
-                                                  std::chrono::microseconds(kMaxBlock).count())
-                             : o_.poll.sleep_us;
-    sleep_cap_us_.store(cap, std::memory_order_relaxed);
-    sleep_us_ = std::min(sleep_us_ * 2, cap);
-  }
-  bool rung = false;  // by a client: there is a request (not a stray wake-up, see idle_st)
-  if (published) {
-    asleep_->store(0, std::memory_order_relaxed);  // clients stop ringing; we poll again
-    rung = woke == fabric::Waiter::Woke::kFabric && waiter_->fired(bell_fd_);
+    sleep_us_ = std::min(sleep_us_ * 2, o_.poll.sleep_us);
   }
   sleeping_.store(false, std::memory_order_relaxed);
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
   switch (woke) {
     case fabric::Waiter::Woke::kPending: store::add_st(counters_.not_now); break;
-    case fabric::Waiter::Woke::kFabric:
-      store::add_st(rung ? counters_.woken_by_doorbell : counters_.woken_by_fabric);
-      break;
+    case fabric::Waiter::Woke::kFabric: store::add_st(counters_.woken_by_fabric); break;
     case fabric::Waiter::Woke::kWake: store::add_st(counters_.woken_by_control); break;
     case fabric::Waiter::Woke::kTimeout: store::add_st(counters_.timeouts); break;
   }
@@ -753,27 +713,9 @@ void Worker::block_st(const std::atomic<bool>& stop) {
   // A timeout leaves the worker idle: the next check blocks again. Anything else (bytes that
   // may be a READ no completion will show, an admission, "not now") earns a full spin.
   if (woke != fabric::Waiter::Woke::kTimeout) idle_rounds_ = 0;
-  if (woke == fabric::Waiter::Woke::kFabric && !rung) fabric_woke_ = true;
+  if (woke == fabric::Waiter::Woke::kFabric) fabric_woke_ = true;
   if (woke == fabric::Waiter::Woke::kTimeout) stretch_ = 0;
-  after_timeout_ = published && woke == fabric::Waiter::Woke::kTimeout;
   periodic_st();
-}
-
-// The doorbell (common/doorbell.h): drains the bell (rung during the last spell of polling,
-// or by a client that saw the flag just before we cleared it), publishes "asleep", and looks
-// once more. The seq_cst store and the client's fence between its post and its look at the
-// flag make a lost wake-up impossible: either this round sees the request, or the client sees
-// the flag and rings. False when the round found work (the flag is cleared again).
-bool Worker::publish_asleep_st() {
-  uint64_t rung;
-  [[maybe_unused]] ssize_t n = read(bell_fd_, &rung, sizeof rung);  // non-blocking
-  asleep_->store(1, std::memory_order_seq_cst);
-  // No load of the round below may pass the store (a seq_cst store alone does not order later
-  // plain loads everywhere; on x86 the store is a full barrier already).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!round_st() && !drain_events_st()) return true;
-  asleep_->store(0, std::memory_order_relaxed);
-  return false;
 }
 
 void Worker::execute_st(std::span<const store::Request> reqs, store::CompletionFn done) {
@@ -1183,10 +1125,6 @@ nlohmann::json Worker::stats() const {
         {"blocks", r(counters_.blocks)},
         {"woken_by_fabric", r(counters_.woken_by_fabric)},
         {"woken_by_control", r(counters_.woken_by_control)},
-        {"woken_by_doorbell", r(counters_.woken_by_doorbell)},
-        {"doorbell", asleep_ != nullptr},
-        {"not_rung", r(counters_.not_rung)},
-        {"sleep_cap_us", sleep_cap_us_.load(std::memory_order_relaxed)},
         {"timeouts", r(counters_.timeouts)},
         {"not_now", r(counters_.not_now)},
         {"unexplained_wakes", r(counters_.unexplained_wakes)},

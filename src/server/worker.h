@@ -16,7 +16,6 @@
 // from any thread.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -112,13 +111,6 @@ class Worker final : public proto::ServerHost {
   void wake();
   // Local work the loop also runs (the memcached front end); before run_st starts.
   void attach(LocalWork* work) { local_ = work; }
-  // --poll adaptive where nothing of the fabric wakes a sleeping worker (shm): the flag it
-  // publishes while it sleeps and the eventfd its clients ring then (common/doorbell.h).
-  // Before run_st starts.
-  void attach_doorbell(std::atomic<uint32_t>* asleep, int bell) {
-    asleep_ = asleep;
-    bell_fd_ = bell;
-  }
   // Work for this worker was queued (LocalWork::pending_st now says so): wakes it if it
   // blocks or sleeps. Any thread.
   void notify();
@@ -233,9 +225,9 @@ class Worker final : public proto::ServerHost {
   void periodic_st();
   void idle_st(bool active, const std::atomic<bool>& stop);
   void block_st(const std::atomic<bool>& stop);
-  // The descriptors a wait watches besides the fabric's: the local work's, the doorbell's.
-  std::span<const int> local_extra() const { return std::span<const int>(extra_.data(), extras_); }
-  bool publish_asleep_st();
+  std::span<const int> local_extra() const {
+    return local_fd_ >= 0 ? std::span<const int>(&local_fd_, 1) : std::span<const int>();
+  }
   uint64_t remote_ops_st();
   void open_oplog();
   bool release_durable_st();
@@ -304,17 +296,6 @@ class Worker final : public proto::ServerHost {
 
   LocalWork* local_ = nullptr;
   int local_fd_ = -1;  // local_->wait_fd(*this), read once at the start of run_st
-  std::atomic<uint32_t>* asleep_ = nullptr;  // attach_doorbell: our flag in the doorbell page
-  int bell_fd_ = -1;                         // and the eventfd clients ring
-  // The doorbell lets sleeps grow to kMaxBlock while every client rings (block_st); a request
-  // found right after a sleep that timed out says one does not (an older client, one that
-  // could not open the doorbell), and sleeps stay within poll.sleep_us until kUntrustedMs
-  // pass without another.
-  bool after_timeout_ = false;
-  Clock::time_point distrust_until_{};
-  std::atomic<uint32_t> sleep_cap_us_{0};  // the longest sleep now (stats; 0: none yet)
-  std::array<int, 2> extra_{};             // local_extra(): local_fd_, bell_fd_ (those >= 0)
-  size_t extras_ = 0;
 
   std::mutex mu_;
   std::deque<Event> events_;
@@ -342,7 +323,7 @@ class Worker final : public proto::ServerHost {
         regions_reclaimed{0}, log_refused{0};
     // adaptive: times the worker blocked or slept, how each ended, and for how long in all.
     std::atomic<uint64_t> blocks{0}, woken_by_fabric{0}, woken_by_control{0}, timeouts{0},
-        not_now{0}, idle_us{0}, unexplained_wakes{0}, woken_by_doorbell{0}, not_rung{0};
+        not_now{0}, idle_us{0}, unexplained_wakes{0};
   };
   Counters counters_;
   std::atomic<uint32_t> active_clients_{0};

@@ -8,23 +8,10 @@
 //
 //   fabkv-sparse --server 127.0.0.1:7000 --gap-us 2000 --count 2000 [--protocol herd] [--core 1]
 //   fabkv-sparse --server 127.0.0.1:7000 --gap-us 12000000 --count 1   # hold an idle client
-//   fabkv-sparse --wake-anchor 0 --gap-us 20000 --count 200             # one wake-up, no server
-//
-// --wake-anchor CORE measures the anchor a quiet GET is held against (docs/server.md,
-// "Polling"): one wake-up of a thread pinned to CORE that blocks in ppoll on an eventfd (as an
-// idle worker does) by a write from this thread after the gap, and its answer, a write to an
-// eventfd this thread spins on. No fabric, no server: what the kernel and the machine charge
-// for waking a sleeping thread on another core and hearing back.
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -36,56 +23,10 @@
 using Clock = std::chrono::steady_clock;
 using Clock_t = Clock::time_point;
 
-namespace {
-
-// --wake-anchor: the wake-up alone. Returns the latencies (ns) of `n` wake-and-answer turns.
-std::vector<uint64_t> wake_anchor(int core, int gap_us, int n, bool spin_gap) {
-  const int bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  const int answer = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  std::atomic<bool> stop{false};
-  std::thread sleeper([&] {
-    if (core >= 0) fabkv::pin_this_thread(core);
-    pollfd p{bell, POLLIN, 0};
-    const timespec ts{0, 10'000'000};  // bounded as a worker's wait (10 ms)
-    while (!stop.load(std::memory_order_relaxed)) {
-      if (ppoll(&p, 1, &ts, nullptr) <= 0) continue;
-      uint64_t v;
-      if (read(bell, &v, sizeof v) == sizeof v) {
-        const uint64_t one = 1;
-        [[maybe_unused]] ssize_t w = write(answer, &one, sizeof one);
-      }
-    }
-  });
-  std::vector<uint64_t> ns;
-  for (int i = 0; i < n; ++i) {
-    const auto until = Clock::now() + std::chrono::microseconds(gap_us);
-    if (!spin_gap) std::this_thread::sleep_until(until);
-    while (Clock::now() < until) {
-    }
-    const auto t0 = Clock::now();
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t w = write(bell, &one, sizeof one);
-    uint64_t v;
-    while (read(answer, &v, sizeof v) != sizeof v) {
-    }
-    ns.push_back(static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
-  }
-  stop = true;
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t w = write(bell, &one, sizeof one);
-  sleeper.join();
-  close(bell);
-  close(answer);
-  return ns;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"fabkv-sparse: the latency of GETs spaced out so the server goes idle between them"};
   fabkv::ClientOptions o;
-  int gap_us = 2000, count = 2000, core = 1, anchor = -2;
+  int gap_us = 2000, count = 2000, core = 1;
   bool spin_gap = false;
   app.add_option("--server", o.server, "control channel HOST:PORT")->capture_default_str();
   app.add_option("--protocol", o.protocol, "access protocol")->capture_default_str();
@@ -99,30 +40,9 @@ int main(int argc, char** argv) {
                "spin through the gap instead of sleeping (on a busy host a spinning client is "
                "descheduled at random, inside GETs too)");
   app.add_option("--core", core, "core to pin this client to (-1: none)")->capture_default_str();
-  app.add_option("--wake-anchor", anchor,
-                 "no server: measure one wake-up of a thread blocked in ppoll on this core "
-                 "(-1: not pinned) and its answer, the anchor a quiet GET is held against");
   CLI11_PARSE(app, argc, argv);
   if (core >= 0 && !fabkv::pin_this_thread(core))
     std::fprintf(stderr, "fabkv-sparse: could not pin to core %d\n", core);
-  const auto print = [&](const fabkv::LatencyHistogram& h, double gap_sum_us) {
-    std::printf("%s\n",
-                fmt::format("gap_us={} real_gap_us={:.0f} count={} mean_us={:.1f} "
-                            "p50_us={:.1f} p90_us={:.1f} p99_us={:.1f} max_us={:.1f}",
-                            gap_us, count > 1 ? gap_sum_us / (count - 1) : 0.0, h.count(),
-                            h.mean_ns() / 1e3, static_cast<double>(h.quantile_ns(0.5)) / 1e3,
-                            static_cast<double>(h.quantile_ns(0.9)) / 1e3,
-                            static_cast<double>(h.quantile_ns(0.99)) / 1e3,
-                            static_cast<double>(h.max_ns()) / 1e3)
-                    .c_str());
-  };
-  if (anchor > -2) {
-    fabkv::LatencyHistogram h;
-    const std::vector<uint64_t> ns = wake_anchor(anchor, gap_us, count + 10, spin_gap);
-    for (size_t i = 10; i < ns.size(); ++i) h.record(ns[i]);
-    print(h, 0.0);
-    return 0;
-  }
   std::unique_ptr<fabkv::Client> kv;
   try {
     kv = fabkv::Client::connect(o);
@@ -158,6 +78,13 @@ int main(int argc, char** argv) {
     }
     prev = t0;
   }
-  print(h, gap_sum_us);
+  std::printf("%s\n", fmt::format("gap_us={} real_gap_us={:.0f} count={} mean_us={:.1f} "
+                                  "p50_us={:.1f} p90_us={:.1f} p99_us={:.1f} max_us={:.1f}",
+                                  gap_us, count > 1 ? gap_sum_us / (count - 1) : 0.0, h.count(),
+                                  h.mean_ns() / 1e3, static_cast<double>(h.quantile_ns(0.5)) / 1e3,
+                                  static_cast<double>(h.quantile_ns(0.9)) / 1e3,
+                                  static_cast<double>(h.quantile_ns(0.99)) / 1e3,
+                                  static_cast<double>(h.max_ns()) / 1e3)
+                          .c_str());
   return 0;
 }

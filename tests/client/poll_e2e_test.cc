@@ -17,9 +17,7 @@
 #include <thread>
 
 #include "client/client.h"
-#include "client/testing.h"
 #include "common/deadline.h"
-#include "support/child.h"
 #include "support/ready_process.h"
 
 namespace fabkv {
@@ -72,16 +70,6 @@ double cpu_seconds(pid_t pid) {
 }
 
 nlohmann::json poll_stats(Client& c) { return c.stats().at("workers").at(0).at("poll"); }
-
-// Until the worker has slept once more, then 30 ms: it sleeps again (each sleep up to 10 ms,
-// one after the other while nothing comes).
-void wait_asleep(Client& c) {
-  const uint64_t before = poll_stats(c).at("blocks").get<uint64_t>();
-  Deadline d = Deadline::after_ms(10000);
-  while (poll_stats(c).at("blocks").get<uint64_t>() <= before && !d.expired())
-    std::this_thread::sleep_for(milliseconds(5));
-  std::this_thread::sleep_for(milliseconds(30));
-}
 
 class AdaptivePoll : public ::testing::TestWithParam<Param> {
  protected:
@@ -183,139 +171,6 @@ INSTANTIATE_TEST_SUITE_P(
                       // too (ClientProtocol::own_endpoint).
                       Param{"tcp", "herd", "write", "dgram"}),
     name);
-
-// shm has no wait object, so a sleeping worker publishes a flag in a page its clients map and a
-// client that finds it set after posting rings the worker's eventfd (common/doorbell.h;
-// docs/server.md, "Polling"). Not timed: the server's counters say how each sleep ended. Its
-// sleeps are made long (--poll-sleep-us 10000), so a request that came in a sleep and was
-// answered without the doorbell would show as the sleep's timeout.
-class Doorbell : public ::testing::TestWithParam<Param> {
- protected:
-  void SetUp() override {
-    std::vector<std::string> a = server_argv(GetParam(), "adaptive");
-    a.insert(a.end(), {"--poll-sleep-us", "10000"});
-    server_ = std::make_unique<ReadyProcess>(a, ReadyProcess::Stop::kSigterm);
-  }
-  ClientOptions options() const {
-    ClientOptions o;
-    o.server = server_->address();
-    o.provider = GetParam().provider;
-    o.protocol = GetParam().protocol;
-    if (GetParam().protocol == "herd") o.transport = GetParam().transport;
-    o.timeout_ms = 10000;
-    return o;  // the default client: it spins while it waits for an answer
-  }
-  // Sleeps, then requests, `cycles` times; returns the sleeps the doorbell ended meanwhile.
-  uint64_t wake_by_requests(Client& c, int cycles) {
-    const uint64_t rung0 = poll_stats(c).at("woken_by_doorbell").get<uint64_t>();
-    for (int i = 0; i < cycles; ++i) {
-      SCOPED_TRACE("cycle " + std::to_string(i));
-      wait_asleep(c);
-      const std::string key = "bell", value(1 + i, 'b');
-      std::string got;
-      if (i % 2 == 0) {
-        EXPECT_EQ(c.put(key, value), Status::kOk);
-      } else {
-        EXPECT_EQ(c.get(key, &got), Status::kOk);
-        EXPECT_EQ(got, std::string(i, 'b'));
-      }
-    }
-    return poll_stats(c).at("woken_by_doorbell").get<uint64_t>() - rung0;
-  }
-  std::unique_ptr<ReadyProcess> server_;
-};
-
-// Every request after a quiet spell finds the worker asleep and rings it: the sleep ends by the
-// doorbell, not by its timeout (a few may come in the worker's polling spell between two
-// sleeps, or its last look before one, and need no ring).
-TEST_P(Doorbell, AClientWakesASleepingWorker) {
-  auto c = Client::connect(options());
-  nlohmann::json pc = c->protocol_counters();
-  ASSERT_EQ(pc.value("doorbell", std::string("none offered")), "open") << pc.dump();
-  EXPECT_EQ(poll_stats(*c).at("doorbell"), true);
-  // pilaf's GETs are READs the client serves alone on shm: they ring nothing (needs_worker),
-  // so only its 5 PUTs do.
-  const bool pilaf = GetParam().protocol == "pilaf";
-  const uint64_t rung = wake_by_requests(*c, 10);
-  EXPECT_GE(rung, pilaf ? 4u : 7u) << poll_stats(*c).dump();
-  EXPECT_GE(c->protocol_counters().at("doorbell_rings").get<uint64_t>(), rung);
-  EXPECT_EQ(poll_stats(*c).at("not_rung"), 0u) << poll_stats(*c).dump();
-}
-
-// A client killed at any instant (mid-request, mid-ring) cannot leave the flag wrong or the
-// worker asleep for the others: clients never write the flag, and a bell it rang last costs one
-// wake-up. Checked by the survivor's requests after each kill still ringing the worker awake.
-TEST_P(Doorbell, AKilledClientLeavesTheDoorbellRight) {
-  auto c = Client::connect(options());
-  for (int kill = 0; kill < 3; ++kill) {
-    SCOPED_TRACE("kill " + std::to_string(kill));
-    testing::Child victim(
-        {FABKV_VICTIM_BIN, server_->address(), GetParam().provider, GetParam().protocol,
-         GetParam().protocol == "herd" ? GetParam().transport : "", std::to_string(kill)});
-    std::string line;
-    ASSERT_TRUE(victim.proc().read_line(&line, Deadline::after_ms(30000)))
-        << victim.stderr_excerpt();
-    ASSERT_EQ(line.rfind("READY", 0), 0u) << line;
-    std::this_thread::sleep_for(milliseconds(20 + 37 * kill));
-    ASSERT_TRUE(victim.kill());
-    EXPECT_GE(wake_by_requests(*c, 6), GetParam().protocol == "pilaf" ? 2u : 4u)
-        << poll_stats(*c).dump();
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Shm, Doorbell,
-    ::testing::Values(Param{"shm", "herd", "send"}, Param{"shm", "herd", "write"},
-                      Param{"shm", "server-reply", "write"}, Param{"shm", "pilaf", "send"}),
-    name);
-
-// While every client rings, sleeps grow to 10 ms (an idle worker wakes 100 times a second, not
-// 1000). A client that does not ring (an older one, or one without the permission; here the
-// test hook) has its requests found only when a sleep times out: the worker notices
-// (not_rung) and keeps its sleeps within --poll-sleep-us (1000 by default), as without a
-// doorbell, so that such a client waits no longer than it did before doorbells.
-TEST(DoorbellNotRung, SleepsStayShortForAClientThatDoesNotRing) {
-  ReadyProcess server(server_argv({"shm", "herd", "write"}, "adaptive"),
-                      ReadyProcess::Stop::kSigterm);
-  ClientOptions o;
-  o.server = server.address();
-  o.provider = "shm";
-  o.timeout_ms = 10000;
-  auto ringing = Client::connect(o);
-  ASSERT_EQ(ringing->put("k", "v"), Status::kOk);
-  for (int i = 0; i < 3; ++i) wait_asleep(*ringing);
-  nlohmann::json p = poll_stats(*ringing);
-  EXPECT_EQ(p.at("sleep_cap_us"), 10000u) << p.dump();
-  EXPECT_EQ(p.at("not_rung"), 0u) << p.dump();
-
-  testing::ClientHooks hooks;
-  hooks.no_doorbell = true;
-  auto silent = testing::connect(o, hooks);
-  EXPECT_FALSE(silent->protocol_counters().contains("doorbell"));
-  for (int i = 0; i < 6; ++i) {
-    wait_asleep(*silent);
-    std::string v;
-    ASSERT_EQ(silent->get("k", &v), Status::kOk);
-    EXPECT_EQ(v, "v");
-  }
-  wait_asleep(*silent);
-  p = poll_stats(*silent);
-  EXPECT_GE(p.at("not_rung").get<uint64_t>(), 1u) << p.dump();
-  EXPECT_EQ(p.at("sleep_cap_us"), 1000u) << p.dump();
-}
-
-// tcp offers no doorbell: any bytes wake the blocked worker (tests/fabric/wait_test.cc).
-TEST(DoorbellTcp, NoneOfferedOnTcp) {
-  ReadyProcess server(server_argv({"tcp", "herd", "write"}, "adaptive"),
-                      ReadyProcess::Stop::kSigterm);
-  ClientOptions o;
-  o.server = server.address();
-  o.provider = "tcp";
-  o.timeout_ms = 10000;
-  auto c = Client::connect(o);
-  EXPECT_FALSE(c->layout().contains("doorbell"));
-  EXPECT_EQ(poll_stats(*c).at("doorbell"), false);
-}
 
 // An idle server with one client connected: adaptive stays far below a core. The bound is
 // loose (30% of the wall time; it measures ~1% or less) so that a loaded CI machine cannot

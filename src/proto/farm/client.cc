@@ -38,9 +38,6 @@ class FarmClient final : public proto::ClientProtocol {
     return r;
   }
   bool polls_memory() const override { return true; }  // answers to PUT/DEL land in the ring
-  bool needs_worker(const proto::ClientRequest& r) const override {
-    return r.op != proto::ClientOp::kGet || !reader_;
-  }
 
   Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kGet) return rpc_->submit(r, std::move(cb));

@@ -43,9 +43,6 @@ class PilafClient final : public proto::ClientProtocol {
     return r;
   }
   size_t min_multi_recv() const override { return rpc_.min_multi_recv(); }
-  bool needs_worker(const proto::ClientRequest& r) const override {
-    return r.op != proto::ClientOp::kGet || !reader_;
-  }
 
   Status submit(const proto::ClientRequest& r, Callback&& cb) override {
     if (r.op != proto::ClientOp::kGet || !reader_) return rpc_.submit(r, std::move(cb));
