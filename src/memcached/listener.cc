@@ -470,13 +470,16 @@ void Connections::close_for_memory(Conn& c) {
 }
 
 void Connections::update_events(Conn& c) {
-  // Commands are read and taken only while their answers have room (and no listing runs).
+  // Commands are read and taken only while their answers have room (and no listing runs), and
+  // read only while less than a read's worth of them waits unparsed: a client that pipelines
+  // faster than the server answers would otherwise pile its commands up here.
   const bool takes = !c.closing && has_room(c) && !c.listing && !over_budget(s_, c);
   const bool line_coming = c.get.active && !c.closing && !over_budget(s_, c) &&
                            c.in.size() - c.in_off < kMaxGetLineInput && !line_end_read(c);
   // After the client's end, EPOLLIN would fire forever: what it sent is in the buffer.
-  const bool want_read = !c.eof && (takes || line_coming ||
-                                    (c.partial && !c.closing && has_room(c) && !c.listing));
+  const bool want_read = !c.eof &&
+                         ((takes && c.in.size() - c.in_off < kReadPerRound) || line_coming ||
+                          (c.partial && !c.closing && has_room(c) && !c.listing));
   const bool want_write = c.out_off < c.out.size();
   // Parsing stopped for want of room, and there is room again: what waits in the buffer is
   // taken next round (no EPOLLIN will say it is there: the client may have sent its last bytes
