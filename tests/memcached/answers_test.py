@@ -30,7 +30,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clients_test import Failed, Server, check, log, need_clients  # noqa: E402
+from clients_test import Server, check, log, need_clients, run_case  # noqa: E402
 
 TIMEOUT_S = 15.0
 
@@ -283,13 +283,7 @@ def main():
     if len(sys.argv) != 3 or sys.argv[2] not in CASES:
         log(f"usage: {sys.argv[0]} FABKV_SERVER {'|'.join(CASES)}")
         return 2
-    try:
-        CASES[sys.argv[2]](sys.argv[1])
-    except Exception as e:
-        log(f"FAILED: {type(e).__name__}: {e}")
-        return 1
-    log("1 passed, 0 failed")
-    return 0
+    return run_case(lambda: CASES[sys.argv[2]](sys.argv[1]))
 
 
 if __name__ == "__main__":
