@@ -9,6 +9,9 @@ namespace fabkv::memcached {
 namespace {
 // A formatted answer's bytes beside its value and key (VALUE line, flags, cas, binary header).
 constexpr size_t kAnswerOverhead = 64;
+
+// get, gets, gat, gats, mg and the binary GETs: what may bring a value back.
+bool is_retrieval(const Request& req) { return req.kind == Kind::kGet || req.kind == Kind::kGat; }
 }  // namespace
 
 // Runs `call` for one key: here if this worker owns the key, else forwarded to its owner.
@@ -57,7 +60,7 @@ void Connections::submit(Conn& c, Call& call) {
   // write it follows is done, and it counts towards the connection's limit (listener.cc).
   op->in_pending = true;
   // What it holds until it is back: its data, or for a retrieval the value it may bring.
-  const bool retrieval = call.req.kind == Kind::kGet || call.req.kind == Kind::kGat;
+  const bool retrieval = is_retrieval(call.req);
   if (retrieval) op->allowance = allowance(c);
   op->charge = retrieval ? op->allowance : op->key.size() + op->value.size();
   c.in_flight += op->charge;
@@ -73,7 +76,7 @@ void Connections::submit(Conn& c, Call& call) {
 // once (multi-gets stay pipelined). Local commands run at once: their keys are not any
 // forwarded command's.
 void Connections::forward(Conn& c, Op* op) {
-  const bool retrieval = op->call.req.kind == Kind::kGet || op->call.req.kind == Kind::kGat;
+  const bool retrieval = is_retrieval(op->call.req);
   if (!c.held_back.empty() || (!retrieval && c.unresolved > 0)) {
     op->held_back = true;
     c.held_back.push_back(op);
@@ -83,7 +86,7 @@ void Connections::forward(Conn& c, Op* op) {
 }
 
 void Connections::send_forwarded(Conn& c, Op* op) {
-  if (op->call.req.kind == Kind::kGet || op->call.req.kind == Kind::kGat) {
+  if (is_retrieval(op->call.req)) {
     op->unresolved = true;
     ++c.unresolved;
   }
@@ -95,7 +98,7 @@ void Connections::send_forwarded(Conn& c, Op* op) {
 void Connections::release_held_back(Conn& c) {
   while (!c.held_back.empty()) {
     Op* op = c.held_back.front();
-    const bool retrieval = op->call.req.kind == Kind::kGet || op->call.req.kind == Kind::kGat;
+    const bool retrieval = is_retrieval(op->call.req);
     if (!retrieval && c.unresolved > 0) return;
     c.held_back.pop_front();
     op->held_back = false;
@@ -143,7 +146,7 @@ void Connections::broadcast_flush(Conn& c, Call& call) {
 // runs once.
 void Connections::run_forwarded(Op* op) {
   const Request& req = op->call.req;
-  if ((req.kind == Kind::kGet || req.kind == Kind::kGat) && op->allowance != SIZE_MAX) {
+  if (is_retrieval(req) && op->allowance != SIZE_MAX) {
     const bool plain = req.kind == Kind::kGet && !req.touch;
     Call look;
     look.req.key = req.key;  // a plain get (Request's default kind)
